@@ -1,0 +1,118 @@
+# ngx_http_dynamo_rl_module: the single entry point for people and CI.
+#
+#   make            build build/ngx_http_dynamo_rl_module.so
+#   make run        the gateway in front of the bundled fake Dynamo
+#   make test       unit tests, fuzz smoke and the whole prove suite
+#   make check      lint, cppcheck and test
+#
+# Never export CFLAGS: nginx's own -Werror comes from its configure.
+
+SHELL      := /bin/bash
+NGX_SRC    ?= /usr/share/nginx/src
+NGX_BIN    ?= /usr/sbin/nginx
+BUILD      := $(CURDIR)/build
+NGX_BUILD  := $(BUILD)/nginx
+MODULE     := $(BUILD)/ngx_http_dynamo_rl_module.so
+SRCDIR     := $(CURDIR)/ngx_dynamo_rl_module
+
+WARN       := -Wextra -Wmissing-prototypes -Wstrict-prototypes -Wshadow \
+              -Wformat=2 -Wcast-align -Wvla -Wno-unused-parameter
+CC_OPT     := -g -O2 -fstack-protector-strong -D_FORTIFY_SOURCE=2 $(WARN)
+LD_OPT     := -Wl,-z,relro -Wl,-z,now
+
+SOURCES    := config $(wildcard $(SRCDIR)/*.c $(SRCDIR)/*.h)
+
+BUILD_DEBS := nginx-core nginx-dev libjansson-dev libssl-dev
+TEST_DEBS  := $(BUILD_DEBS) curl clang libclang-rt-14-dev perl
+RUN_DEBS   := $(BUILD_DEBS) curl perl
+
+PROVE      ?= prove
+PROVE_OPTS ?=
+FUZZ_TIME  ?= 60
+
+.PHONY: all build deps test-deps run test unit fuzz fuzz-smoke lint \
+        cppcheck check asan clean
+
+all: build
+
+build: $(MODULE)
+
+deps:
+	@util/apt-ensure $(BUILD_DEBS)
+
+test-deps:
+	@util/apt-ensure $(TEST_DEBS)
+
+$(NGX_BUILD)/Makefile: config
+	@test -f $(NGX_SRC)/conf_flags || { echo "$(NGX_SRC) is missing:" \
+	    "run 'make deps' (needs nginx-dev)" >&2; exit 1; }
+	rm -rf $(NGX_BUILD)
+	mkdir -p $(BUILD)
+	cp -a $(NGX_SRC) $(NGX_BUILD)
+	cd $(NGX_BUILD) && . ./conf_flags && ./configure \
+	    "$${NGX_CONF_FLAGS[@]}" \
+	    --with-cc-opt='$(CC_OPT) $(EXTRA_CC_OPT)' \
+	    --with-ld-opt='$(LD_OPT) $(EXTRA_LD_OPT)' \
+	    --add-dynamic-module=$(CURDIR) > $(BUILD)/configure.log 2>&1 \
+	    || { tail -20 $(BUILD)/configure.log; exit 1; }
+
+$(MODULE): $(NGX_BUILD)/Makefile $(SOURCES)
+	$(MAKE) -C $(NGX_BUILD) -f objs/Makefile modules
+	cp $(NGX_BUILD)/objs/ngx_http_dynamo_rl_module.so $@
+
+# C unit tests and fuzz harnesses compile the pure parsers against the
+# configured nginx headers, without a running nginx
+
+NGX_INCS = $(addprefix -I$(NGX_BUILD)/, src/core src/event \
+           src/event/modules src/os/unix src/http src/http/modules \
+           src/http/v2 objs) -I$(SRCDIR)
+PURE     = $(SRCDIR)/ngx_http_dynamo_rl_parse.c
+
+$(BUILD)/unit-tests: t/unit/unit_tests.c $(PURE) $(SRCDIR)/*.h \
+        $(NGX_BUILD)/Makefile
+	$(CC) -g -O1 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ \
+	    t/unit/unit_tests.c $(PURE)
+
+unit: $(BUILD)/unit-tests
+	$(PROVE) -e '' $(BUILD)/unit-tests
+
+FUZZERS := $(patsubst t/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard t/fuzz/fuzz_*.c))
+
+$(BUILD)/fuzz/%: t/fuzz/%.c $(PURE) $(SRCDIR)/*.h $(NGX_BUILD)/Makefile
+	@mkdir -p $(BUILD)/fuzz
+	clang -g -O1 -fsanitize=fuzzer,address,undefined \
+	    -fno-sanitize-recover=undefined $(NGX_INCS) -o $@ $< $(PURE)
+
+fuzz: $(FUZZERS)
+	@for f in $(FUZZERS); do n=$$(basename $$f); \
+	    mkdir -p $(BUILD)/corpus/$$n; \
+	    echo "== $$n ($(FUZZ_TIME)s)"; \
+	    $$f -max_total_time=$(FUZZ_TIME) -print_final_stats=1 \
+	        $(BUILD)/corpus/$$n t/fuzz/corpus/$$n 2>&1 \
+	        | grep -E '^(stat::number_of_executed_units|stat::peak|#.*DONE|==.*ERROR)' \
+	        || exit 1; \
+	done
+
+fuzz-smoke:
+	$(MAKE) fuzz FUZZ_TIME=5
+
+test: test-deps build $(BUILD)/unit-tests $(FUZZERS)
+	$(MAKE) fuzz-smoke
+	$(PROVE) $(PROVE_OPTS) -e '' $(BUILD)/unit-tests
+	TEST_NGINX_MODULES=$(BUILD) $(PROVE) $(PROVE_OPTS) -I t/lib -r t/
+
+lint:
+	util/check-style
+
+cppcheck: $(NGX_BUILD)/Makefile
+	cppcheck -q --enable=warning,portability,performance \
+	    --error-exitcode=1 --inline-suppr $(NGX_INCS) \
+	    $(SRCDIR)/*.c
+
+check: lint cppcheck test
+
+run: deps build
+	util/run-gateway
+
+clean:
+	rm -rf $(BUILD)

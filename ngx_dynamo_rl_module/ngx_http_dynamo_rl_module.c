@@ -1,0 +1,748 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+
+typedef struct {
+    ngx_str_t                       name;
+    ngx_uint_t                      method;
+} ngx_http_dynamo_rl_method_name_t;
+
+
+static ngx_int_t ngx_http_dynamo_rl_add_variables(ngx_conf_t *cf);
+static ngx_int_t ngx_http_dynamo_rl_init(ngx_conf_t *cf);
+static void *ngx_http_dynamo_rl_create_main_conf(ngx_conf_t *cf);
+static void *ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static ngx_int_t ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle);
+
+static char *ngx_http_dynamo_rl_plane(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_dynamo_rl_methods(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_dynamo_rl_header_name(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+
+static void ngx_http_dynamo_rl_cleanup(void *data);
+static ngx_int_t ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_dynamo_rl_plane_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+
+
+static ngx_conf_enum_t  ngx_http_dynamo_rl_planes[] = {
+    { ngx_string("request"), NGX_HTTP_DYNAMO_RL_PLANE_REQUEST },
+    { ngx_string("discovery"), NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY },
+    { ngx_string("admin"), NGX_HTTP_DYNAMO_RL_PLANE_ADMIN },
+    { ngx_null_string, 0 }
+};
+
+
+static ngx_http_dynamo_rl_method_name_t  ngx_http_dynamo_rl_method_names[] = {
+    { ngx_string("GET"), NGX_HTTP_GET },
+    { ngx_string("HEAD"), NGX_HTTP_HEAD },
+    { ngx_string("POST"), NGX_HTTP_POST },
+    { ngx_string("PUT"), NGX_HTTP_PUT },
+    { ngx_string("DELETE"), NGX_HTTP_DELETE },
+    { ngx_string("PATCH"), NGX_HTTP_PATCH },
+    { ngx_string("OPTIONS"), NGX_HTTP_OPTIONS },
+    { ngx_null_string, 0 }
+};
+
+
+static ngx_command_t  ngx_http_dynamo_rl_commands[] = {
+
+    { ngx_string("dynamo_rl_plane"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_dynamo_rl_plane,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("dynamo_rl_methods"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_dynamo_rl_methods,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("dynamo_rl_attempt_header"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_dynamo_rl_header_name,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_dynamo_rl_loc_conf_t, attempt_header),
+      NULL },
+
+    { ngx_string("dynamo_rl_attempt_upstream_header"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_dynamo_rl_header_name,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_dynamo_rl_loc_conf_t, attempt_upstream_header),
+      (void *) 1 },
+
+    { ngx_string("dynamo_rl_strip_routing_headers"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_dynamo_rl_loc_conf_t, strip_routing_headers),
+      NULL },
+
+    { ngx_string("dynamo_rl_accel_buffering"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_dynamo_rl_loc_conf_t, accel_buffering),
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_dynamo_rl_module_ctx = {
+    ngx_http_dynamo_rl_add_variables,      /* preconfiguration */
+    ngx_http_dynamo_rl_init,               /* postconfiguration */
+
+    ngx_http_dynamo_rl_create_main_conf,   /* create main configuration */
+    NULL,                                  /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    ngx_http_dynamo_rl_create_loc_conf,    /* create location configuration */
+    ngx_http_dynamo_rl_merge_loc_conf      /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_dynamo_rl_module = {
+    NGX_MODULE_V1,
+    &ngx_http_dynamo_rl_module_ctx,        /* module context */
+    ngx_http_dynamo_rl_commands,           /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    ngx_http_dynamo_rl_init_process,       /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    NULL,                                  /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static ngx_http_variable_t  ngx_http_dynamo_rl_vars[] = {
+
+    { ngx_string("dynamo_rl_attempt_id"), NULL,
+      ngx_http_dynamo_rl_variable,
+      offsetof(ngx_http_dynamo_rl_ctx_t, attempt_id),
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("dynamo_rl_plane"), NULL,
+      ngx_http_dynamo_rl_plane_variable, 0,
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("dynamo_rl_outcome"), NULL,
+      ngx_http_dynamo_rl_variable,
+      offsetof(ngx_http_dynamo_rl_ctx_t, outcome),
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("dynamo_rl_deny_reason"), NULL,
+      ngx_http_dynamo_rl_variable,
+      offsetof(ngx_http_dynamo_rl_ctx_t, deny_reason),
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+
+
+/*
+ * the proxy module's location configuration starts with its
+ * ngx_http_upstream_conf_t, which is how plane locations switch off the
+ * X-Accel-* controls without asking every operator for proxy_ignore_headers
+ */
+
+extern ngx_module_t  ngx_http_proxy_module;
+
+
+ngx_http_dynamo_rl_ctx_t *
+ngx_http_dynamo_rl_create_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_dynamo_rl_ctx_t));
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    /*
+     * the cleanup is how the context survives internal redirects, which
+     * clear r->ctx, and the point where the request's end is observed
+     */
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_dynamo_rl_cleanup;
+    cln->data = ctx;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_dynamo_rl_module);
+
+    return ctx;
+}
+
+
+ngx_http_dynamo_rl_ctx_t *
+ngx_http_dynamo_rl_get_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+    if (ctx == NULL && (r->internal || r->filter_finalize)) {
+
+        for (cln = r->pool->cleanup; cln; cln = cln->next) {
+            if (cln->handler == ngx_http_dynamo_rl_cleanup) {
+                ctx = cln->data;
+                ngx_http_set_ctx(r, ctx, ngx_http_dynamo_rl_module);
+                break;
+            }
+        }
+    }
+
+    return ctx;
+}
+
+
+static void
+ngx_http_dynamo_rl_cleanup(void *data)
+{
+    /* the attempt ledger records the request's end here */
+}
+
+
+ngx_int_t
+ngx_http_dynamo_rl_send_json(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *body)
+{
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t   out;
+
+    rc = ngx_http_discard_request_body(r);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    r->headers_out.status = status;
+    r->headers_out.content_length_n = body->len;
+
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    ngx_http_clear_accept_ranges(r);
+    ngx_http_clear_last_modified(r);
+    ngx_http_clear_etag(r);
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = body->data;
+    b->last = body->data + body->len;
+    b->memory = body->len ? 1 : 0;
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r)
+{
+    ngx_uint_t                 i;
+    ngx_list_part_t           *part;
+    ngx_table_elt_t           *h, *header;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    if (r != r->main) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    if (ctx == NULL || ctx->attempt_id.len == 0) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    /* the gateway's id wins over anything the upstream sent by that name */
+
+    part = &r->headers_out.headers.part;
+    header = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            header = part->elts;
+            i = 0;
+        }
+
+        if (header[i].key.len == ctx->header->len
+            && ngx_strncasecmp(header[i].key.data, ctx->header->data,
+                               ctx->header->len) == 0)
+        {
+            header[i].hash = 0;
+        }
+    }
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key = *ctx->header;
+    h->value = ctx->attempt_id;
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_str_t                 *s;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r->main);
+
+    if (ctx == NULL) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    s = (ngx_str_t *) ((char *) ctx + data);
+
+    if (s->len == 0) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->len = s->len;
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+    v->data = s->data;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_plane_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_uint_t                      plane;
+    ngx_conf_enum_t                *e;
+    ngx_http_dynamo_rl_ctx_t       *ctx;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r->main);
+
+    if (ctx != NULL) {
+        plane = ctx->plane;
+
+    } else {
+        drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+        plane = drlcf->plane;
+    }
+
+    for (e = ngx_http_dynamo_rl_planes; e->name.len; e++) {
+        if (e->value == plane) {
+            v->len = e->name.len;
+            v->valid = 1;
+            v->no_cacheable = 0;
+            v->not_found = 0;
+            v->data = e->name.data;
+
+            return NGX_OK;
+        }
+    }
+
+    v->not_found = 1;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_add_variables(ngx_conf_t *cf)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = ngx_http_dynamo_rl_vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+static void *
+ngx_http_dynamo_rl_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_dynamo_rl_main_conf_t));
+    if (drmcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     drmcf->rand = NULL;
+     *     drmcf->rand_pos = 0;
+     */
+
+    return drmcf;
+}
+
+
+static void *
+ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_dynamo_rl_loc_conf_t  *conf;
+
+    conf = ngx_pcalloc(cf->pool, sizeof(ngx_http_dynamo_rl_loc_conf_t));
+    if (conf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     conf->plane = NGX_HTTP_DYNAMO_RL_PLANE_UNSET;
+     *     conf->methods = 0;
+     *     conf->attempt_header = { 0, NULL };
+     *     conf->attempt_upstream_header = { 0, NULL };
+     */
+
+    conf->attempt_header_hash = NGX_CONF_UNSET_UINT;
+    conf->attempt_upstream_header_hash = NGX_CONF_UNSET_UINT;
+    conf->strip_routing_headers = NGX_CONF_UNSET;
+    conf->accel_buffering = NGX_CONF_UNSET;
+
+    return conf;
+}
+
+
+static char *
+ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_dynamo_rl_loc_conf_t *prev = parent;
+    ngx_http_dynamo_rl_loc_conf_t *conf = child;
+
+    ngx_http_upstream_conf_t  *ucf;
+
+    ngx_conf_merge_uint_value(conf->plane, prev->plane,
+                              NGX_HTTP_DYNAMO_RL_PLANE_NONE);
+
+    if (conf->methods == 0) {
+        conf->methods = prev->methods;
+    }
+
+    if (conf->methods == 0) {
+        switch (conf->plane) {
+
+        case NGX_HTTP_DYNAMO_RL_PLANE_REQUEST:
+            conf->methods = NGX_HTTP_GET|NGX_HTTP_HEAD|NGX_HTTP_POST;
+            break;
+
+        case NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY:
+            conf->methods = NGX_HTTP_GET|NGX_HTTP_HEAD;
+            break;
+
+        case NGX_HTTP_DYNAMO_RL_PLANE_ADMIN:
+            conf->methods = NGX_HTTP_POST;
+            break;
+        }
+    }
+
+    if (conf->attempt_header.data == NULL) {
+        conf->attempt_header = prev->attempt_header;
+        conf->attempt_header_hash = prev->attempt_header_hash;
+    }
+
+    if (conf->attempt_header.data == NULL) {
+        ngx_str_set(&conf->attempt_header, "X-Dynamo-Attempt-Id");
+        conf->attempt_header_hash =
+                              ngx_hash_key((u_char *) "x-dynamo-attempt-id",
+                                           sizeof("x-dynamo-attempt-id") - 1);
+    }
+
+    if (conf->attempt_upstream_header.data == NULL) {
+        conf->attempt_upstream_header = prev->attempt_upstream_header;
+        conf->attempt_upstream_header_hash =
+                                            prev->attempt_upstream_header_hash;
+    }
+
+    if (conf->attempt_upstream_header.data == NULL) {
+        ngx_str_set(&conf->attempt_upstream_header, "x-request-id");
+        conf->attempt_upstream_header_hash =
+                                     ngx_hash_key((u_char *) "x-request-id",
+                                                  sizeof("x-request-id") - 1);
+    }
+
+    ngx_conf_merge_value(conf->strip_routing_headers,
+                         prev->strip_routing_headers, 1);
+    ngx_conf_merge_value(conf->accel_buffering, prev->accel_buffering, 0);
+
+    if (conf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
+        return NGX_CONF_OK;
+    }
+
+    /*
+     * upstreams cannot steer nginx from a plane location: the proxy module
+     * has merged its configuration before ours, as a static module
+     */
+
+    ucf = ((ngx_http_conf_ctx_t *) cf->ctx)
+              ->loc_conf[ngx_http_proxy_module.ctx_index];
+
+    if (ucf != NULL) {
+        ucf->ignore_headers |= NGX_HTTP_UPSTREAM_IGN_XA_REDIRECT
+                               |NGX_HTTP_UPSTREAM_IGN_XA_EXPIRES
+                               |NGX_HTTP_UPSTREAM_IGN_XA_LIMIT_RATE
+                               |NGX_HTTP_UPSTREAM_IGN_XA_CHARSET;
+
+        if (!conf->accel_buffering) {
+            ucf->ignore_headers |= NGX_HTTP_UPSTREAM_IGN_XA_BUFFERING;
+        }
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_dynamo_rl_plane(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_dynamo_rl_loc_conf_t *drlcf = conf;
+
+    ngx_str_t        *value;
+    ngx_conf_enum_t  *e;
+
+    if (drlcf->plane != NGX_HTTP_DYNAMO_RL_PLANE_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    for (e = ngx_http_dynamo_rl_planes; e->name.len; e++) {
+        if (e->name.len == value[1].len
+            && ngx_strcmp(e->name.data, value[1].data) == 0)
+        {
+            drlcf->plane = e->value;
+            return NGX_CONF_OK;
+        }
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid plane \"%V\", it must be \"request\", "
+                       "\"discovery\" or \"admin\"", &value[1]);
+
+    return NGX_CONF_ERROR;
+}
+
+
+static char *
+ngx_http_dynamo_rl_methods(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_dynamo_rl_loc_conf_t *drlcf = conf;
+
+    ngx_str_t                         *value;
+    ngx_uint_t                         i;
+    ngx_http_dynamo_rl_method_name_t  *m;
+
+    if (drlcf->methods != 0) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        for (m = ngx_http_dynamo_rl_method_names; m->name.len; m++) {
+            if (m->name.len == value[i].len
+                && ngx_strcmp(m->name.data, value[i].data) == 0)
+            {
+                break;
+            }
+        }
+
+        if (m->name.len == 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid method \"%V\"", &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        if (drlcf->methods & m->method) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "duplicate method \"%V\"", &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        drlcf->methods |= m->method;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_dynamo_rl_header_name(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    char  *p = conf;
+
+    u_char      c, *lowcase;
+    ngx_str_t  *field, *value;
+    ngx_uint_t  i, *hash;
+
+    field = (ngx_str_t *) (p + cmd->offset);
+    hash = (ngx_uint_t *) (p + cmd->offset + sizeof(ngx_str_t));
+
+    if (field->data != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (cmd->post != NULL
+        && value[1].len == 3 && ngx_strcmp(value[1].data, "off") == 0)
+    {
+        ngx_str_set(field, "");
+        *hash = 0;
+        return NGX_CONF_OK;
+    }
+
+    if (value[1].len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid header name \"%V\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    lowcase = ngx_pnalloc(cf->pool, value[1].len);
+    if (lowcase == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    /* an RFC 9110 token */
+
+    for (i = 0; i < value[1].len; i++) {
+        c = value[1].data[i];
+
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+            || (c >= '0' && c <= '9')
+            || ngx_strlchr((u_char *) "!#$%&'*+-.^_`|~",
+                           (u_char *) "!#$%&'*+-.^_`|~" + 15, c)
+               != NULL)
+        {
+            lowcase[i] = ngx_tolower(c);
+            continue;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid header name \"%V\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    *field = value[1];
+    *hash = ngx_hash_key(lowcase, value[1].len);
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_init(ngx_conf_t *cf)
+{
+    ngx_http_handler_pt        *h;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_dynamo_rl_preaccess_handler;
+
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_dynamo_rl_header_filter;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
+{
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    if (cycle->conf_ctx[ngx_http_module.index] == NULL) {
+        return NGX_OK;
+    }
+
+    drmcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                                ngx_http_dynamo_rl_module);
+
+    /* randomness is drawn after fork(), never shared between workers */
+
+    drmcf->rand = ngx_palloc(cycle->pool, NGX_HTTP_DYNAMO_RL_RAND_SIZE);
+    if (drmcf->rand == NULL) {
+        return NGX_ERROR;
+    }
+
+    drmcf->rand_pos = NGX_HTTP_DYNAMO_RL_RAND_SIZE;
+
+    return NGX_OK;
+}

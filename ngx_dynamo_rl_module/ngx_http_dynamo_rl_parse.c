@@ -1,0 +1,399 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+
+static ngx_int_t ngx_http_dynamo_rl_host_valid(u_char *p, u_char *last);
+
+
+/*
+ * an attempt id is 1..128 bytes of [A-Za-z0-9._:-]; anything else,
+ * including CR, LF, spaces, controls and non-ASCII bytes, is refused
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_attempt_id_valid(u_char *p, size_t len)
+{
+    u_char  c;
+    size_t  i;
+
+    if (len == 0 || len > NGX_HTTP_DYNAMO_RL_ATTEMPT_ID_LEN) {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; i < len; i++) {
+        c = p[i];
+
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+            || (c >= '0' && c <= '9')
+            || c == '.' || c == '_' || c == ':' || c == '-')
+        {
+            continue;
+        }
+
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * RFC 9562 UUIDv7: 48 bits of Unix time in milliseconds, version 7,
+ * 12 bits rand_a, variant 10, 62 bits rand_b; "rnd" holds 10 bytes
+ */
+
+u_char *
+ngx_http_dynamo_rl_uuid7(u_char *dst, uint64_t ms, u_char *rnd)
+{
+    u_char      b[16];
+    ngx_uint_t  i;
+
+    static u_char  hex[] = "0123456789abcdef";
+
+    b[0] = (u_char) (ms >> 40);
+    b[1] = (u_char) (ms >> 32);
+    b[2] = (u_char) (ms >> 24);
+    b[3] = (u_char) (ms >> 16);
+    b[4] = (u_char) (ms >> 8);
+    b[5] = (u_char) ms;
+
+    ngx_memcpy(&b[6], rnd, 10);
+
+    b[6] = (u_char) (0x70 | (b[6] & 0x0f));
+    b[8] = (u_char) (0x80 | (b[8] & 0x3f));
+
+    for (i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) {
+            *dst++ = '-';
+        }
+
+        *dst++ = hex[b[i] >> 4];
+        *dst++ = hex[b[i] & 0x0f];
+    }
+
+    return dst;
+}
+
+
+/*
+ * nginx selects a location by the decoded and normalised $uri, while a
+ * plain proxy_pass forwards the raw bytes; the two must be identical
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_target_canonical(u_char *raw, size_t raw_len,
+    u_char *uri, size_t uri_len)
+{
+    u_char  *q;
+
+    q = ngx_strlchr(raw, raw + raw_len, '?');
+
+    if (q != NULL) {
+        raw_len = q - raw;
+    }
+
+    if (raw_len != uri_len || ngx_memcmp(raw, uri, uri_len) != 0) {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/* canonical decimal: no sign, no leading zeros, at most 2^64 - 1 */
+
+ngx_int_t
+ngx_http_dynamo_rl_parse_u64(u_char *p, size_t len, uint64_t *n)
+{
+    size_t    i;
+    uint64_t  v, d;
+
+    if (len == 0 || len > 20 || (p[0] == '0' && len > 1)) {
+        return NGX_DECLINED;
+    }
+
+    v = 0;
+
+    for (i = 0; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9') {
+            return NGX_DECLINED;
+        }
+
+        d = p[i] - '0';
+
+        if (v > (UINT64_MAX - d) / 10) {
+            return NGX_DECLINED;
+        }
+
+        v = v * 10 + d;
+    }
+
+    *n = v;
+
+    return NGX_OK;
+}
+
+
+/* route = segment *( "/" segment ), segment = [A-Za-z0-9][A-Za-z0-9._-]* */
+
+ngx_int_t
+ngx_http_dynamo_rl_route_valid(u_char *p, size_t len)
+{
+    u_char      c;
+    size_t      i;
+    ngx_uint_t  start;
+
+    if (len == 0) {
+        return NGX_DECLINED;
+    }
+
+    start = 1;
+
+    for (i = 0; i < len; i++) {
+        c = p[i];
+
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+            || (c >= '0' && c <= '9'))
+        {
+            start = 0;
+            continue;
+        }
+
+        if (start) {
+            return NGX_DECLINED;
+        }
+
+        if (c == '.' || c == '_' || c == '-') {
+            continue;
+        }
+
+        if (c == '/') {
+            start = 1;
+            continue;
+        }
+
+        return NGX_DECLINED;
+    }
+
+    return start ? NGX_DECLINED : NGX_OK;
+}
+
+
+/* "{instance_id}/engine/{route}", the part after the location prefix */
+
+ngx_int_t
+ngx_http_dynamo_rl_parse_admin_path(u_char *p, size_t len, uint64_t *id,
+    ngx_str_t *route)
+{
+    u_char  *slash, *last;
+
+    static u_char  engine[] = "/engine/";
+
+    last = p + len;
+
+    slash = ngx_strlchr(p, last, '/');
+    if (slash == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_dynamo_rl_parse_u64(p, slash - p, id) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    if ((size_t) (last - slash) < sizeof(engine) - 1
+        || ngx_memcmp(slash, engine, sizeof(engine) - 1) != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    route->data = slash + sizeof(engine) - 1;
+    route->len = last - route->data;
+
+    return ngx_http_dynamo_rl_route_valid(route->data, route->len);
+}
+
+
+/*
+ * system_url: "http" or "https", "://", a host (name, IPv4 or bracketed
+ * IPv6), an optional port and at most a single "/"; no userinfo, query,
+ * fragment or path
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_system_url_valid(u_char *p, size_t len)
+{
+    u_char      *last, *host, *port;
+    ngx_uint_t   n, digits;
+
+    last = p + len;
+
+    if (len > 7 && ngx_strncmp(p, "http://", 7) == 0) {
+        p += 7;
+
+    } else if (len > 8 && ngx_strncmp(p, "https://", 8) == 0) {
+        p += 8;
+
+    } else {
+        return NGX_DECLINED;
+    }
+
+    if (last > p && last[-1] == '/') {
+        last--;
+    }
+
+    host = p;
+
+    if (p < last && *p == '[') {
+        p = ngx_strlchr(p, last, ']');
+        if (p == NULL) {
+            return NGX_DECLINED;
+        }
+
+        p++;
+
+    } else {
+        while (p < last && *p != ':') {
+            p++;
+        }
+    }
+
+    if (ngx_http_dynamo_rl_host_valid(host, p) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    if (p == last) {
+        return NGX_OK;
+    }
+
+    if (*p++ != ':') {
+        return NGX_DECLINED;
+    }
+
+    port = p;
+    n = 0;
+    digits = 0;
+
+    for ( /* void */ ; p < last; p++) {
+        if (*p < '0' || *p > '9' || ++digits > 5) {
+            return NGX_DECLINED;
+        }
+
+        n = n * 10 + (*p - '0');
+    }
+
+    if (p == port || n == 0 || n > 65535) {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_host_valid(u_char *p, u_char *last)
+{
+    u_char      c;
+    ngx_uint_t  label;
+
+    if (p == last) {
+        return NGX_DECLINED;
+    }
+
+    if (*p == '[') {
+        /* bracketed IPv6: hex digits, ':' and '.', and no zone id */
+
+        if (last - p < 4 || last[-1] != ']') {
+            return NGX_DECLINED;
+        }
+
+        for (p++; p < last - 1; p++) {
+            c = *p;
+
+            if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')
+                || (c >= 'A' && c <= 'F') || c == ':' || c == '.')
+            {
+                continue;
+            }
+
+            return NGX_DECLINED;
+        }
+
+        return NGX_OK;
+    }
+
+    /* a name or IPv4: dot-separated labels of [A-Za-z0-9-] */
+
+    label = 0;
+
+    for ( /* void */ ; p < last; p++) {
+        c = *p;
+
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+            || (c >= '0' && c <= '9') || c == '-' || c == '_')
+        {
+            if (++label > 63) {
+                return NGX_DECLINED;
+            }
+
+            continue;
+        }
+
+        if (c == '.' && label > 0) {
+            label = 0;
+            continue;
+        }
+
+        return NGX_DECLINED;
+    }
+
+    return label > 0 ? NGX_OK : NGX_DECLINED;
+}
+
+
+/*
+ * Dynamo's RL listener rule: prefix "P" matches "P" and "P-*", or every
+ * name starting with "P" when "P" ends in "-"; exact is equality
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_namespace_match(ngx_uint_t mode, ngx_str_t *scope,
+    u_char *ns, size_t len)
+{
+    switch (mode) {
+
+    case NGX_HTTP_DYNAMO_RL_NS_ANY:
+        return NGX_OK;
+
+    case NGX_HTTP_DYNAMO_RL_NS_EXACT:
+        if (len == scope->len && ngx_memcmp(ns, scope->data, len) == 0) {
+            return NGX_OK;
+        }
+
+        return NGX_DECLINED;
+
+    default: /* NGX_HTTP_DYNAMO_RL_NS_PREFIX */
+
+        if (len < scope->len
+            || ngx_memcmp(ns, scope->data, scope->len) != 0)
+        {
+            return NGX_DECLINED;
+        }
+
+        if (len == scope->len) {
+            return NGX_OK;
+        }
+
+        if (ns[scope->len] == '-'
+            || (scope->len > 0 && scope->data[scope->len - 1] == '-'))
+        {
+            return NGX_OK;
+        }
+
+        return NGX_DECLINED;
+    }
+}

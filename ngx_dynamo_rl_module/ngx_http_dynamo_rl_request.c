@@ -1,0 +1,561 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+#include <openssl/rand.h>
+
+
+static ngx_int_t ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
+static ngx_int_t ngx_http_dynamo_rl_mint(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx);
+static ngx_int_t ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf,
+    ngx_uint_t client_id);
+static ngx_int_t ngx_http_dynamo_rl_routing_header(ngx_table_elt_t *h);
+static ngx_int_t ngx_http_dynamo_rl_header_is(ngx_table_elt_t *h,
+    ngx_str_t *name);
+static ngx_int_t ngx_http_dynamo_rl_push_header(ngx_list_t *list,
+    ngx_str_t *name, ngx_uint_t hash, ngx_str_t *value);
+static ngx_int_t ngx_http_dynamo_rl_allow(ngx_http_request_t *r,
+    ngx_uint_t methods);
+
+
+static ngx_str_t  ngx_http_dynamo_rl_routing_headers[] = {
+    ngx_string("x-dynamo-worker-instance-id"),
+    ngx_string("x-dynamo-prefill-instance-id"),
+    ngx_string("x-dynamo-dp-rank"),
+    ngx_string("x-dynamo-prefill-dp-rank"),
+    ngx_string("x-worker-instance-id"),
+    ngx_string("x-prefill-instance-id"),
+    ngx_string("x-dp-rank"),
+    ngx_string("x-data-parallel-rank"),
+    ngx_string("x-prefill-dp-rank"),
+    ngx_null_string
+};
+
+
+ngx_int_t
+ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                       rc;
+    ngx_http_dynamo_rl_ctx_t       *ctx;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+
+    if (r != r->main) {
+        return NGX_DECLINED;
+    }
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    if (drlcf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_dynamo_rl_get_ctx(r) != NULL) {
+        /* already classified before an internal redirect */
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_dynamo_rl_create_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->plane = drlcf->plane;
+    ctx->header = &drlcf->attempt_header;
+
+    if (drlcf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
+        rc = ngx_http_dynamo_rl_attempt(r, ctx, drlcf);
+
+        if (rc != NGX_OK) {
+            return rc;
+        }
+    }
+
+    if (!(r->method & drlcf->methods)) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl: method \"%V\" not allowed",
+                      &r->method_name);
+
+        if (ngx_http_dynamo_rl_allow(r, drlcf->methods) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_dynamo_rl_deny(r, NGX_HTTP_NOT_ALLOWED, "method",
+                                       "method not allowed");
+    }
+
+    if (ngx_http_dynamo_rl_target_canonical(r->unparsed_uri.data,
+                                            r->unparsed_uri.len,
+                                            r->uri.data, r->uri.len)
+        != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl: non-canonical request target \"%V\"",
+                      &r->unparsed_uri);
+
+        return ngx_http_dynamo_rl_deny(r, NGX_HTTP_BAD_REQUEST, "bad_path",
+                                       "request target is not canonical");
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * sends the gateway's own error in the plane's shape: the request plane
+ * uses Dynamo's flat {"message","type","code"}, the others
+ * {"error","message"}; returns NGX_DONE as the request is finalized
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_deny(ngx_http_request_t *r, ngx_uint_t status,
+    char *reason, char *message)
+{
+    u_char                    *p;
+    size_t                     len;
+    ngx_str_t                  body, type;
+    ngx_int_t                  rc;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    if (ctx != NULL) {
+        ctx->deny_reason.data = (u_char *) reason;
+        ctx->deny_reason.len = ngx_strlen(reason);
+        ngx_str_set(&ctx->outcome, "rejected");
+    }
+
+    switch (status) {
+
+    case NGX_HTTP_BAD_REQUEST:
+        ngx_str_set(&type, "Bad Request");
+        break;
+
+    case NGX_HTTP_FORBIDDEN:
+        ngx_str_set(&type, "Forbidden");
+        break;
+
+    case NGX_HTTP_NOT_FOUND:
+        ngx_str_set(&type, "Not Found");
+        break;
+
+    case NGX_HTTP_NOT_ALLOWED:
+        ngx_str_set(&type, "Method Not Allowed");
+        break;
+
+    case NGX_HTTP_CONFLICT:
+        ngx_str_set(&type, "Conflict");
+        break;
+
+    case NGX_HTTP_BAD_GATEWAY:
+        ngx_str_set(&type, "Bad Gateway");
+        break;
+
+    case NGX_HTTP_SERVICE_UNAVAILABLE:
+        ngx_str_set(&type, "Service Unavailable");
+        break;
+
+    default:
+        ngx_str_set(&type, "Internal Server Error");
+        break;
+    }
+
+    /* reasons, messages and types are fixed strings without escapes */
+
+    len = sizeof("{\"message\":\"\",\"type\":\"\",\"code\":}") - 1
+          + ngx_strlen(message) + type.len + NGX_INT_T_LEN
+          + sizeof("{\"error\":\"\",\"message\":\"\"}") - 1
+          + ngx_strlen(reason);
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    body.data = p;
+
+    if (ctx == NULL || ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
+        p = ngx_sprintf(p, "{\"message\":\"%s\",\"type\":\"%V\",\"code\":%ui}",
+                        message, &type, status);
+
+    } else {
+        p = ngx_sprintf(p, "{\"error\":\"%s\",\"message\":\"%s\"}",
+                        reason, message);
+    }
+
+    body.len = p - body.data;
+
+    rc = ngx_http_dynamo_rl_send_json(r, status, &body);
+
+    ngx_http_finalize_request(r, rc);
+
+    return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
+{
+    ngx_uint_t        i, n;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *header, *id;
+
+    n = 0;
+    id = NULL;
+
+    part = &r->headers_in.headers.part;
+    header = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            header = part->elts;
+            i = 0;
+        }
+
+        if (ngx_http_dynamo_rl_header_is(&header[i], &drlcf->attempt_header)
+            == NGX_OK)
+        {
+            id = &header[i];
+            n++;
+        }
+    }
+
+    if (n > 1
+        || (n == 1
+            && ngx_http_dynamo_rl_attempt_id_valid(id->value.data,
+                                                   id->value.len)
+               != NGX_OK))
+    {
+        /* the response still carries an id the access log can join on */
+
+        if (ngx_http_dynamo_rl_mint(r, ctx) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl: invalid client attempt id in \"%V\" "
+                      "header, %ui header(s)", &drlcf->attempt_header, n);
+
+        return ngx_http_dynamo_rl_deny(r, NGX_HTTP_BAD_REQUEST,
+                                       "bad_attempt_id",
+                                       n > 1 ? "more than one attempt id"
+                                             : "invalid attempt id: 1 to 128 "
+                                               "bytes of [A-Za-z0-9._:-]");
+    }
+
+    if (n == 1) {
+        ctx->attempt_id = id->value;
+
+    } else if (ngx_http_dynamo_rl_mint(r, ctx) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_dynamo_rl_upstream_headers(r, ctx, drlcf, n) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "dynamo rl request: attempt \"%V\"%s",
+                   &ctx->attempt_id, n ? " from client" : "");
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_mint(ngx_http_request_t *r, ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    ngx_time_t                      *tp;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    if (drmcf->rand_pos + 10 > NGX_HTTP_DYNAMO_RL_RAND_SIZE) {
+        if (RAND_bytes(drmcf->rand, NGX_HTTP_DYNAMO_RL_RAND_SIZE) != 1) {
+            ngx_log_error(NGX_LOG_CRIT, r->connection->log, 0,
+                          "RAND_bytes() failed");
+            return NGX_ERROR;
+        }
+
+        drmcf->rand_pos = 0;
+    }
+
+    tp = ngx_timeofday();
+
+    ngx_http_dynamo_rl_uuid7(ctx->id,
+                             (uint64_t) tp->sec * 1000 + tp->msec,
+                             drmcf->rand + drmcf->rand_pos);
+
+    /* each id consumes its bytes: no two ids share randomness */
+
+    ngx_memzero(drmcf->rand + drmcf->rand_pos, 10);
+    drmcf->rand_pos += 10;
+
+    ctx->attempt_id.data = ctx->id;
+    ctx->attempt_id.len = NGX_HTTP_DYNAMO_RL_UUID_LEN;
+
+    return NGX_OK;
+}
+
+
+/*
+ * the upstream sees the attempt id under both names, and never a client's
+ * routing pins or its own x-request-id; the list is rebuilt only when a
+ * header has to go
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf,
+    ngx_uint_t client_id)
+{
+    ngx_str_t        *up;
+    ngx_uint_t        i, drop;
+    ngx_array_t      *kept;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *header, *h;
+
+    up = &drlcf->attempt_upstream_header;
+
+    if (up->len == 0
+        || (up->len == drlcf->attempt_header.len
+            && ngx_strncasecmp(up->data, drlcf->attempt_header.data, up->len)
+               == 0))
+    {
+        up = NULL;
+    }
+
+    drop = 0;
+
+    part = &r->headers_in.headers.part;
+    header = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            header = part->elts;
+            i = 0;
+        }
+
+        if ((up != NULL && ngx_http_dynamo_rl_header_is(&header[i], up)
+                           == NGX_OK)
+            || (drlcf->strip_routing_headers
+                && ngx_http_dynamo_rl_routing_header(&header[i]) == NGX_OK))
+        {
+            header[i].hash = 0;
+            drop = 1;
+        }
+    }
+
+    if (drop) {
+        /* the list is rebuilt in place: it is embedded in headers_in */
+
+        kept = ngx_array_create(r->pool, 20, sizeof(ngx_table_elt_t));
+        if (kept == NULL) {
+            return NGX_ERROR;
+        }
+
+        part = &r->headers_in.headers.part;
+        header = part->elts;
+
+        for (i = 0; /* void */ ; i++) {
+
+            if (i >= part->nelts) {
+                if (part->next == NULL) {
+                    break;
+                }
+
+                part = part->next;
+                header = part->elts;
+                i = 0;
+            }
+
+            if (header[i].hash == 0) {
+                ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                               "dynamo rl request: drop header \"%V: %V\"",
+                               &header[i].key, &header[i].value);
+                continue;
+            }
+
+            h = ngx_array_push(kept);
+            if (h == NULL) {
+                return NGX_ERROR;
+            }
+
+            *h = header[i];
+        }
+
+        if (ngx_list_init(&r->headers_in.headers, r->pool, kept->nelts + 2,
+                          sizeof(ngx_table_elt_t))
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        header = kept->elts;
+
+        for (i = 0; i < kept->nelts; i++) {
+            h = ngx_list_push(&r->headers_in.headers);
+            if (h == NULL) {
+                return NGX_ERROR;
+            }
+
+            *h = header[i];
+        }
+    }
+
+    if (!client_id
+        && ngx_http_dynamo_rl_push_header(&r->headers_in.headers,
+                                          &drlcf->attempt_header,
+                                          drlcf->attempt_header_hash,
+                                          &ctx->attempt_id)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (up != NULL
+        && ngx_http_dynamo_rl_push_header(&r->headers_in.headers, up,
+                                          drlcf->attempt_upstream_header_hash,
+                                          &ctx->attempt_id)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_routing_header(ngx_table_elt_t *h)
+{
+    ngx_str_t  *name;
+
+    if (h->key.len < sizeof("x-dp-rank") - 1
+        || (h->key.data[0] != 'x' && h->key.data[0] != 'X'))
+    {
+        return NGX_DECLINED;
+    }
+
+    for (name = ngx_http_dynamo_rl_routing_headers; name->len; name++) {
+        if (ngx_http_dynamo_rl_header_is(h, name) == NGX_OK) {
+            return NGX_OK;
+        }
+    }
+
+    return NGX_DECLINED;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_header_is(ngx_table_elt_t *h, ngx_str_t *name)
+{
+    if (h->key.len == name->len
+        && ngx_strncasecmp(h->key.data, name->data, name->len) == 0)
+    {
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
+    ngx_uint_t hash, ngx_str_t *value)
+{
+    ngx_uint_t        i;
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(list);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = hash;
+    h->key = *name;
+    h->value = *value;
+
+    h->lowcase_key = ngx_pnalloc(list->pool, name->len);
+    if (h->lowcase_key == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < name->len; i++) {
+        h->lowcase_key[i] = ngx_tolower(name->data[i]);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_allow(ngx_http_request_t *r, ngx_uint_t methods)
+{
+    u_char           *p;
+    ngx_table_elt_t  *h;
+
+    static struct {
+        ngx_uint_t    method;
+        char         *name;
+    } names[] = {
+        { NGX_HTTP_GET, "GET" },
+        { NGX_HTTP_HEAD, "HEAD" },
+        { NGX_HTTP_POST, "POST" },
+        { NGX_HTTP_PUT, "PUT" },
+        { NGX_HTTP_DELETE, "DELETE" },
+        { NGX_HTTP_PATCH, "PATCH" },
+        { NGX_HTTP_OPTIONS, "OPTIONS" },
+        { 0, NULL }
+    };
+
+    ngx_uint_t  i;
+
+    p = ngx_pnalloc(r->pool, sizeof("GET, HEAD, POST, PUT, DELETE, PATCH, "
+                                    "OPTIONS"));
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Allow");
+    h->value.data = p;
+
+    for (i = 0; names[i].name; i++) {
+        if (methods & names[i].method) {
+            if (p != h->value.data) {
+                *p++ = ','; *p++ = ' ';
+            }
+
+            p = ngx_cpymem(p, names[i].name, ngx_strlen(names[i].name));
+        }
+    }
+
+    h->value.len = p - h->value.data;
+
+    return NGX_OK;
+}

@@ -1,0 +1,16 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#ifndef _NGX_HTTP_DYNAMO_RL_REQUEST_H_INCLUDED_
+#define _NGX_HTTP_DYNAMO_RL_REQUEST_H_INCLUDED_
+
+
+ngx_int_t ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_dynamo_rl_deny(ngx_http_request_t *r,
+    ngx_uint_t status, char *reason, char *message);
+
+
+#endif /* _NGX_HTTP_DYNAMO_RL_REQUEST_H_INCLUDED_ */
