@@ -44,6 +44,15 @@ static ngx_conf_enum_t  ngx_http_dynamo_rl_planes[] = {
 };
 
 
+static ngx_conf_enum_t  ngx_http_dynamo_rl_log_levels[] = {
+    { ngx_string("info"), NGX_LOG_INFO },
+    { ngx_string("notice"), NGX_LOG_NOTICE },
+    { ngx_string("warn"), NGX_LOG_WARN },
+    { ngx_string("error"), NGX_LOG_ERR },
+    { ngx_null_string, 0 }
+};
+
+
 static ngx_http_dynamo_rl_method_name_t  ngx_http_dynamo_rl_method_names[] = {
     { ngx_string("GET"), NGX_HTTP_GET },
     { ngx_string("HEAD"), NGX_HTTP_HEAD },
@@ -57,6 +66,13 @@ static ngx_http_dynamo_rl_method_name_t  ngx_http_dynamo_rl_method_names[] = {
 
 
 static ngx_command_t  ngx_http_dynamo_rl_commands[] = {
+
+    { ngx_string("dynamo_rl_zone"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
+      ngx_http_dynamo_rl_zone,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
 
     { ngx_string("dynamo_rl_plane"),
       NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -92,6 +108,34 @@ static ngx_command_t  ngx_http_dynamo_rl_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_dynamo_rl_loc_conf_t, strip_routing_headers),
       NULL },
+
+    { ngx_string("dynamo_rl_discovery"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_dynamo_rl_discovery,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("dynamo_rl_namespace"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
+      ngx_http_dynamo_rl_namespace,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("dynamo_rl_admin_routes"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_dynamo_rl_admin_routes,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("dynamo_rl_log_level"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_dynamo_rl_loc_conf_t, log_level),
+      &ngx_http_dynamo_rl_log_levels },
 
     { ngx_string("dynamo_rl_accel_buffering"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
@@ -154,6 +198,31 @@ static ngx_http_variable_t  ngx_http_dynamo_rl_vars[] = {
     { ngx_string("dynamo_rl_deny_reason"), NULL,
       ngx_http_dynamo_rl_variable,
       offsetof(ngx_http_dynamo_rl_ctx_t, deny_reason),
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("dynamo_rl_instance_id"), NULL,
+      ngx_http_dynamo_rl_variable,
+      offsetof(ngx_http_dynamo_rl_ctx_t, instance_id),
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("dynamo_rl_route"), NULL,
+      ngx_http_dynamo_rl_variable,
+      offsetof(ngx_http_dynamo_rl_ctx_t, route),
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("dynamo_rl_system_url"), NULL,
+      ngx_http_dynamo_rl_variable,
+      offsetof(ngx_http_dynamo_rl_ctx_t, system_url),
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("dynamo_rl_engine_path"), NULL,
+      ngx_http_dynamo_rl_variable,
+      offsetof(ngx_http_dynamo_rl_ctx_t, engine_path),
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("dynamo_rl_snapshot_generation"), NULL,
+      ngx_http_dynamo_rl_variable,
+      offsetof(ngx_http_dynamo_rl_ctx_t, generation),
       NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
@@ -228,7 +297,9 @@ ngx_http_dynamo_rl_get_ctx(ngx_http_request_t *r)
 static void
 ngx_http_dynamo_rl_cleanup(void *data)
 {
-    /* the attempt ledger records the request's end here */
+    ngx_http_dynamo_rl_ctx_t *ctx = data;
+
+    ngx_http_dynamo_rl_discovery_cleanup(ctx);
 }
 
 
@@ -437,8 +508,12 @@ ngx_http_dynamo_rl_create_main_conf(ngx_conf_t *cf)
     /*
      * set by ngx_pcalloc():
      *
+     *     drmcf->shm_zone = NULL;
      *     drmcf->rand = NULL;
      *     drmcf->rand_pos = 0;
+     *     drmcf->index = NULL;
+     *     drmcf->index_pool = NULL;
+     *     drmcf->index_generation = 0;
      */
 
     return drmcf;
@@ -462,12 +537,19 @@ ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf)
      *     conf->methods = 0;
      *     conf->attempt_header = { 0, NULL };
      *     conf->attempt_upstream_header = { 0, NULL };
+     *     conf->discovery = { 0, NULL };
+     *     conf->ns_scope = { 0, NULL };
      */
 
     conf->attempt_header_hash = NGX_CONF_UNSET_UINT;
     conf->attempt_upstream_header_hash = NGX_CONF_UNSET_UINT;
     conf->strip_routing_headers = NGX_CONF_UNSET;
     conf->accel_buffering = NGX_CONF_UNSET;
+    conf->discovery_valid = NGX_CONF_UNSET_MSEC;
+    conf->discovery_max_size = NGX_CONF_UNSET_SIZE;
+    conf->ns_mode = NGX_CONF_UNSET_UINT;
+    conf->admin_routes = NGX_CONF_UNSET_PTR;
+    conf->log_level = NGX_CONF_UNSET_UINT;
 
     return conf;
 }
@@ -479,7 +561,9 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_dynamo_rl_loc_conf_t *prev = parent;
     ngx_http_dynamo_rl_loc_conf_t *conf = child;
 
-    ngx_http_upstream_conf_t  *ucf;
+    ngx_http_upstream_conf_t        *ucf;
+    ngx_http_core_loc_conf_t        *clcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     ngx_conf_merge_uint_value(conf->plane, prev->plane,
                               NGX_HTTP_DYNAMO_RL_PLANE_NONE);
@@ -534,8 +618,63 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                          prev->strip_routing_headers, 1);
     ngx_conf_merge_value(conf->accel_buffering, prev->accel_buffering, 0);
 
+    if (conf->discovery.data == NULL) {
+        conf->discovery = prev->discovery;
+    }
+
+    ngx_conf_merge_msec_value(conf->discovery_valid, prev->discovery_valid,
+                              1000);
+    ngx_conf_merge_size_value(conf->discovery_max_size,
+                              prev->discovery_max_size, 4 * 1024 * 1024);
+
+    if (conf->ns_mode == NGX_CONF_UNSET_UINT) {
+        conf->ns_mode = prev->ns_mode;
+        conf->ns_scope = prev->ns_scope;
+    }
+
+    if (conf->ns_mode == NGX_CONF_UNSET_UINT) {
+        conf->ns_mode = NGX_HTTP_DYNAMO_RL_NS_ANY;
+    }
+
+    ngx_conf_merge_ptr_value(conf->admin_routes, prev->admin_routes, NULL);
+    ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
+
     if (conf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
         return NGX_CONF_OK;
+    }
+
+    drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
+
+    if (conf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        && drmcf->shm_zone == NULL)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"dynamo_rl_plane %s\" requires "
+                           "\"dynamo_rl_zone\"",
+                           conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_ADMIN
+                           ? "admin" : "discovery");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_ADMIN) {
+        if (conf->discovery.data == NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"dynamo_rl_plane admin\" requires "
+                               "\"dynamo_rl_discovery\"");
+            return NGX_CONF_ERROR;
+        }
+
+        clcf = ((ngx_http_conf_ctx_t *) cf->ctx)
+                   ->loc_conf[ngx_http_core_module.ctx_index];
+
+        /* under "satisfy any" another module could skip the admin check */
+
+        if (clcf->satisfy != NGX_HTTP_SATISFY_ALL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"dynamo_rl_plane admin\" cannot be used "
+                               "with \"satisfy any\"");
+            return NGX_CONF_ERROR;
+        }
     }
 
     /*
@@ -716,10 +855,17 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 
     *h = ngx_http_dynamo_rl_preaccess_handler;
 
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_ACCESS_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_dynamo_rl_admin_handler;
+
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_dynamo_rl_header_filter;
 
-    return NGX_OK;
+    return ngx_http_dynamo_rl_discovery_filter_init(cf);
 }
 
 

@@ -24,11 +24,32 @@
 
 #define NGX_HTTP_DYNAMO_RL_RAND_SIZE        4096
 
+#define NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH    1
+#define NGX_HTTP_DYNAMO_RL_SOURCE_DISCOVERY  2
+
+#define NGX_HTTP_DYNAMO_RL_REFRESH_NONE      0
+#define NGX_HTTP_DYNAMO_RL_REFRESH_RUNNING   1
+#define NGX_HTTP_DYNAMO_RL_REFRESH_WAITING   2
+#define NGX_HTTP_DYNAMO_RL_REFRESH_DONE      3
+#define NGX_HTTP_DYNAMO_RL_REFRESH_FAILED    4
+
+
+#include "ngx_http_dynamo_rl_parse.h"
+#include "ngx_http_dynamo_rl_json.h"
+#include "ngx_http_dynamo_rl_zone.h"
+
 
 typedef struct {
+    ngx_shm_zone_t                 *shm_zone;
+
     /* per-process randomness for UUIDv7, refilled with RAND_bytes() */
     u_char                         *rand;
     ngx_uint_t                      rand_pos;
+
+    /* per-process index of the zone's snapshot */
+    ngx_http_dynamo_rl_index_t     *index;
+    ngx_pool_t                     *index_pool;
+    ngx_uint_t                      index_generation;
 } ngx_http_dynamo_rl_main_conf_t;
 
 
@@ -43,6 +64,17 @@ typedef struct {
 
     ngx_flag_t                      strip_routing_headers;
     ngx_flag_t                      accel_buffering;
+
+    ngx_str_t                       discovery;
+    ngx_msec_t                      discovery_valid;
+    size_t                          discovery_max_size;
+
+    ngx_uint_t                      ns_mode;
+    ngx_str_t                       ns_scope;
+
+    ngx_array_t                    *admin_routes;
+
+    ngx_uint_t                      log_level;
 } ngx_http_dynamo_rl_loc_conf_t;
 
 
@@ -54,6 +86,28 @@ typedef struct {
     ngx_str_t                       deny_reason;
 
     ngx_str_t                      *header;
+
+    /* admin plane */
+    ngx_str_t                       instance_id;
+    ngx_str_t                       route;
+    ngx_str_t                       system_url;
+    ngx_str_t                       engine_path;
+    ngx_str_t                       generation;
+    ngx_http_dynamo_rl_zone_t      *zone;
+    ngx_uint_t                      refresh;
+    ngx_uint_t                      flights;
+    ngx_msec_t                      wait_start;
+
+    /* discovery plane: the listener's document, held until complete */
+    u_char                         *doc;
+    size_t                          doc_len;
+    size_t                          doc_size;
+    ngx_uint_t                      doc_status;
+
+    unsigned                        doc_hold:1;
+    unsigned                        doc_too_big:1;
+    unsigned                        doc_encoded:1;
+    unsigned                        admin_done:1;
 
     u_char                          id[NGX_HTTP_DYNAMO_RL_UUID_LEN];
 } ngx_http_dynamo_rl_ctx_t;
@@ -68,8 +122,9 @@ ngx_int_t ngx_http_dynamo_rl_send_json(ngx_http_request_t *r,
 extern ngx_module_t  ngx_http_dynamo_rl_module;
 
 
-#include "ngx_http_dynamo_rl_parse.h"
 #include "ngx_http_dynamo_rl_request.h"
+#include "ngx_http_dynamo_rl_discovery.h"
+#include "ngx_http_dynamo_rl_admin.h"
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_MODULE_H_INCLUDED_ */

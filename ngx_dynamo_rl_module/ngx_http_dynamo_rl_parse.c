@@ -10,6 +10,16 @@
 static ngx_int_t ngx_http_dynamo_rl_host_valid(u_char *p, u_char *last);
 
 
+#define NGX_HTTP_DYNAMO_RL_SCAN_OTHER    0
+#define NGX_HTTP_DYNAMO_RL_SCAN_ROOT     1
+#define NGX_HTTP_DYNAMO_RL_SCAN_WORKERS  2
+#define NGX_HTTP_DYNAMO_RL_SCAN_WORKER   3
+
+#define NGX_HTTP_DYNAMO_RL_KEY_OTHER     0
+#define NGX_HTTP_DYNAMO_RL_KEY_WORKERS   1
+#define NGX_HTTP_DYNAMO_RL_KEY_ID        2
+
+
 /*
  * an attempt id is 1..128 bytes of [A-Za-z0-9._:-]; anything else,
  * including CR, LF, spaces, controls and non-ASCII bytes, is refused
@@ -396,4 +406,212 @@ ngx_http_dynamo_rl_namespace_match(ngx_uint_t mode, ngx_str_t *scope,
 
         return NGX_DECLINED;
     }
+}
+
+
+/* an upper bound of the number of objects in a document */
+
+ngx_uint_t
+ngx_http_dynamo_rl_scan_bound(u_char *p, size_t len)
+{
+    size_t      i;
+    ngx_uint_t  n;
+
+    n = 0;
+
+    for (i = 0; i < len; i++) {
+        if (p[i] == '{') {
+            n++;
+        }
+    }
+
+    return n;
+}
+
+
+/*
+ * Finds, without judging the document (jansson does that), the byte spans
+ * of the elements of the top-level "workers" array and of each element's
+ * "instance_id" token.  jansson cannot hold integers above 2^63 - 1, and
+ * the discovery plane keeps the listener's bytes, so both need positions.
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
+    ngx_http_dynamo_rl_scan_t *scan)
+{
+    u_char                            c, *last, *start;
+    ngx_uint_t                        depth, key, escaped;
+    ngx_uint_t                        role[NGX_HTTP_DYNAMO_RL_SCAN_DEPTH];
+    ngx_uint_t                        want_key[NGX_HTTP_DYNAMO_RL_SCAN_DEPTH];
+    ngx_http_dynamo_rl_scan_worker_t  *w;
+
+    last = p + len;
+    depth = 0;
+    key = NGX_HTTP_DYNAMO_RL_KEY_OTHER;
+    w = NULL;
+
+    scan->workers_start = NULL;
+    scan->workers_end = NULL;
+    scan->nworkers = 0;
+
+    while (p < last) {
+        c = *p;
+
+        switch (c) {
+
+        case ' ': case '\t': case '\r': case '\n': case ':':
+            p++;
+            continue;
+
+        case ',':
+            if (depth > 0) {
+                want_key[depth - 1] = 1;
+            }
+
+            key = NGX_HTTP_DYNAMO_RL_KEY_OTHER;
+            p++;
+            continue;
+
+        case '"':
+            start = ++p;
+            escaped = 0;
+
+            while (p < last && *p != '"') {
+                if (*p == '\\') {
+                    escaped = 1;
+                    p++;
+                }
+
+                p++;
+            }
+
+            if (p >= last) {
+                return NGX_DECLINED;
+            }
+
+            if (depth == 0 || !want_key[depth - 1]) {
+                /* a string value */
+                key = NGX_HTTP_DYNAMO_RL_KEY_OTHER;
+
+            } else {
+                want_key[depth - 1] = 0;
+                key = NGX_HTTP_DYNAMO_RL_KEY_OTHER;
+
+                if (role[depth - 1] == NGX_HTTP_DYNAMO_RL_SCAN_ROOT
+                    && p - start == 7 && ngx_strncmp(start, "workers", 7) == 0)
+                {
+                    key = NGX_HTTP_DYNAMO_RL_KEY_WORKERS;
+                }
+
+                if (role[depth - 1] == NGX_HTTP_DYNAMO_RL_SCAN_WORKER) {
+                    if (escaped) {
+                        w->escaped_key = 1;
+                    }
+
+                    if (p - start == 11
+                        && ngx_strncmp(start, "instance_id", 11) == 0)
+                    {
+                        key = NGX_HTTP_DYNAMO_RL_KEY_ID;
+                    }
+                }
+            }
+
+            p++;
+            continue;
+
+        case '{':
+        case '[':
+            if (depth == NGX_HTTP_DYNAMO_RL_SCAN_DEPTH) {
+                return NGX_DECLINED;
+            }
+
+            role[depth] = NGX_HTTP_DYNAMO_RL_SCAN_OTHER;
+            want_key[depth] = (c == '{');
+
+            if (depth == 0 && c == '{') {
+                role[depth] = NGX_HTTP_DYNAMO_RL_SCAN_ROOT;
+
+            } else if (depth == 1 && c == '['
+                       && key == NGX_HTTP_DYNAMO_RL_KEY_WORKERS
+                       && scan->workers_start == NULL)
+            {
+                role[depth] = NGX_HTTP_DYNAMO_RL_SCAN_WORKERS;
+                scan->workers_start = p;
+
+            } else if (depth == 2 && c == '{'
+                       && role[1] == NGX_HTTP_DYNAMO_RL_SCAN_WORKERS)
+            {
+                if (scan->nworkers == scan->nalloc) {
+                    return NGX_DECLINED;
+                }
+
+                role[depth] = NGX_HTTP_DYNAMO_RL_SCAN_WORKER;
+                w = &scan->workers[scan->nworkers++];
+                w->start = p;
+                w->end = NULL;
+                w->id_start = NULL;
+                w->id_end = NULL;
+                w->escaped_key = 0;
+            }
+
+            key = NGX_HTTP_DYNAMO_RL_KEY_OTHER;
+            depth++;
+            p++;
+            continue;
+
+        case '}':
+        case ']':
+            if (depth == 0) {
+                return NGX_DECLINED;
+            }
+
+            depth--;
+
+            if (role[depth] == NGX_HTTP_DYNAMO_RL_SCAN_WORKER) {
+                w->end = p + 1;
+
+            } else if (role[depth] == NGX_HTTP_DYNAMO_RL_SCAN_WORKERS) {
+                scan->workers_end = p;
+            }
+
+            key = NGX_HTTP_DYNAMO_RL_KEY_OTHER;
+            p++;
+            continue;
+
+        default:
+            /* a number or a literal */
+
+            start = p;
+
+            while (p < last) {
+                c = *p;
+
+                if (c == ' ' || c == '\t' || c == '\r' || c == '\n'
+                    || c == ',' || c == ':' || c == '"' || c == '['
+                    || c == ']' || c == '{' || c == '}')
+                {
+                    break;
+                }
+
+                p++;
+            }
+
+            if (key == NGX_HTTP_DYNAMO_RL_KEY_ID && depth == 3
+                && role[2] == NGX_HTTP_DYNAMO_RL_SCAN_WORKER)
+            {
+                w->id_start = start;
+                w->id_end = p;
+            }
+
+            key = NGX_HTTP_DYNAMO_RL_KEY_OTHER;
+            continue;
+        }
+    }
+
+    if (depth != 0) {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
 }

@@ -18,6 +18,28 @@
 #define NGX_HTTP_DYNAMO_RL_NS_EXACT   1
 #define NGX_HTTP_DYNAMO_RL_NS_PREFIX  2
 
+#define NGX_HTTP_DYNAMO_RL_SCAN_DEPTH  64
+
+
+/* a worker element of a discovery document, as byte positions in it */
+
+typedef struct {
+    u_char                         *start;
+    u_char                         *end;
+    u_char                         *id_start;
+    u_char                         *id_end;
+    unsigned                        escaped_key:1;
+} ngx_http_dynamo_rl_scan_worker_t;
+
+
+typedef struct {
+    u_char                         *workers_start;
+    u_char                         *workers_end;
+    ngx_http_dynamo_rl_scan_worker_t  *workers;
+    ngx_uint_t                      nworkers;
+    ngx_uint_t                      nalloc;
+} ngx_http_dynamo_rl_scan_t;
+
 
 ngx_int_t ngx_http_dynamo_rl_attempt_id_valid(u_char *p, size_t len);
 u_char *ngx_http_dynamo_rl_uuid7(u_char *dst, uint64_t ms, u_char *rnd);
@@ -28,6 +50,9 @@ ngx_int_t ngx_http_dynamo_rl_route_valid(u_char *p, size_t len);
 ngx_int_t ngx_http_dynamo_rl_parse_admin_path(u_char *p, size_t len,
     uint64_t *id, ngx_str_t *route);
 ngx_int_t ngx_http_dynamo_rl_system_url_valid(u_char *p, size_t len);
+ngx_uint_t ngx_http_dynamo_rl_scan_bound(u_char *p, size_t len);
+ngx_int_t ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
+    ngx_http_dynamo_rl_scan_t *scan);
 ngx_int_t ngx_http_dynamo_rl_namespace_match(ngx_uint_t mode,
     ngx_str_t *scope, u_char *ns, size_t len);
 

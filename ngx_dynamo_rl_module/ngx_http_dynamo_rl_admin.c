@@ -1,0 +1,342 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+
+static ngx_int_t ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_index_t *index,
+    uint64_t id);
+static ngx_int_t ngx_http_dynamo_rl_admin_deny(ngx_http_request_t *r,
+    ngx_uint_t status, char *reason, char *message);
+static ngx_str_t *ngx_http_dynamo_rl_route_find(ngx_str_t *routes,
+    ngx_uint_t n, ngx_str_t *route);
+
+
+/*
+ * ACCESS phase: an admin call goes on only to a worker of the current
+ * snapshot, in scope, valid, healthy, with a valid system_url, and only
+ * for a route that worker advertises; each check has its own reason
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_admin_handler(ngx_http_request_t *r)
+{
+    u_char                         *p;
+    uint64_t                        id;
+    ngx_int_t                       rc;
+    ngx_str_t                       path, route;
+    ngx_http_dynamo_rl_ctx_t       *ctx;
+    ngx_http_core_loc_conf_t       *clcf;
+    ngx_http_dynamo_rl_index_t     *index;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+
+    if (r != r->main) {
+        return NGX_DECLINED;
+    }
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    if (drlcf->plane != NGX_HTTP_DYNAMO_RL_PLANE_ADMIN) {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    if (ctx == NULL || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_ADMIN) {
+        /* classified elsewhere before an internal redirect: fail closed */
+        return ngx_http_dynamo_rl_admin_deny(r, NGX_HTTP_BAD_REQUEST,
+                                             "bad_path",
+                                             "request was redirected into "
+                                             "the admin plane");
+    }
+
+    if (ctx->admin_done) {
+        return NGX_OK;
+    }
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    /* no query string, not even an empty one */
+
+    if (r->args.len
+        || ngx_strlchr(r->unparsed_uri.data,
+                       r->unparsed_uri.data + r->unparsed_uri.len, '?')
+           != NULL
+        || r->uri.len < clcf->name.len
+        || ngx_strncmp(r->uri.data, clcf->name.data, clcf->name.len) != 0)
+    {
+        return ngx_http_dynamo_rl_admin_deny(r, NGX_HTTP_BAD_REQUEST,
+                                             "bad_path",
+                                             "expected {instance_id}/engine/"
+                                             "{route} without a query");
+    }
+
+    path.data = r->uri.data + clcf->name.len;
+    path.len = r->uri.len - clcf->name.len;
+
+    if (ngx_http_dynamo_rl_parse_admin_path(path.data, path.len, &id, &route)
+        != NGX_OK)
+    {
+        return ngx_http_dynamo_rl_admin_deny(r, NGX_HTTP_BAD_REQUEST,
+                                             "bad_path",
+                                             "expected {instance_id}/engine/"
+                                             "{route}");
+    }
+
+    if (ctx->instance_id.len == 0) {
+        p = ngx_strlchr(path.data, path.data + path.len, '/');
+
+        ctx->instance_id.data = path.data;
+        ctx->instance_id.len = p - path.data;
+        ctx->route = route;
+    }
+
+    rc = ngx_http_dynamo_rl_discovery_fresh(r, ctx, &index);
+
+    if (rc == NGX_AGAIN) {
+        return NGX_AGAIN;
+    }
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_dynamo_rl_admin_deny(r,
+                                             NGX_HTTP_SERVICE_UNAVAILABLE,
+                                             "discovery_unavailable",
+                                             "no current discovery snapshot");
+    }
+
+    return ngx_http_dynamo_rl_admin_decide(r, ctx, index, id);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_index_t *index,
+    uint64_t id)
+{
+    u_char                          *p;
+    size_t                           len;
+    ngx_uint_t                       n;
+    ngx_str_t                       *route;
+    ngx_http_dynamo_rl_worker_t    **wp, **last, *w;
+    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    ctx->generation.data = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+    if (ctx->generation.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->generation.len = ngx_sprintf(ctx->generation.data, "%ui",
+                                      drmcf->index_generation)
+                          - ctx->generation.data;
+
+    w = NULL;
+    n = 0;
+
+    wp = ngx_http_dynamo_rl_index_find(index, id);
+
+    if (wp != NULL) {
+        last = index->sorted + index->nsorted;
+
+        for ( /* void */ ; wp < last && (*wp)->id == id; wp++) {
+            if (ngx_http_dynamo_rl_in_scope(drlcf, &(*wp)->namespace)
+                == NGX_OK)
+            {
+                w = *wp;
+                n++;
+            }
+        }
+    }
+
+    if (n == 0) {
+        return ngx_http_dynamo_rl_admin_deny(r, NGX_HTTP_NOT_FOUND,
+                                             "unknown_worker",
+                                             "no such worker in the "
+                                             "discovery snapshot");
+    }
+
+    if (n > 1) {
+        return ngx_http_dynamo_rl_admin_deny(r, NGX_HTTP_CONFLICT,
+                                             "ambiguous_worker",
+                                             "instance id is not unique in "
+                                             "the discovery snapshot");
+    }
+
+    switch (w->state) {
+
+    case NGX_HTTP_DYNAMO_RL_WORKER_INVALID:
+        return ngx_http_dynamo_rl_admin_deny(r,
+                                             NGX_HTTP_SERVICE_UNAVAILABLE,
+                                             "worker_invalid",
+                                             "worker entry is invalid");
+
+    case NGX_HTTP_DYNAMO_RL_WORKER_ERROR:
+        return ngx_http_dynamo_rl_admin_deny(r,
+                                             NGX_HTTP_SERVICE_UNAVAILABLE,
+                                             "worker_error",
+                                             "worker reports an error");
+
+    case NGX_HTTP_DYNAMO_RL_WORKER_NO_URL:
+        return ngx_http_dynamo_rl_admin_deny(r,
+                                             NGX_HTTP_SERVICE_UNAVAILABLE,
+                                             "no_system_url",
+                                             "worker has no valid "
+                                             "system_url");
+    }
+
+    route = ngx_http_dynamo_rl_route_find(w->routes, w->nroutes,
+                                          &ctx->route);
+
+    if (route == NULL
+        || (drlcf->admin_routes != NULL
+            && ngx_http_dynamo_rl_route_find(drlcf->admin_routes->elts,
+                                             drlcf->admin_routes->nelts,
+                                             &ctx->route)
+               == NULL))
+    {
+        return ngx_http_dynamo_rl_admin_deny(r, NGX_HTTP_FORBIDDEN,
+                                             "route_not_advertised",
+                                             "route is not advertised by "
+                                             "this worker");
+    }
+
+    /*
+     * everything forwarded comes from the snapshot, copied into the
+     * request's pool: the process's index may be replaced meanwhile
+     */
+
+    len = w->system_url.len;
+
+    if (w->system_url.data[len - 1] == '/') {
+        len--;
+    }
+
+    ctx->system_url.data = ngx_pnalloc(r->pool, len);
+    if (ctx->system_url.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(ctx->system_url.data, w->system_url.data, len);
+    ctx->system_url.len = len;
+
+    len = sizeof("/engine/") - 1 + route->len;
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->engine_path.data = p;
+    ctx->engine_path.len = len;
+
+    p = ngx_cpymem(p, "/engine/", sizeof("/engine/") - 1);
+    ngx_memcpy(p, route->data, route->len);
+
+    ctx->route.data = p;
+    ctx->route.len = route->len;
+
+    /* an admin call never upgrades the connection */
+    r->headers_in.upgrade = NULL;
+
+    ctx->admin_done = 1;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "dynamo rl admin: allow %V%V snapshot %V",
+                   &ctx->system_url, &ctx->engine_path, &ctx->generation);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_admin_deny(ngx_http_request_t *r, ngx_uint_t status,
+    char *reason, char *message)
+{
+    ngx_http_dynamo_rl_ctx_t       *ctx;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    ngx_log_error(drlcf->log_level, r->connection->log, 0,
+                  "dynamo rl admin: denied, %s: instance \"%V\" "
+                  "route \"%V\"", reason,
+                  ctx ? &ctx->instance_id : &r->uri,
+                  ctx ? &ctx->route : &r->uri);
+
+    return ngx_http_dynamo_rl_deny(r, status, reason, message);
+}
+
+
+/* byte-identical only; a worker advertises a few dozen routes at most */
+
+static ngx_str_t *
+ngx_http_dynamo_rl_route_find(ngx_str_t *routes, ngx_uint_t n,
+    ngx_str_t *route)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (routes[i].len == route->len
+            && ngx_memcmp(routes[i].data, route->data, route->len) == 0)
+        {
+            return &routes[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+char *
+ngx_http_dynamo_rl_admin_routes(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_dynamo_rl_loc_conf_t *drlcf = conf;
+
+    ngx_str_t   *value, *route;
+    ngx_uint_t   i;
+
+    if (drlcf->admin_routes != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    drlcf->admin_routes = ngx_array_create(cf->pool, cf->args->nelts - 1,
+                                           sizeof(ngx_str_t));
+    if (drlcf->admin_routes == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (ngx_http_dynamo_rl_route_valid(value[i].data, value[i].len)
+            != NGX_OK)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid route \"%V\"", &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        route = ngx_array_push(drlcf->admin_routes);
+        if (route == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *route = value[i];
+    }
+
+    return NGX_CONF_OK;
+}

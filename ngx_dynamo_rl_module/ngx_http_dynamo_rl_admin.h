@@ -1,0 +1,16 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#ifndef _NGX_HTTP_DYNAMO_RL_ADMIN_H_INCLUDED_
+#define _NGX_HTTP_DYNAMO_RL_ADMIN_H_INCLUDED_
+
+
+ngx_int_t ngx_http_dynamo_rl_admin_handler(ngx_http_request_t *r);
+char *ngx_http_dynamo_rl_admin_routes(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+
+#endif /* _NGX_HTTP_DYNAMO_RL_ADMIN_H_INCLUDED_ */

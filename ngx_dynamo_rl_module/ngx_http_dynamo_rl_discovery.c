@@ -1,0 +1,1160 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+
+static ngx_int_t ngx_http_dynamo_rl_refresh(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
+static ngx_int_t ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r,
+    void *data, ngx_int_t rc);
+static void ngx_http_dynamo_rl_flight_end(ngx_http_dynamo_rl_zone_t *zone);
+static void ngx_http_dynamo_rl_wait_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_build(ngx_http_request_t *r, u_char *doc,
+    size_t len, ngx_pool_t **pool, ngx_http_dynamo_rl_index_t **index,
+    ngx_str_t *reason);
+static ngx_int_t ngx_http_dynamo_rl_store(ngx_log_t *log,
+    ngx_http_dynamo_rl_zone_t *zone, u_char *doc, size_t len,
+    ngx_uint_t source, ngx_uint_t *generation);
+static void ngx_http_dynamo_rl_install(ngx_http_dynamo_rl_main_conf_t *drmcf,
+    ngx_pool_t *pool, ngx_http_dynamo_rl_index_t *index,
+    ngx_uint_t generation);
+static ngx_http_dynamo_rl_index_t *ngx_http_dynamo_rl_local_index(
+    ngx_http_request_t *r, ngx_http_dynamo_rl_zone_t *zone);
+static void *ngx_http_dynamo_rl_palloc(void *data, size_t size);
+static ngx_int_t ngx_http_dynamo_rl_discovery_header_filter(
+    ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_discovery_body_filter(
+    ngx_http_request_t *r, ngx_chain_t *in);
+static ngx_int_t ngx_http_dynamo_rl_discovery_append(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_buf_t *b, size_t max);
+static ngx_int_t ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx);
+static ngx_int_t ngx_http_dynamo_rl_discovery_invalid(ngx_http_request_t *r,
+    ngx_str_t *reason);
+static ngx_int_t ngx_http_dynamo_rl_discovery_output(ngx_http_request_t *r,
+    ngx_uint_t status, u_char *p, size_t len);
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
+
+
+char *
+ngx_http_dynamo_rl_discovery(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_dynamo_rl_loc_conf_t *drlcf = conf;
+
+    ssize_t     size;
+    ngx_str_t  *value, s;
+    ngx_int_t   valid;
+    ngx_uint_t  i;
+
+    if (drlcf->discovery.data != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 0 || value[1].data[0] != '/') {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid discovery location \"%V\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    drlcf->discovery = value[1];
+
+    for (i = 2; i < cf->args->nelts; i++) {
+
+        if (ngx_strncmp(value[i].data, "valid=", 6) == 0) {
+
+            s.len = value[i].len - 6;
+            s.data = value[i].data + 6;
+
+            valid = ngx_parse_time(&s, 0);
+            if (valid == NGX_ERROR) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid \"valid\" value \"%V\"",
+                                   &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            drlcf->discovery_valid = (ngx_msec_t) valid;
+
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "max_size=", 9) == 0) {
+
+            s.len = value[i].len - 9;
+            s.data = value[i].data + 9;
+
+            size = ngx_parse_size(&s);
+            if (size == NGX_ERROR || size < 64) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid \"max_size\" value \"%V\"",
+                                   &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            drlcf->discovery_max_size = (size_t) size;
+
+            continue;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\"", &value[i]);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * dynamo_rl_namespace any | exact=NS [suffix=S] | prefix=P | env;
+ * "env" follows the RL listener: DYN_NAMESPACE_PREFIX, then
+ * DYN_NAMESPACE_WORKER_SUFFIX over DYN_NAMESPACE, where empty prefix and
+ * suffix are absent, an empty namespace is the empty namespace and an
+ * unset one is "dynamo"
+ */
+
+char *
+ngx_http_dynamo_rl_namespace(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_dynamo_rl_loc_conf_t *drlcf = conf;
+
+    u_char     *p;
+    char       *env, *prefix, *suffix;
+    ngx_str_t  *value, base, sfx;
+
+    if (drlcf->ns_mode != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    ngx_str_null(&sfx);
+
+    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "any") == 0) {
+        drlcf->ns_mode = NGX_HTTP_DYNAMO_RL_NS_ANY;
+        return NGX_CONF_OK;
+    }
+
+    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "env") == 0) {
+        prefix = getenv("DYN_NAMESPACE_PREFIX");
+
+        if (prefix != NULL && prefix[0] != '\0') {
+            drlcf->ns_mode = NGX_HTTP_DYNAMO_RL_NS_PREFIX;
+            drlcf->ns_scope.data = (u_char *) prefix;
+            drlcf->ns_scope.len = ngx_strlen(prefix);
+            goto copy;
+        }
+
+        env = getenv("DYN_NAMESPACE");
+
+        if (env != NULL) {
+            base.data = (u_char *) env;
+            base.len = ngx_strlen(env);
+
+        } else {
+            ngx_str_set(&base, "dynamo");
+        }
+
+        suffix = getenv("DYN_NAMESPACE_WORKER_SUFFIX");
+
+        if (suffix != NULL) {
+            sfx.data = (u_char *) suffix;
+            sfx.len = ngx_strlen(suffix);
+        }
+
+        goto exact;
+    }
+
+    if (cf->args->nelts == 2
+        && ngx_strncmp(value[1].data, "prefix=", 7) == 0
+        && value[1].len > 7)
+    {
+        drlcf->ns_mode = NGX_HTTP_DYNAMO_RL_NS_PREFIX;
+        drlcf->ns_scope.data = value[1].data + 7;
+        drlcf->ns_scope.len = value[1].len - 7;
+        return NGX_CONF_OK;
+    }
+
+    if (ngx_strncmp(value[1].data, "exact=", 6) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    base.data = value[1].data + 6;
+    base.len = value[1].len - 6;
+
+    if (cf->args->nelts == 3) {
+        if (ngx_strncmp(value[2].data, "suffix=", 7) != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid parameter \"%V\"", &value[2]);
+            return NGX_CONF_ERROR;
+        }
+
+        sfx.data = value[2].data + 7;
+        sfx.len = value[2].len - 7;
+    }
+
+exact:
+
+    drlcf->ns_mode = NGX_HTTP_DYNAMO_RL_NS_EXACT;
+
+    if (sfx.len == 0) {
+        drlcf->ns_scope = base;
+        goto copy;
+    }
+
+    drlcf->ns_scope.len = base.len + 1 + sfx.len;
+    drlcf->ns_scope.data = ngx_pnalloc(cf->pool, drlcf->ns_scope.len);
+    if (drlcf->ns_scope.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    p = ngx_cpymem(drlcf->ns_scope.data, base.data, base.len);
+    *p++ = '-';
+    ngx_memcpy(p, sfx.data, sfx.len);
+
+    return NGX_CONF_OK;
+
+copy:
+
+    /* the environment may change after configuration */
+
+    p = ngx_pnalloc(cf->pool, drlcf->ns_scope.len + 1);
+    if (p == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memcpy(p, drlcf->ns_scope.data, drlcf->ns_scope.len);
+    drlcf->ns_scope.data = p;
+
+    return NGX_CONF_OK;
+}
+
+
+ngx_int_t
+ngx_http_dynamo_rl_in_scope(ngx_http_dynamo_rl_loc_conf_t *drlcf,
+    ngx_str_t *ns)
+{
+    return ngx_http_dynamo_rl_namespace_match(drlcf->ns_mode,
+                                              &drlcf->ns_scope,
+                                              ns->data, ns->len);
+}
+
+
+/*
+ * NGX_OK: "index" is a snapshot no older than "valid"; NGX_AGAIN: a refresh
+ * is running for this request or another one; NGX_DECLINED: no fresh
+ * snapshot can be had, and an older one is never used in its place
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_index_t **index)
+{
+    ngx_msec_t                       now;
+    ngx_uint_t                       lead;
+    ngx_http_dynamo_rl_zone_t       *zone;
+    ngx_http_dynamo_rl_shctx_t      *sh;
+    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    zone = drmcf->shm_zone->data;
+    sh = zone->sh;
+
+    if (ctx->refresh == NGX_HTTP_DYNAMO_RL_REFRESH_FAILED) {
+        return NGX_DECLINED;
+    }
+
+    now = ngx_current_msec;
+    lead = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (sh->raw != NULL && now - sh->fetched <= drlcf->discovery_valid) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        goto fresh;
+    }
+
+    if (ctx->refresh == NGX_HTTP_DYNAMO_RL_REFRESH_DONE
+        || (ctx->refresh == NGX_HTTP_DYNAMO_RL_REFRESH_WAITING
+            && sh->flights != ctx->flights))
+    {
+        /* the flight this request waited for ended without a snapshot */
+
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+
+        ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_FAILED;
+        return NGX_DECLINED;
+    }
+
+    if (!sh->updating
+        || (ngx_msec_int_t) (now - sh->deadline) > 0
+        || (sh->updater != ngx_pid && kill(sh->updater, 0) == -1
+            && ngx_errno == NGX_ESRCH))
+    {
+        sh->updating = 1;
+        sh->updater = ngx_pid;
+        sh->deadline = now + NGX_HTTP_DYNAMO_RL_FLIGHT_TIMEOUT;
+        lead = 1;
+    }
+
+    ctx->flights = sh->flights;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (lead) {
+        ctx->zone = zone;
+
+        if (ngx_http_dynamo_rl_refresh(r, ctx, drlcf) != NGX_OK) {
+            ngx_http_dynamo_rl_flight_end(zone);
+            ctx->zone = NULL;
+            ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_FAILED;
+            return NGX_ERROR;
+        }
+
+        return NGX_AGAIN;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "dynamo rl discovery: waiting for flight %ui",
+                   ctx->flights);
+
+    if (ctx->refresh != NGX_HTTP_DYNAMO_RL_REFRESH_WAITING) {
+        ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_WAITING;
+        ctx->wait_start = now;
+    }
+
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_dynamo_rl_wait_handler;
+
+    ngx_add_timer(r->connection->write, 10);
+
+    return NGX_AGAIN;
+
+fresh:
+
+    *index = ngx_http_dynamo_rl_local_index(r, zone);
+
+    return *index ? NGX_OK : NGX_DECLINED;
+}
+
+
+static void
+ngx_http_dynamo_rl_wait_handler(ngx_http_request_t *r)
+{
+    ngx_event_t  *wev;
+
+    wev = r->connection->write;
+
+    if (!wev->timedout) {
+        return;
+    }
+
+    wev->timedout = 0;
+
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+
+    ngx_http_core_run_phases(r);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_refresh(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
+{
+    ngx_http_request_t          *sr;
+    ngx_http_post_subrequest_t  *ps;
+
+    ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
+    if (ps == NULL) {
+        return NGX_ERROR;
+    }
+
+    ps->handler = ngx_http_dynamo_rl_refresh_done;
+    ps->data = ctx;
+
+    if (ngx_http_subrequest(r, &drlcf->discovery, NULL, &sr, ps,
+                            NGX_HTTP_SUBREQUEST_WAITED
+                            |NGX_HTTP_SUBREQUEST_IN_MEMORY)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    /* a bare GET: none of the admin call's method, body or headers */
+
+    sr->method = NGX_HTTP_GET;
+    sr->method_name = ngx_http_core_get_method;
+
+    sr->request_body = ngx_pcalloc(r->pool, sizeof(ngx_http_request_body_t));
+    if (sr->request_body == NULL) {
+        return NGX_ERROR;
+    }
+
+    sr->headers_in.content_length = NULL;
+    sr->headers_in.content_length_n = -1;
+    sr->headers_in.transfer_encoding = NULL;
+    sr->headers_in.chunked = 0;
+
+    if (ngx_list_init(&sr->headers_in.headers, r->pool, 1,
+                      sizeof(ngx_table_elt_t))
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_RUNNING;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "dynamo rl discovery: refresh from \"%V\"",
+                   &drlcf->discovery);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
+    ngx_int_t rc)
+{
+    ngx_http_dynamo_rl_ctx_t *ctx = data;
+
+    u_char                          *doc;
+    size_t                           len;
+    ngx_str_t                        reason;
+    ngx_uint_t                       generation;
+    ngx_pool_t                      *pool;
+    ngx_http_dynamo_rl_zone_t       *zone;
+    ngx_http_dynamo_rl_index_t      *index;
+    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    if (ctx->refresh != NGX_HTTP_DYNAMO_RL_REFRESH_RUNNING) {
+        return rc;
+    }
+
+    zone = ctx->zone;
+    ctx->zone = NULL;
+    ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_FAILED;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+    drlcf = ngx_http_get_module_loc_conf(r->parent, ngx_http_dynamo_rl_module);
+
+    if (rc != NGX_OK || r->headers_out.status != NGX_HTTP_OK) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "discovery refresh from \"%V\" failed: status %ui",
+                      &drlcf->discovery,
+                      rc > NGX_OK ? (ngx_uint_t) rc
+                                  : r->headers_out.status);
+        goto failed;
+    }
+
+    if (r->out == NULL || r->out->buf == NULL) {
+        doc = (u_char *) "";
+        len = 0;
+
+    } else {
+        doc = r->out->buf->pos;
+        len = r->out->buf->last - r->out->buf->pos;
+    }
+
+    if (len > drlcf->discovery_max_size) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "discovery document from \"%V\" is invalid: "
+                      "%uz bytes exceed max_size %uz",
+                      &drlcf->discovery, len, drlcf->discovery_max_size);
+        goto failed;
+    }
+
+    if (ngx_http_dynamo_rl_build(r, doc, len, &pool, &index,
+                                 &reason)
+        != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "discovery document from \"%V\" is invalid: %V",
+                      &drlcf->discovery, &reason);
+        goto failed;
+    }
+
+    if (ngx_http_dynamo_rl_store(r->connection->log, zone, doc, len,
+                                 NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH,
+                                 &generation)
+        != NGX_OK)
+    {
+        ngx_destroy_pool(pool);
+        goto failed;
+    }
+
+    ngx_http_dynamo_rl_install(drmcf, pool, index, generation);
+
+    ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_DONE;
+
+    return rc;
+
+failed:
+
+    ngx_http_dynamo_rl_flight_end(zone);
+
+    return rc;
+}
+
+
+/* a flight that ended without storing a snapshot */
+
+static void
+ngx_http_dynamo_rl_flight_end(ngx_http_dynamo_rl_zone_t *zone)
+{
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (zone->sh->updating && zone->sh->updater == ngx_pid) {
+        zone->sh->updating = 0;
+        zone->sh->flights++;
+    }
+
+    zone->sh->refresh_failed++;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+void
+ngx_http_dynamo_rl_discovery_cleanup(ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    /* the request went away with its refresh still running */
+
+    if (ctx->zone != NULL
+        && ctx->refresh == NGX_HTTP_DYNAMO_RL_REFRESH_RUNNING)
+    {
+        ngx_http_dynamo_rl_flight_end(ctx->zone);
+        ctx->zone = NULL;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_build(ngx_http_request_t *r, u_char *doc, size_t len,
+    ngx_pool_t **pool, ngx_http_dynamo_rl_index_t **index, ngx_str_t *reason)
+{
+    u_char                         *p;
+    ngx_int_t                       rc;
+    ngx_pool_t                     *ipool;
+    ngx_http_dynamo_rl_index_t     *idx;
+    ngx_http_dynamo_rl_json_err_t   err;
+
+    ngx_str_set(reason, "out of memory");
+
+    ipool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE, r->connection->log);
+    if (ipool == NULL) {
+        return NGX_ERROR;
+    }
+
+    idx = ngx_palloc(ipool, sizeof(ngx_http_dynamo_rl_index_t));
+    if (idx == NULL) {
+        ngx_destroy_pool(ipool);
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_dynamo_rl_json_index(doc, len, ngx_http_dynamo_rl_palloc,
+                                       ipool, idx, &err);
+
+    if (rc != NGX_OK) {
+        ngx_destroy_pool(ipool);
+
+        p = ngx_pnalloc(r->pool, 512);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        reason->data = p;
+
+        if (err.text[0] != '\0') {
+            reason->len = ngx_snprintf(p, 512, "%s: %s at line %d column %d",
+                                       err.reason, err.text, err.line,
+                                       err.column)
+                          - p;
+
+        } else {
+            reason->len = ngx_snprintf(p, 512, "%s", err.reason) - p;
+        }
+
+        return rc;
+    }
+
+    if (idx->bad_routes) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "discovery document advertises %ui route(s) outside "
+                      "the route grammar, never allowed", idx->bad_routes);
+    }
+
+    *pool = ipool;
+    *index = idx;
+
+    return NGX_OK;
+}
+
+
+static void *
+ngx_http_dynamo_rl_palloc(void *data, size_t size)
+{
+    return ngx_palloc(data, size);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_store(ngx_log_t *log, ngx_http_dynamo_rl_zone_t *zone,
+    u_char *doc, size_t len, ngx_uint_t source, ngx_uint_t *generation)
+{
+    u_char                      *raw, *old;
+    ngx_http_dynamo_rl_shctx_t  *sh;
+
+    sh = zone->sh;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    raw = ngx_slab_alloc_locked(zone->shpool, len ? len : 1);
+
+    if (raw == NULL && sh->raw != NULL) {
+        /* the old snapshot goes anyway; a stale one is never used */
+
+        ngx_slab_free_locked(zone->shpool, sh->raw);
+        sh->raw = NULL;
+        sh->raw_len = 0;
+        sh->generation++;
+
+        raw = ngx_slab_alloc_locked(zone->shpool, len ? len : 1);
+    }
+
+    if (raw == NULL) {
+        if (source == NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH) {
+            sh->refresh_failed++;
+        }
+
+        if (sh->updating && sh->updater == ngx_pid
+            && source == NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH)
+        {
+            sh->updating = 0;
+            sh->flights++;
+        }
+
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+
+        ngx_log_error(NGX_LOG_CRIT, log, 0,
+                      "could not store a discovery snapshot of %uz bytes "
+                      "in dynamo_rl zone \"%V\"", len, &zone->name);
+
+        return NGX_ERROR;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    /* the copy is not visible to anyone until it is published */
+
+    ngx_memcpy(raw, doc, len);
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    old = sh->raw;
+
+    sh->raw = raw;
+    sh->raw_len = len;
+    sh->generation++;
+    sh->fetched = ngx_current_msec;
+    sh->fetched_time = ngx_time();
+    sh->source = source;
+
+    if (source == NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH) {
+        sh->refresh_ok++;
+
+        if (sh->updating && sh->updater == ngx_pid) {
+            sh->updating = 0;
+            sh->flights++;
+        }
+    }
+
+    *generation = sh->generation;
+
+    if (old != NULL) {
+        ngx_slab_free_locked(zone->shpool, old);
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, log, 0,
+                   "dynamo rl discovery: snapshot %ui, %uz bytes",
+                   *generation, len);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_dynamo_rl_install(ngx_http_dynamo_rl_main_conf_t *drmcf,
+    ngx_pool_t *pool, ngx_http_dynamo_rl_index_t *index,
+    ngx_uint_t generation)
+{
+    if (drmcf->index_pool != NULL) {
+        ngx_destroy_pool(drmcf->index_pool);
+    }
+
+    drmcf->index_pool = pool;
+    drmcf->index = index;
+    drmcf->index_generation = generation;
+}
+
+
+/* the process's own index, rebuilt only when the zone's generation moved */
+
+static ngx_http_dynamo_rl_index_t *
+ngx_http_dynamo_rl_local_index(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_zone_t *zone)
+{
+    u_char                          *doc;
+    size_t                           len;
+    ngx_str_t                        reason;
+    ngx_uint_t                       generation;
+    ngx_pool_t                      *pool;
+    ngx_http_dynamo_rl_index_t      *index;
+    ngx_http_dynamo_rl_shctx_t      *sh;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+    sh = zone->sh;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    generation = sh->generation;
+
+    if (drmcf->index != NULL && generation == drmcf->index_generation) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        return drmcf->index;
+    }
+
+    len = sh->raw_len;
+
+    doc = ngx_alloc(len ? len : 1, r->connection->log);
+    if (doc == NULL) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        return NULL;
+    }
+
+    if (sh->raw == NULL) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        ngx_free(doc);
+        return NULL;
+    }
+
+    ngx_memcpy(doc, sh->raw, len);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (ngx_http_dynamo_rl_build(r, doc, len, &pool, &index,
+                                 &reason)
+        != NGX_OK)
+    {
+        /* the zone holds only validated documents */
+
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "discovery snapshot %ui in dynamo_rl zone \"%V\" "
+                      "is invalid: %V", generation, &zone->name, &reason);
+        ngx_free(doc);
+        return NULL;
+    }
+
+    ngx_free(doc);
+
+    ngx_http_dynamo_rl_install(drmcf, pool, index, generation);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "dynamo rl discovery: index %ui, %ui workers",
+                   generation, index->nworkers);
+
+    return index;
+}
+
+
+ngx_int_t
+ngx_http_dynamo_rl_discovery_filter_init(ngx_conf_t *cf)
+{
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_dynamo_rl_discovery_header_filter;
+
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_dynamo_rl_discovery_body_filter;
+
+    return NGX_OK;
+}
+
+
+/*
+ * the discovery plane holds the listener's response until the document is
+ * complete: it is validated, becomes the snapshot, and is passed on with
+ * the out-of-scope workers removed, or replaced by a 502
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_discovery_header_filter(ngx_http_request_t *r)
+{
+    ngx_http_dynamo_rl_ctx_t       *ctx;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+
+    if (r != r->main || r->header_only) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    if (ctx == NULL || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY
+        || ctx->deny_reason.len || r->upstream == NULL)
+    {
+        return ngx_http_next_header_filter(r);
+    }
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    ctx->doc_hold = 1;
+    ctx->doc_status = r->headers_out.status;
+
+    if (r->headers_out.content_encoding != NULL
+        && r->headers_out.content_encoding->value.len)
+    {
+        ctx->doc_encoded = 1;
+    }
+
+    if (r->headers_out.content_length_n > (off_t) drlcf->discovery_max_size) {
+        ctx->doc_too_big = 1;
+    }
+
+    ngx_http_clear_content_length(r);
+    ngx_http_clear_accept_ranges(r);
+
+    r->filter_need_in_memory = 1;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_discovery_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in)
+{
+    ngx_uint_t                      last;
+    ngx_chain_t                    *cl;
+    ngx_http_dynamo_rl_ctx_t       *ctx;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+
+    if (r != r->main) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    if (ctx == NULL || !ctx->doc_hold) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    last = 0;
+
+    for (cl = in; cl; cl = cl->next) {
+
+        if (ngx_http_dynamo_rl_discovery_append(r, ctx, cl->buf,
+                                                drlcf->discovery_max_size)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (cl->buf->last_buf) {
+            last = 1;
+        }
+    }
+
+    if (!last) {
+        return NGX_OK;
+    }
+
+    ctx->doc_hold = 0;
+
+    return ngx_http_dynamo_rl_discovery_send(r, ctx);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_discovery_append(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_buf_t *b, size_t max)
+{
+    u_char   *p;
+    size_t    size, need;
+    ssize_t   n;
+
+    size = ngx_buf_size(b);
+
+    if (size == 0 || ctx->doc_too_big) {
+        goto consumed;
+    }
+
+    need = ctx->doc_len + size;
+
+    if (need > max) {
+        ctx->doc_too_big = 1;
+        goto consumed;
+    }
+
+    if (need > ctx->doc_size) {
+        ctx->doc_size = ngx_max(need, ngx_min(2 * ctx->doc_size + 16384, max));
+
+        p = ngx_pnalloc(r->pool, ctx->doc_size);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ctx->doc_len) {
+            ngx_memcpy(p, ctx->doc, ctx->doc_len);
+        }
+
+        ctx->doc = p;
+    }
+
+    if (ngx_buf_in_memory(b)) {
+        ngx_memcpy(ctx->doc + ctx->doc_len, b->pos, size);
+
+    } else {
+        n = ngx_read_file(b->file, ctx->doc + ctx->doc_len, size,
+                          b->file_pos);
+
+        if (n != (ssize_t) size) {
+            return NGX_ERROR;
+        }
+    }
+
+    ctx->doc_len += size;
+
+consumed:
+
+    if (ngx_buf_in_memory(b)) {
+        b->pos = b->last;
+    }
+
+    if (b->in_file) {
+        b->file_pos = b->file_last;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    u_char                          *p, *out;
+    size_t                           len;
+    ngx_str_t                        reason;
+    ngx_uint_t                       i, generation, keep, sep, installed;
+    ngx_pool_t                      *pool;
+    ngx_http_dynamo_rl_worker_t     *w;
+    ngx_http_dynamo_rl_index_t      *index;
+    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    if (ctx->doc_status != NGX_HTTP_OK) {
+        reason.data = ngx_pnalloc(r->pool, sizeof("listener answered ") - 1
+                                           + NGX_INT_T_LEN);
+        if (reason.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        reason.len = ngx_sprintf(reason.data, "listener answered %ui",
+                                 ctx->doc_status)
+                     - reason.data;
+
+        return ngx_http_dynamo_rl_discovery_invalid(r, &reason);
+    }
+
+    if (ctx->doc_encoded) {
+        ngx_str_set(&reason, "document has a content encoding");
+        return ngx_http_dynamo_rl_discovery_invalid(r, &reason);
+    }
+
+    if (ctx->doc_too_big) {
+        ngx_str_set(&reason, "document exceeds max_size");
+        return ngx_http_dynamo_rl_discovery_invalid(r, &reason);
+    }
+
+    if (ngx_http_dynamo_rl_build(r, ctx->doc, ctx->doc_len,
+                                 &pool, &index, &reason)
+        != NGX_OK)
+    {
+        return ngx_http_dynamo_rl_discovery_invalid(r, &reason);
+    }
+
+    installed = 0;
+
+    if (drmcf->shm_zone != NULL
+        && ngx_http_dynamo_rl_store(r->connection->log, drmcf->shm_zone->data,
+                                    ctx->doc, ctx->doc_len,
+                                    NGX_HTTP_DYNAMO_RL_SOURCE_DISCOVERY,
+                                    &generation)
+           == NGX_OK)
+    {
+        ngx_http_dynamo_rl_install(drmcf, pool, index, generation);
+        installed = 1;
+    }
+
+    /* if it could not be stored, the client still gets what was said */
+
+    keep = 0;
+
+    for (i = 0; i < index->nworkers; i++) {
+        if (ngx_http_dynamo_rl_in_scope(drlcf, &index->workers[i].namespace)
+            == NGX_OK)
+        {
+            keep++;
+        }
+    }
+
+    out = ctx->doc;
+    len = ctx->doc_len;
+
+    if (keep != index->nelts) {
+
+        /* the listener's bytes without the out-of-scope workers' elements */
+
+        out = ngx_pnalloc(r->pool, ctx->doc_len);
+        if (out == NULL) {
+            if (!installed) {
+                ngx_destroy_pool(pool);
+            }
+
+            return NGX_ERROR;
+        }
+
+        p = ngx_cpymem(out, ctx->doc, index->workers_start + 1);
+        sep = 0;
+
+        for (i = 0; i < index->nworkers; i++) {
+            w = &index->workers[i];
+
+            if (ngx_http_dynamo_rl_in_scope(drlcf, &w->namespace) != NGX_OK) {
+                continue;
+            }
+
+            if (sep) {
+                *p++ = ',';
+            }
+
+            p = ngx_cpymem(p, ctx->doc + w->start, w->end - w->start);
+            sep = 1;
+        }
+
+        p = ngx_cpymem(p, ctx->doc + index->workers_end,
+                       ctx->doc_len - index->workers_end);
+
+        len = p - out;
+    }
+
+    if (!installed) {
+        ngx_destroy_pool(pool);
+    }
+
+    return ngx_http_dynamo_rl_discovery_output(r, NGX_HTTP_OK, out, len);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_discovery_invalid(ngx_http_request_t *r,
+    ngx_str_t *reason)
+{
+    u_char  *p, *body;
+    size_t   len;
+
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "discovery document is invalid: %V", reason);
+
+    len = sizeof("{\"error\":\"discovery_invalid\",\"message\":\"\"}") - 1
+          + reason->len + ngx_escape_json(NULL, reason->data, reason->len);
+
+    body = ngx_pnalloc(r->pool, len);
+    if (body == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_cpymem(body, "{\"error\":\"discovery_invalid\",\"message\":\"",
+                   sizeof("{\"error\":\"discovery_invalid\",\"message\":\"")
+                   - 1);
+    p = (u_char *) ngx_escape_json(p, reason->data, reason->len);
+    *p++ = '"';
+    *p++ = '}';
+
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    if (r->headers_out.content_encoding != NULL) {
+        r->headers_out.content_encoding->hash = 0;
+        r->headers_out.content_encoding = NULL;
+    }
+
+    ngx_http_clear_last_modified(r);
+    ngx_http_clear_etag(r);
+
+    return ngx_http_dynamo_rl_discovery_output(r, NGX_HTTP_BAD_GATEWAY,
+                                               body, p - body);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_discovery_output(ngx_http_request_t *r, ngx_uint_t status,
+    u_char *p, size_t len)
+{
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t   out;
+
+    r->headers_out.status = status;
+    r->headers_out.content_length_n = len;
+
+    if (status != NGX_HTTP_OK) {
+        r->headers_out.status_line.len = 0;
+    }
+
+    rc = ngx_http_next_header_filter(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = p;
+    b->last = p + len;
+    b->memory = len ? 1 : 0;
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_next_body_filter(r, &out);
+}

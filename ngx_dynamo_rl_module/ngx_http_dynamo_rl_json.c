@@ -1,0 +1,574 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+#include <jansson.h>
+
+
+/*
+ * The only file that sees jansson.  No json_t leaves it, nothing here logs
+ * or touches nginx's runtime: the unit tests and the fuzz harness call
+ * ngx_http_dynamo_rl_json_index() with an allocator of their own.
+ */
+
+
+static ngx_int_t ngx_http_dynamo_rl_json_worker(json_t *obj,
+    ngx_http_dynamo_rl_worker_t *w, ngx_http_dynamo_rl_alloc_pt alloc,
+    void *data, ngx_http_dynamo_rl_index_t *index);
+static ngx_int_t ngx_http_dynamo_rl_json_string(json_t *obj, const char *key,
+    ngx_uint_t required, ngx_str_t *s, ngx_http_dynamo_rl_alloc_pt alloc,
+    void *data);
+static ngx_int_t ngx_http_dynamo_rl_json_transport(json_t *obj);
+static ngx_int_t ngx_http_dynamo_rl_json_routes(json_t *obj,
+    ngx_http_dynamo_rl_worker_t *w, ngx_http_dynamo_rl_alloc_pt alloc,
+    void *data, ngx_http_dynamo_rl_index_t *index);
+static int ngx_libc_cdecl ngx_http_dynamo_rl_cmp_workers(const void *one,
+    const void *two);
+static int ngx_libc_cdecl ngx_http_dynamo_rl_cmp_routes(const void *one,
+    const void *two);
+
+
+ngx_int_t
+ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
+    ngx_http_dynamo_rl_alloc_pt alloc, void *data,
+    ngx_http_dynamo_rl_index_t *index, ngx_http_dynamo_rl_json_err_t *err)
+{
+    u_char                            *buf, *p, *q, *d;
+    size_t                             size;
+    uint64_t                           id;
+    json_t                            *root, *v, *workers, *elt;
+    ngx_uint_t                         i, k, n;
+    json_error_t                       jerr;
+    ngx_http_dynamo_rl_scan_t          scan;
+    ngx_http_dynamo_rl_worker_t       *w;
+    ngx_http_dynamo_rl_scan_worker_t  *sw;
+
+    ngx_memzero(index, sizeof(ngx_http_dynamo_rl_index_t));
+    ngx_memzero(err, sizeof(ngx_http_dynamo_rl_json_err_t));
+
+    err->reason = "document is not valid JSON";
+
+    scan.nalloc = ngx_http_dynamo_rl_scan_bound(doc, len);
+    scan.workers = alloc(data, (scan.nalloc + 1)
+                               * sizeof(ngx_http_dynamo_rl_scan_worker_t));
+    if (scan.workers == NULL) {
+        err->reason = "out of memory";
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_dynamo_rl_scan_discovery(doc, len, &scan) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    /* every instance_id that is a u64 becomes its worker's ordinal */
+
+    size = len + scan.nworkers * NGX_INT64_LEN + 1;
+
+    buf = alloc(data, size);
+    if (buf == NULL) {
+        err->reason = "out of memory";
+        return NGX_ERROR;
+    }
+
+    p = buf;
+    q = doc;
+
+    for (k = 0; k < scan.nworkers; k++) {
+        sw = &scan.workers[k];
+
+        if (sw->id_start == NULL
+            || ngx_http_dynamo_rl_parse_u64(sw->id_start,
+                                            sw->id_end - sw->id_start, &id)
+               != NGX_OK)
+        {
+            sw->id_start = NULL;
+            continue;
+        }
+
+        p = ngx_cpymem(p, q, sw->id_start - q);
+
+        /* ngx_sprintf() is not available to the unit tests */
+
+        for (n = k, i = 1; n >= 10; n /= 10) {
+            i++;
+        }
+
+        p += i;
+        d = p;
+        n = k;
+
+        do {
+            *--d = (u_char) ('0' + n % 10);
+            n /= 10;
+        } while (n);
+
+        q = sw->id_end;
+
+        /* remember the real id where the scan kept its token */
+        sw->id_end = (u_char *) (uintptr_t) id;
+    }
+
+    p = ngx_cpymem(p, q, doc + len - q);
+
+    root = json_loadb((char *) buf, p - buf, JSON_REJECT_DUPLICATES, &jerr);
+
+    if (root == NULL) {
+        err->line = jerr.line;
+        err->column = jerr.column;
+        ngx_cpystrn((u_char *) err->text, (u_char *) jerr.text,
+                    sizeof(err->text));
+        return NGX_DECLINED;
+    }
+
+    if (!json_is_object(root)) {
+        err->reason = "document is not a JSON object";
+        goto invalid;
+    }
+
+    v = json_object_get(root, "protocol_version");
+
+    if (v == NULL) {
+        err->reason = "\"protocol_version\" is missing";
+        goto invalid;
+    }
+
+    if (!json_is_integer(v) || json_integer_value(v) != 1) {
+        err->reason = "\"protocol_version\" is not the integer 1";
+        goto invalid;
+    }
+
+    workers = json_object_get(root, "workers");
+
+    if (workers == NULL || !json_is_array(workers)) {
+        err->reason = "\"workers\" is missing or not an array";
+        goto invalid;
+    }
+
+    index->nelts = json_array_size(workers);
+
+    /* the scan and jansson must agree on the objects in "workers" */
+
+    n = 0;
+
+    json_array_foreach(workers, i, elt) {
+        if (json_is_object(elt)) {
+            n++;
+        }
+    }
+
+    if (n != scan.nworkers || scan.workers_start == NULL
+        || scan.workers_end == NULL)
+    {
+        err->reason = "document structure is ambiguous";
+        goto invalid;
+    }
+
+    index->workers_start = scan.workers_start - doc;
+    index->workers_end = scan.workers_end - doc;
+
+    index->workers = alloc(data, (n + 1) * sizeof(ngx_http_dynamo_rl_worker_t));
+    index->sorted = alloc(data, (n + 1) * sizeof(void *));
+
+    if (index->workers == NULL || index->sorted == NULL) {
+        err->reason = "out of memory";
+        json_decref(root);
+        return NGX_ERROR;
+    }
+
+    k = 0;
+
+    json_array_foreach(workers, i, elt) {
+        if (!json_is_object(elt)) {
+            continue;
+        }
+
+        w = &index->workers[k];
+        sw = &scan.workers[k];
+
+        ngx_memzero(w, sizeof(ngx_http_dynamo_rl_worker_t));
+
+        w->start = sw->start - doc;
+        w->end = sw->end - doc;
+
+        v = json_object_get(elt, "instance_id");
+
+        if (sw->id_start != NULL && v != NULL && json_is_integer(v)
+            && (ngx_uint_t) json_integer_value(v) == k)
+        {
+            w->id = (uint64_t) (uintptr_t) sw->id_end;
+            w->has_id = 1;
+
+        } else {
+            w->state = NGX_HTTP_DYNAMO_RL_WORKER_INVALID;
+            w->reason = "\"instance_id\" is not an unsigned 64-bit integer";
+        }
+
+        if (sw->escaped_key) {
+            w->state = NGX_HTTP_DYNAMO_RL_WORKER_INVALID;
+            w->reason = "escaped member name";
+        }
+
+        if (ngx_http_dynamo_rl_json_worker(elt, w, alloc, data, index)
+            != NGX_OK)
+        {
+            json_decref(root);
+            err->reason = "out of memory";
+            return NGX_ERROR;
+        }
+
+        if (w->has_id) {
+            index->sorted[index->nsorted++] = w;
+        }
+
+        k++;
+    }
+
+    index->nworkers = k;
+
+    json_decref(root);
+
+    ngx_qsort(index->sorted, index->nsorted, sizeof(void *),
+              ngx_http_dynamo_rl_cmp_workers);
+
+    return NGX_OK;
+
+invalid:
+
+    json_decref(root);
+
+    return NGX_DECLINED;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_json_worker(json_t *obj, ngx_http_dynamo_rl_worker_t *w,
+    ngx_http_dynamo_rl_alloc_pt alloc, void *data,
+    ngx_http_dynamo_rl_index_t *index)
+{
+    json_t     *v;
+    ngx_str_t   s;
+    ngx_int_t   rc;
+
+    rc = ngx_http_dynamo_rl_json_string(obj, "namespace", 1, &w->namespace,
+                                        alloc, data);
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (rc != NGX_OK) {
+        w->state = NGX_HTTP_DYNAMO_RL_WORKER_INVALID;
+        w->reason = "\"namespace\" is missing or not a string";
+    }
+
+    if (ngx_http_dynamo_rl_json_string(obj, "component", 1, NULL, NULL, NULL)
+        != NGX_OK)
+    {
+        w->state = NGX_HTTP_DYNAMO_RL_WORKER_INVALID;
+        w->reason = "\"component\" is missing or not a string";
+    }
+
+    if (ngx_http_dynamo_rl_json_string(obj, "endpoint", 1, NULL, NULL, NULL)
+        != NGX_OK)
+    {
+        w->state = NGX_HTTP_DYNAMO_RL_WORKER_INVALID;
+        w->reason = "\"endpoint\" is missing or not a string";
+    }
+
+    if (ngx_http_dynamo_rl_json_string(obj, "request_plane_url", 1, NULL,
+                                       NULL, NULL)
+        != NGX_OK)
+    {
+        w->state = NGX_HTTP_DYNAMO_RL_WORKER_INVALID;
+        w->reason = "\"request_plane_url\" is missing or not a string";
+    }
+
+    if (ngx_http_dynamo_rl_json_transport(obj) != NGX_OK) {
+        w->state = NGX_HTTP_DYNAMO_RL_WORKER_INVALID;
+        w->reason = "\"transport\" is missing or not a single-key object";
+    }
+
+    rc = ngx_http_dynamo_rl_json_routes(obj, w, alloc, data, index);
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (rc != NGX_OK) {
+        w->state = NGX_HTTP_DYNAMO_RL_WORKER_INVALID;
+        w->reason = "\"routes\" is missing or not an array of "
+                    "non-empty strings";
+    }
+
+    rc = ngx_http_dynamo_rl_json_string(obj, "model", 0, &w->model,
+                                        alloc, data);
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        w->state = NGX_HTTP_DYNAMO_RL_WORKER_INVALID;
+        w->reason = "\"model\" is not a string";
+    }
+
+    if (ngx_http_dynamo_rl_json_string(obj, "admin_base_url", 0, NULL, NULL,
+                                       NULL)
+        == NGX_DECLINED)
+    {
+        w->state = NGX_HTTP_DYNAMO_RL_WORKER_INVALID;
+        w->reason = "\"admin_base_url\" is not a string";
+    }
+
+    v = json_object_get(obj, "world_size");
+
+    if (v != NULL && !json_is_null(v)
+        && (!json_is_integer(v) || json_integer_value(v) < 1
+            || json_integer_value(v) > 0xffffffffLL))
+    {
+        w->state = NGX_HTTP_DYNAMO_RL_WORKER_INVALID;
+        w->reason = "\"world_size\" is not a positive 32-bit integer";
+    }
+
+    rc = ngx_http_dynamo_rl_json_string(obj, "system_url", 0, &w->system_url,
+                                        alloc, data);
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        w->state = NGX_HTTP_DYNAMO_RL_WORKER_INVALID;
+        w->reason = "\"system_url\" is not a string";
+    }
+
+    rc = ngx_http_dynamo_rl_json_string(obj, "error", 0, &s, NULL, NULL);
+
+    if (rc == NGX_DECLINED) {
+        w->state = NGX_HTTP_DYNAMO_RL_WORKER_INVALID;
+        w->reason = "\"error\" is not a string";
+    }
+
+    if (w->state != NGX_HTTP_DYNAMO_RL_WORKER_OK) {
+        return NGX_OK;
+    }
+
+    if (rc == NGX_OK) {
+        w->state = NGX_HTTP_DYNAMO_RL_WORKER_ERROR;
+        w->reason = "worker reports an error";
+        return NGX_OK;
+    }
+
+    if (w->system_url.len == 0
+        || ngx_http_dynamo_rl_system_url_valid(w->system_url.data,
+                                               w->system_url.len)
+           != NGX_OK)
+    {
+        w->state = NGX_HTTP_DYNAMO_RL_WORKER_NO_URL;
+        w->reason = w->system_url.len ? "\"system_url\" is not acceptable"
+                                      : "no \"system_url\"";
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * NGX_OK: a string (copied when "s" is given); NGX_DONE: optional and
+ * absent or null; NGX_DECLINED: wrong type or missing; NGX_ERROR: no memory
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_json_string(json_t *obj, const char *key,
+    ngx_uint_t required, ngx_str_t *s, ngx_http_dynamo_rl_alloc_pt alloc,
+    void *data)
+{
+    json_t  *v;
+    size_t   len;
+
+    v = json_object_get(obj, key);
+
+    if (v == NULL || (!required && json_is_null(v))) {
+        return required ? NGX_DECLINED : NGX_DONE;
+    }
+
+    if (!json_is_string(v)) {
+        return NGX_DECLINED;
+    }
+
+    if (s == NULL) {
+        return NGX_OK;
+    }
+
+    len = json_string_length(v);
+
+    if (alloc == NULL) {
+        s->len = len;
+        s->data = NULL;
+        return NGX_OK;
+    }
+
+    s->data = alloc(data, len + 1);
+    if (s->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(s->data, json_string_value(v), len);
+    s->len = len;
+
+    return NGX_OK;
+}
+
+
+/* serde's externally tagged enum: {"tcp": "..."}; a string is tolerated */
+
+static ngx_int_t
+ngx_http_dynamo_rl_json_transport(json_t *obj)
+{
+    json_t      *v, *t;
+    const char  *key;
+
+    v = json_object_get(obj, "transport");
+
+    if (v == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (json_is_string(v)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_object(v) || json_object_size(v) != 1) {
+        return NGX_DECLINED;
+    }
+
+    json_object_foreach(v, key, t) {
+        if (!json_is_string(t)) {
+            return NGX_DECLINED;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_json_routes(json_t *obj, ngx_http_dynamo_rl_worker_t *w,
+    ngx_http_dynamo_rl_alloc_pt alloc, void *data,
+    ngx_http_dynamo_rl_index_t *index)
+{
+    json_t      *v, *r;
+    size_t       len, i;
+    ngx_str_t   *route;
+    const char  *s;
+
+    v = json_object_get(obj, "routes");
+
+    if (v == NULL || !json_is_array(v)) {
+        return NGX_DECLINED;
+    }
+
+    json_array_foreach(v, i, r) {
+        if (!json_is_string(r) || json_string_length(r) == 0) {
+            return NGX_DECLINED;
+        }
+    }
+
+    w->routes = alloc(data, (json_array_size(v) + 1) * sizeof(ngx_str_t));
+    if (w->routes == NULL) {
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(v, i, r) {
+        s = json_string_value(r);
+        len = json_string_length(r);
+
+        /* a route outside the grammar is never allowed */
+
+        if (ngx_http_dynamo_rl_route_valid((u_char *) s, len) != NGX_OK) {
+            index->bad_routes++;
+            continue;
+        }
+
+        route = &w->routes[w->nroutes++];
+
+        route->data = alloc(data, len);
+        if (route->data == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_memcpy(route->data, s, len);
+        route->len = len;
+    }
+
+    ngx_qsort(w->routes, w->nroutes, sizeof(ngx_str_t),
+              ngx_http_dynamo_rl_cmp_routes);
+
+    return NGX_OK;
+}
+
+
+ngx_http_dynamo_rl_worker_t **
+ngx_http_dynamo_rl_index_find(ngx_http_dynamo_rl_index_t *index, uint64_t id)
+{
+    ngx_uint_t  lo, hi, mid;
+
+    lo = 0;
+    hi = index->nsorted;
+
+    /* the first worker with that id; duplicates follow it */
+
+    while (lo < hi) {
+        mid = lo + (hi - lo) / 2;
+
+        if (index->sorted[mid]->id < id) {
+            lo = mid + 1;
+
+        } else {
+            hi = mid;
+        }
+    }
+
+    if (lo < index->nsorted && index->sorted[lo]->id == id) {
+        return &index->sorted[lo];
+    }
+
+    return NULL;
+}
+
+
+static int ngx_libc_cdecl
+ngx_http_dynamo_rl_cmp_workers(const void *one, const void *two)
+{
+    ngx_http_dynamo_rl_worker_t  *a, *b;
+
+    a = *(ngx_http_dynamo_rl_worker_t **) one;
+    b = *(ngx_http_dynamo_rl_worker_t **) two;
+
+    if (a->id != b->id) {
+        return a->id < b->id ? -1 : 1;
+    }
+
+    /* stable for equal ids: document order */
+
+    return a < b ? -1 : (a > b);
+}
+
+
+static int ngx_libc_cdecl
+ngx_http_dynamo_rl_cmp_routes(const void *one, const void *two)
+{
+    ngx_int_t   rc;
+    ngx_str_t  *a, *b;
+
+    a = (ngx_str_t *) one;
+    b = (ngx_str_t *) two;
+
+    rc = ngx_memcmp(a->data, b->data, ngx_min(a->len, b->len));
+
+    if (rc != 0) {
+        return rc;
+    }
+
+    return (int) a->len - (int) b->len;
+}

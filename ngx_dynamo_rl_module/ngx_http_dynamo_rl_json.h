@@ -1,0 +1,65 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#ifndef _NGX_HTTP_DYNAMO_RL_JSON_H_INCLUDED_
+#define _NGX_HTTP_DYNAMO_RL_JSON_H_INCLUDED_
+
+
+#define NGX_HTTP_DYNAMO_RL_WORKER_OK       0
+#define NGX_HTTP_DYNAMO_RL_WORKER_INVALID  1
+#define NGX_HTTP_DYNAMO_RL_WORKER_ERROR    2
+#define NGX_HTTP_DYNAMO_RL_WORKER_NO_URL   3
+
+
+typedef void *(*ngx_http_dynamo_rl_alloc_pt)(void *data, size_t size);
+
+
+typedef struct {
+    uint64_t                        id;
+    ngx_str_t                       namespace;
+    ngx_str_t                       model;
+    ngx_str_t                       system_url;
+    ngx_str_t                      *routes;
+    ngx_uint_t                      nroutes;
+    ngx_uint_t                      state;
+    char                           *reason;
+
+    /* the element's bytes in the listener's document */
+    size_t                          start;
+    size_t                          end;
+
+    unsigned                        has_id:1;
+} ngx_http_dynamo_rl_worker_t;
+
+
+typedef struct {
+    ngx_http_dynamo_rl_worker_t    *workers;     /* document order */
+    ngx_http_dynamo_rl_worker_t   **sorted;      /* by id, with an id */
+    ngx_uint_t                      nworkers;
+    ngx_uint_t                      nsorted;
+    ngx_uint_t                      nelts;       /* "workers" elements */
+    ngx_uint_t                      bad_routes;
+    size_t                          workers_start;
+    size_t                          workers_end;
+} ngx_http_dynamo_rl_index_t;
+
+
+typedef struct {
+    char                           *reason;
+    int                             line;
+    int                             column;
+    char                            text[160];
+} ngx_http_dynamo_rl_json_err_t;
+
+
+ngx_int_t ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
+    ngx_http_dynamo_rl_alloc_pt alloc, void *data,
+    ngx_http_dynamo_rl_index_t *index, ngx_http_dynamo_rl_json_err_t *err);
+ngx_http_dynamo_rl_worker_t **ngx_http_dynamo_rl_index_find(
+    ngx_http_dynamo_rl_index_t *index, uint64_t id);
+
+
+#endif /* _NGX_HTTP_DYNAMO_RL_JSON_H_INCLUDED_ */

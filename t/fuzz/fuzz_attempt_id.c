@@ -1,0 +1,184 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+/*
+ * libFuzzer harness for ngx_http_dynamo_rl_attempt_id_valid() and
+ * ngx_http_dynamo_rl_uuid7().
+ *
+ * The whole input is an attempt id candidate; the verdict must agree
+ * with an independent reference of DESIGN's rule, 1 to 128 bytes of
+ * [A-Za-z0-9._:-].  When the input has at least 18 bytes, the first 8
+ * (big-endian) are also a millisecond time and the next 10 the random
+ * bytes of a UUIDv7, whose layout is checked field by field.
+ *
+ * Any violated invariant calls abort(), which libFuzzer reports as a
+ * crash with the input that caused it.
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+#include <stdlib.h>
+
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+static ngx_uint_t ngx_http_dynamo_rl_fuzz_id_byte(u_char c);
+static void ngx_http_dynamo_rl_fuzz_uuid7(const uint8_t *data);
+
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    u_char     *p;
+    size_t      i;
+    ngx_int_t   rc;
+    ngx_uint_t  expect;
+
+    p = (u_char *) data;
+
+    rc = ngx_http_dynamo_rl_attempt_id_valid(p, size);
+
+    if (rc != NGX_OK && rc != NGX_DECLINED) {
+        abort();
+    }
+
+    expect = (size >= 1 && size <= 128);
+
+    for (i = 0; expect && i < size; i++) {
+        expect = ngx_http_dynamo_rl_fuzz_id_byte(p[i]);
+    }
+
+    if ((rc == NGX_OK) != expect) {
+        abort();
+    }
+
+    if (rc == NGX_OK) {
+        if (size == 0 || size > NGX_HTTP_DYNAMO_RL_ATTEMPT_ID_LEN) {
+            abort();
+        }
+
+        for (i = 0; i < size; i++) {
+            if (!ngx_http_dynamo_rl_fuzz_id_byte(p[i])) {
+                abort();
+            }
+        }
+    }
+
+    if (size >= 18) {
+        ngx_http_dynamo_rl_fuzz_uuid7(data);
+    }
+
+    return 0;
+}
+
+
+static ngx_uint_t
+ngx_http_dynamo_rl_fuzz_id_byte(u_char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+           || (c >= '0' && c <= '9')
+           || c == '.' || c == '_' || c == ':' || c == '-';
+}
+
+
+static void
+ngx_http_dynamo_rl_fuzz_uuid7(const uint8_t *data)
+{
+    u_char     *end, c, b[16];
+    u_char      out[NGX_HTTP_DYNAMO_RL_UUID_LEN + 1], rnd[10], copy[10];
+    uint64_t    ms, ts;
+    ngx_uint_t  i, k;
+
+    ms = 0;
+
+    for (i = 0; i < 8; i++) {
+        ms = (ms << 8) | data[i];
+    }
+
+    ngx_memcpy(rnd, data + 8, sizeof(rnd));
+    ngx_memcpy(copy, rnd, sizeof(rnd));
+
+    out[NGX_HTTP_DYNAMO_RL_UUID_LEN] = 0xa5;
+
+    end = ngx_http_dynamo_rl_uuid7(out, ms, rnd);
+
+    /* exactly 36 bytes written, the random input left alone */
+
+    if (end != out + NGX_HTTP_DYNAMO_RL_UUID_LEN
+        || out[NGX_HTTP_DYNAMO_RL_UUID_LEN] != 0xa5
+        || ngx_memcmp(rnd, copy, sizeof(rnd)) != 0)
+    {
+        abort();
+    }
+
+    k = 0;
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_UUID_LEN; i++) {
+        c = out[i];
+
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (c != '-') {
+                abort();
+            }
+
+            continue;
+        }
+
+        if (c >= '0' && c <= '9') {
+            c = (u_char) (c - '0');
+
+        } else if (c >= 'a' && c <= 'f') {
+            c = (u_char) (c - 'a' + 10);
+
+        } else {
+            /* lowercase hex only */
+            abort();
+        }
+
+        if (k % 2 == 0) {
+            b[k / 2] = (u_char) (c << 4);
+
+        } else {
+            b[k / 2] |= c;
+        }
+
+        k++;
+    }
+
+    /* version 7, variant 10 */
+
+    if ((b[6] >> 4) != 7 || (b[8] & 0xc0) != 0x80) {
+        abort();
+    }
+
+    /* the low 48 bits of ms, big-endian */
+
+    ts = 0;
+
+    for (i = 0; i < 6; i++) {
+        ts = (ts << 8) | b[i];
+    }
+
+    if (ts != (ms & 0xffffffffffffULL)) {
+        abort();
+    }
+
+    /* all 74 random bits come from rnd */
+
+    if ((b[6] & 0x0f) != (rnd[0] & 0x0f)
+        || b[7] != rnd[1]
+        || (b[8] & 0x3f) != (rnd[2] & 0x3f)
+        || ngx_memcmp(&b[9], &rnd[3], 7) != 0)
+    {
+        abort();
+    }
+
+    if (ngx_http_dynamo_rl_attempt_id_valid(out, NGX_HTTP_DYNAMO_RL_UUID_LEN)
+        != NGX_OK)
+    {
+        abort();
+    }
+}

@@ -1,0 +1,1312 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+/*
+ * Table-driven unit tests of the pure parsers in
+ * ngx_http_dynamo_rl_parse.c, printed as TAP for "prove -e ''".
+ *
+ * Only ngx_http_dynamo_rl_parse.c is linked, so nginx's own formatting
+ * helpers (ngx_sprintf() and friends live in ngx_string.c) are not
+ * available: the harness formats its TAP lines with stdio.
+ *
+ * A case whose expectation is right but which the code gets wrong is
+ * kept with a "todo" text: it prints "not ok N - name # TODO bug: ...",
+ * which prove does not count as a failure, until parse.c is fixed.
+ * The exit code is 1 if any other case fails.
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+#include <stdio.h>
+
+
+#define NGX_HTTP_DYNAMO_RL_TEST_NAME  1024
+#define NGX_HTTP_DYNAMO_RL_TEST_ESC   256
+
+
+typedef struct {
+    ngx_uint_t                   n;
+    ngx_uint_t                   failed;
+} ngx_http_dynamo_rl_tap_t;
+
+
+/* a string in, an expected return code out */
+
+typedef struct {
+    ngx_str_t                    in;
+    ngx_int_t                    rc;
+    char                        *todo;
+} ngx_http_dynamo_rl_test_str_t;
+
+
+typedef struct {
+    ngx_str_t                    in;
+    ngx_int_t                    rc;
+    uint64_t                     value;
+} ngx_http_dynamo_rl_test_u64_t;
+
+
+typedef struct {
+    ngx_str_t                    in;
+    ngx_int_t                    rc;
+    uint64_t                     id;
+    ngx_str_t                    route;
+} ngx_http_dynamo_rl_test_admin_t;
+
+
+typedef struct {
+    ngx_str_t                    raw;
+    ngx_str_t                    uri;
+    ngx_int_t                    rc;
+    char                        *what;
+} ngx_http_dynamo_rl_test_target_t;
+
+
+typedef struct {
+    ngx_uint_t                   mode;
+    ngx_str_t                    scope;
+    ngx_str_t                    ns;
+    ngx_int_t                    rc;
+    char                        *todo;
+} ngx_http_dynamo_rl_test_ns_t;
+
+
+typedef struct {
+    uint64_t                     ms;
+    u_char                       rnd[10];
+    char                        *expect;
+} ngx_http_dynamo_rl_test_uuid_t;
+
+
+typedef ngx_int_t (*ngx_http_dynamo_rl_test_str_pt)(u_char *p, size_t len);
+
+
+static void ngx_http_dynamo_rl_tap(ngx_http_dynamo_rl_tap_t *t,
+    ngx_uint_t ok, char *name, char *todo, char *diag);
+static char *ngx_http_dynamo_rl_test_escape(char *dst, size_t size,
+    u_char *p, size_t len);
+static char *ngx_http_dynamo_rl_test_rc(ngx_int_t rc);
+static void ngx_http_dynamo_rl_test_str(ngx_http_dynamo_rl_tap_t *t,
+    char *func, ngx_http_dynamo_rl_test_str_pt handler,
+    ngx_http_dynamo_rl_test_str_t *cases, ngx_uint_t n);
+static void ngx_http_dynamo_rl_test_one(ngx_http_dynamo_rl_tap_t *t,
+    char *func, ngx_http_dynamo_rl_test_str_pt handler, u_char *p,
+    size_t len, ngx_int_t expect, char *what);
+static ngx_uint_t ngx_http_dynamo_rl_test_id_byte(u_char c);
+static void ngx_http_dynamo_rl_test_attempt_id(ngx_http_dynamo_rl_tap_t *t);
+static void ngx_http_dynamo_rl_test_uuid7(ngx_http_dynamo_rl_tap_t *t);
+static char *ngx_http_dynamo_rl_test_uuid_check(u_char *u, uint64_t ms,
+    u_char *rnd);
+static void ngx_http_dynamo_rl_test_target(ngx_http_dynamo_rl_tap_t *t);
+static void ngx_http_dynamo_rl_test_u64(ngx_http_dynamo_rl_tap_t *t);
+static void ngx_http_dynamo_rl_test_route(ngx_http_dynamo_rl_tap_t *t);
+static void ngx_http_dynamo_rl_test_admin(ngx_http_dynamo_rl_tap_t *t);
+static void ngx_http_dynamo_rl_test_url(ngx_http_dynamo_rl_tap_t *t);
+static void ngx_http_dynamo_rl_test_ns(ngx_http_dynamo_rl_tap_t *t);
+
+
+static ngx_http_dynamo_rl_test_str_t  ngx_http_dynamo_rl_test_ids[] = {
+    { ngx_string(""), NGX_DECLINED, NULL },
+    { ngx_string("a"), NGX_OK, NULL },
+    { ngx_string("Z"), NGX_OK, NULL },
+    { ngx_string("7"), NGX_OK, NULL },
+    { ngx_string("."), NGX_OK, NULL },
+    { ngx_string("_"), NGX_OK, NULL },
+    { ngx_string(":"), NGX_OK, NULL },
+    { ngx_string("-"), NGX_OK, NULL },
+    { ngx_string("a.b"), NGX_OK, NULL },
+    { ngx_string("a_b"), NGX_OK, NULL },
+    { ngx_string("a:b"), NGX_OK, NULL },
+    { ngx_string("a-b"), NGX_OK, NULL },
+    { ngx_string("run-7.step_12:attempt-3"), NGX_OK, NULL },
+    { ngx_string("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"), NGX_OK, NULL },
+    { ngx_string("a b"), NGX_DECLINED, NULL },
+    { ngx_string(" a"), NGX_DECLINED, NULL },
+    { ngx_string("a "), NGX_DECLINED, NULL },
+    { ngx_string("a\rb"), NGX_DECLINED, NULL },
+    { ngx_string("a\nb"), NGX_DECLINED, NULL },
+    { ngx_string("a\r\nX-Evil: 1"), NGX_DECLINED, NULL },
+    { ngx_string("a\0b"), NGX_DECLINED, NULL },
+    { ngx_string("\0"), NGX_DECLINED, NULL },
+    { ngx_string("a\tb"), NGX_DECLINED, NULL },
+    { ngx_string("a/b"), NGX_DECLINED, NULL },
+    { ngx_string("a%2Fb"), NGX_DECLINED, NULL },
+    { ngx_string("%"), NGX_DECLINED, NULL },
+    { ngx_string("a\"b"), NGX_DECLINED, NULL },
+    { ngx_string("a'b"), NGX_DECLINED, NULL },
+    { ngx_string("a\\b"), NGX_DECLINED, NULL },
+    { ngx_string("a;b"), NGX_DECLINED, NULL },
+    { ngx_string("a,b"), NGX_DECLINED, NULL },
+    { ngx_string("a=b"), NGX_DECLINED, NULL },
+    { ngx_string("a+b"), NGX_DECLINED, NULL },
+    { ngx_string("a@b"), NGX_DECLINED, NULL },
+    { ngx_string("a~b"), NGX_DECLINED, NULL },
+    { ngx_string("<a>"), NGX_DECLINED, NULL },
+    { ngx_string("a\x7f"), NGX_DECLINED, NULL },
+    { ngx_string("\x80"), NGX_DECLINED, NULL },
+    { ngx_string("a\xff"), NGX_DECLINED, NULL },
+    { ngx_string("caf\xc3\xa9"), NGX_DECLINED, NULL },
+};
+
+
+static ngx_http_dynamo_rl_test_uuid_t  ngx_http_dynamo_rl_test_uuids[] = {
+
+    /*
+     * worked by hand: the 12 hex digits of ms, "7" and the low nibble of
+     * rnd[0], rnd[1], then 0x80 | (rnd[2] & 0x3f), and rnd[3..9]
+     */
+
+    { 0x0123456789abULL,
+      { 0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99 },
+      "01234567-89ab-7011-a233-445566778899" },
+
+    { 0,
+      { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+      "00000000-0000-7000-8000-000000000000" },
+
+    { 0xffffffffffffULL,
+      { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff },
+      "ffffffff-ffff-7fff-bfff-ffffffffffff" },
+
+    /* 1700000000000 is 0x018bcfe56800 (2023-11-14T22:13:20Z) */
+
+    { 1700000000000ULL,
+      { 0xa5, 0x5a, 0x0f, 0xf0, 0xc3, 0x3c, 0x96, 0x69, 0xde, 0xad },
+      "018bcfe5-6800-755a-8ff0-c33c9669dead" },
+
+    /* bits above the 48-bit field do not leak into the string */
+
+    { 0xabcd000000000001ULL,
+      { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 },
+      "00000000-0001-7000-8000-000000000000" },
+};
+
+
+/*
+ * raw is the request target as sent ($request_uri), uri the value nginx
+ * would compute for it ($uri: decoded, slashes merged, dot segments
+ * resolved)
+ */
+
+static ngx_http_dynamo_rl_test_target_t  ngx_http_dynamo_rl_test_targets[] = {
+    { ngx_string("/v1/completions"), ngx_string("/v1/completions"),
+      NGX_OK, "identical" },
+    { ngx_string("/"), ngx_string("/"), NGX_OK, "root" },
+    { ngx_string("/v1/completions?stream=1&a=%2F.."),
+      ngx_string("/v1/completions"), NGX_OK, "query ignored" },
+    { ngx_string("/v1/completions?"), ngx_string("/v1/completions"),
+      NGX_OK, "empty query ignored" },
+    { ngx_string("/a?b?c"), ngx_string("/a"), NGX_OK,
+      "first \"?\" splits" },
+    { ngx_string("/v1/a%2Fb"), ngx_string("/v1/a/b"), NGX_DECLINED,
+      "%2F decoded to a slash" },
+    { ngx_string("/v1/a%2fb"), ngx_string("/v1/a/b"), NGX_DECLINED,
+      "%2f decoded to a slash" },
+    { ngx_string("/v1/%2e%2e/admin"), ngx_string("/admin"), NGX_DECLINED,
+      "%2e%2e resolved" },
+    { ngx_string("/v1/compl%65tions"), ngx_string("/v1/completions"),
+      NGX_DECLINED, "%65 decoded to a letter" },
+    { ngx_string("/v1/a%20b"), ngx_string("/v1/a b"), NGX_DECLINED,
+      "%20 decoded to a space" },
+    { ngx_string("/v1/a%3Fb"), ngx_string("/v1/a?b"), NGX_DECLINED,
+      "%3F decoded to \"?\"" },
+    { ngx_string("//v1/completions"), ngx_string("/v1/completions"),
+      NGX_DECLINED, "leading // merged" },
+    { ngx_string("/v1//completions"), ngx_string("/v1/completions"),
+      NGX_DECLINED, "inner // merged" },
+    { ngx_string("/v1/./completions"), ngx_string("/v1/completions"),
+      NGX_DECLINED, "/./ resolved" },
+    { ngx_string("/v1/x/../completions"), ngx_string("/v1/completions"),
+      NGX_DECLINED, "/../ resolved" },
+    { ngx_string("/v1/completions/.."), ngx_string("/v1/"),
+      NGX_DECLINED, "trailing /.. resolved" },
+    { ngx_string("/v1/completions/."), ngx_string("/v1/completions/"),
+      NGX_DECLINED, "trailing /. resolved" },
+    { ngx_string("/v1/completions?x"), ngx_string("/v1/completion"),
+      NGX_DECLINED, "uri shorter" },
+    { ngx_string("/v1/completion"), ngx_string("/v1/completions"),
+      NGX_DECLINED, "uri longer" },
+    { ngx_string("/v1/A"), ngx_string("/v1/a"), NGX_DECLINED,
+      "same length, case differs" },
+    { ngx_string("/v1/x#/../admin"), ngx_string("/v1/x"), NGX_DECLINED,
+      "fragment dropped" },
+    { ngx_string("?x"), ngx_string(""), NGX_OK, "empty path and a query" },
+};
+
+
+static ngx_http_dynamo_rl_test_u64_t  ngx_http_dynamo_rl_test_u64s[] = {
+    { ngx_string("0"), NGX_OK, 0 },
+    { ngx_string("1"), NGX_OK, 1 },
+    { ngx_string("10"), NGX_OK, 10 },
+    { ngx_string("4294967296"), NGX_OK, 4294967296ULL },
+    { ngx_string("9007199254740993"), NGX_OK, 9007199254740993ULL },
+    { ngx_string("7587888160958628117"), NGX_OK, 7587888160958628117ULL },
+    { ngx_string("9223372036854775808"), NGX_OK, 9223372036854775808ULL },
+    { ngx_string("10000000000000000000"), NGX_OK, 10000000000000000000ULL },
+    { ngx_string("18446744073709551614"), NGX_OK, 18446744073709551614ULL },
+    { ngx_string("18446744073709551615"), NGX_OK, 18446744073709551615ULL },
+    { ngx_string("18446744073709551616"), NGX_DECLINED, 0 },
+    { ngx_string("18446744073709551620"), NGX_DECLINED, 0 },
+    { ngx_string("19000000000000000000"), NGX_DECLINED, 0 },
+    { ngx_string("99999999999999999999"), NGX_DECLINED, 0 },
+    { ngx_string("184467440737095516150"), NGX_DECLINED, 0 },
+    { ngx_string("000000000000000000001"), NGX_DECLINED, 0 },
+    { ngx_string("00"), NGX_DECLINED, 0 },
+    { ngx_string("01"), NGX_DECLINED, 0 },
+    { ngx_string("007"), NGX_DECLINED, 0 },
+    { ngx_string("+1"), NGX_DECLINED, 0 },
+    { ngx_string("-1"), NGX_DECLINED, 0 },
+    { ngx_string("-0"), NGX_DECLINED, 0 },
+    { ngx_string(""), NGX_DECLINED, 0 },
+    { ngx_string(" 1"), NGX_DECLINED, 0 },
+    { ngx_string("1 "), NGX_DECLINED, 0 },
+    { ngx_string("1.0"), NGX_DECLINED, 0 },
+    { ngx_string("1e3"), NGX_DECLINED, 0 },
+    { ngx_string("0x10"), NGX_DECLINED, 0 },
+    { ngx_string("12a"), NGX_DECLINED, 0 },
+    { ngx_string("a"), NGX_DECLINED, 0 },
+    { ngx_string("1\0"), NGX_DECLINED, 0 },
+    { ngx_string("/"), NGX_DECLINED, 0 },
+    { ngx_string(":"), NGX_DECLINED, 0 },
+    { ngx_string("\xd9\xa1"), NGX_DECLINED, 0 },
+};
+
+
+static ngx_http_dynamo_rl_test_str_t  ngx_http_dynamo_rl_test_routes[] = {
+    { ngx_string("pause_generation"), NGX_OK, NULL },
+    { ngx_string("control/pause_generation"), NGX_OK, NULL },
+    { ngx_string("control/scale_elastic_ep"), NGX_OK, NULL },
+    { ngx_string("rl/set_rollout_state"), NGX_OK, NULL },
+    { ngx_string("update_weights_from_disk"), NGX_OK, NULL },
+    { ngx_string("a.b-c_d"), NGX_OK, NULL },
+    { ngx_string("a"), NGX_OK, NULL },
+    { ngx_string("9"), NGX_OK, NULL },
+    { ngx_string("A/B/C"), NGX_OK, NULL },
+    { ngx_string("v1.2/x-"), NGX_OK, NULL },
+    { ngx_string("a..b"), NGX_OK, NULL },
+    { ngx_string(""), NGX_DECLINED, NULL },
+    { ngx_string("/"), NGX_DECLINED, NULL },
+    { ngx_string("/x"), NGX_DECLINED, NULL },
+    { ngx_string("x/"), NGX_DECLINED, NULL },
+    { ngx_string("x//y"), NGX_DECLINED, NULL },
+    { ngx_string("."), NGX_DECLINED, NULL },
+    { ngx_string(".x"), NGX_DECLINED, NULL },
+    { ngx_string(".."), NGX_DECLINED, NULL },
+    { ngx_string("x/.."), NGX_DECLINED, NULL },
+    { ngx_string("x/../y"), NGX_DECLINED, NULL },
+    { ngx_string("x/./y"), NGX_DECLINED, NULL },
+    { ngx_string("x/.y"), NGX_DECLINED, NULL },
+    { ngx_string("-x"), NGX_DECLINED, NULL },
+    { ngx_string("x/-y"), NGX_DECLINED, NULL },
+    { ngx_string("_x"), NGX_DECLINED, NULL },
+    { ngx_string("x/_y"), NGX_DECLINED, NULL },
+    { ngx_string("x y"), NGX_DECLINED, NULL },
+    { ngx_string(" x"), NGX_DECLINED, NULL },
+    { ngx_string("x%2Fy"), NGX_DECLINED, NULL },
+    { ngx_string("x\\y"), NGX_DECLINED, NULL },
+    { ngx_string("x;y"), NGX_DECLINED, NULL },
+    { ngx_string("x?y"), NGX_DECLINED, NULL },
+    { ngx_string("x#y"), NGX_DECLINED, NULL },
+    { ngx_string("x:y"), NGX_DECLINED, NULL },
+    { ngx_string("x@y"), NGX_DECLINED, NULL },
+    { ngx_string("x+y"), NGX_DECLINED, NULL },
+    { ngx_string("x~y"), NGX_DECLINED, NULL },
+    { ngx_string("x\ty"), NGX_DECLINED, NULL },
+    { ngx_string("x\r\n"), NGX_DECLINED, NULL },
+    { ngx_string("x\0y"), NGX_DECLINED, NULL },
+    { ngx_string("\0"), NGX_DECLINED, NULL },
+    { ngx_string("x\x7f"), NGX_DECLINED, NULL },
+    { ngx_string("x\x80"), NGX_DECLINED, NULL },
+    { ngx_string("caf\xc3\xa9"), NGX_DECLINED, NULL },
+    { ngx_string("\xc3\xa9t\xc3\xa9"), NGX_DECLINED, NULL },
+};
+
+
+static ngx_http_dynamo_rl_test_admin_t  ngx_http_dynamo_rl_test_admins[] = {
+    { ngx_string("7587888160958628117/engine/pause_generation"), NGX_OK,
+      7587888160958628117ULL, ngx_string("pause_generation") },
+    { ngx_string("9007199254740993/engine/resume_generation"), NGX_OK,
+      9007199254740993ULL, ngx_string("resume_generation") },
+    { ngx_string("18446744073709551615/engine/control/pause_generation"),
+      NGX_OK, 18446744073709551615ULL,
+      ngx_string("control/pause_generation") },
+    { ngx_string("1/engine/rl/set_rollout_state"), NGX_OK, 1,
+      ngx_string("rl/set_rollout_state") },
+    { ngx_string("0/engine/a.b-c_d"), NGX_OK, 0, ngx_string("a.b-c_d") },
+    { ngx_string("1/engine/a/b/c"), NGX_OK, 1, ngx_string("a/b/c") },
+    { ngx_string("1/engine/engine"), NGX_OK, 1, ngx_string("engine") },
+    { ngx_string(""), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1engine"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("/engine/x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("01/engine/x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("00/engine/x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("+1/engine/x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("-1/engine/x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("0x1/engine/x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string(" 1/engine/x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1 /engine/x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("18446744073709551616/engine/x"), NGX_DECLINED, 0,
+      ngx_null_string },
+    { ngx_string("184467440737095516150/engine/x"), NGX_DECLINED, 0,
+      ngx_null_string },
+    { ngx_string("1/Engine/x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/ENGINE/x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/engine/"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/engine"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/engin"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/engines/x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/engine//x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/engine/x/"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1//engine/x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/x/engine/y"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/engine/../x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/engine/./x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/engine/x?y"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/engine/x%2Fy"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/engine/x\\y"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/engine/x y"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/engine/.x"), NGX_DECLINED, 0, ngx_null_string },
+    { ngx_string("1/engine/x\0"), NGX_DECLINED, 0, ngx_null_string },
+};
+
+
+/*
+ * The scheme must be lowercase "http" or "https": the code compares with
+ * ngx_strncmp(), and DESIGN names exactly those two.  RFC 3986 makes
+ * schemes case-insensitive, but the value only comes from discovery,
+ * where Dynamo writes it lowercase, so "HTTP://" is refused rather than
+ * normalised.
+ */
+
+static ngx_http_dynamo_rl_test_str_t  ngx_http_dynamo_rl_test_urls[] = {
+    { ngx_string("http://10.0.3.17:8081"), NGX_OK, NULL },
+    { ngx_string("http://10.0.3.17:8081/"), NGX_OK, NULL },
+    { ngx_string("https://h"), NGX_OK, NULL },
+    { ngx_string("https://h:443"), NGX_OK, NULL },
+    { ngx_string("http://h/"), NGX_OK, NULL },
+    { ngx_string("http://h:1"), NGX_OK, NULL },
+    { ngx_string("http://h:65535"), NGX_OK, NULL },
+    { ngx_string("http://h:65535/"), NGX_OK, NULL },
+    { ngx_string("http://[::1]:8081"), NGX_OK, NULL },
+    { ngx_string("http://[::1]"), NGX_OK, NULL },
+    { ngx_string("http://[::1]/"), NGX_OK, NULL },
+    { ngx_string("http://[2001:DB8::a]:8081/"), NGX_OK, NULL },
+    { ngx_string("http://[::ffff:10.0.0.1]:80"), NGX_OK, NULL },
+    { ngx_string("http://my-host.example:1"), NGX_OK, NULL },
+    { ngx_string("http://localhost:8081"), NGX_OK, NULL },
+    { ngx_string("http://worker-0.worker.ns.svc.cluster.local:9090"),
+      NGX_OK, NULL },
+    { ngx_string(""), NGX_DECLINED, NULL },
+    { ngx_string("ftp://h"), NGX_DECLINED, NULL },
+    { ngx_string("file:///etc/passwd"), NGX_DECLINED, NULL },
+    { ngx_string("HTTP://h"), NGX_DECLINED, NULL },
+    { ngx_string("Http://h"), NGX_DECLINED, NULL },
+    { ngx_string("HTTPS://h"), NGX_DECLINED, NULL },
+    { ngx_string("http:/h"), NGX_DECLINED, NULL },
+    { ngx_string("http:h"), NGX_DECLINED, NULL },
+    { ngx_string("//h"), NGX_DECLINED, NULL },
+    { ngx_string("h:8081"), NGX_DECLINED, NULL },
+    { ngx_string("http://"), NGX_DECLINED, NULL },
+    { ngx_string("https://"), NGX_DECLINED, NULL },
+    { ngx_string("http:///"), NGX_DECLINED, NULL },
+    { ngx_string("http:///x"), NGX_DECLINED, NULL },
+    { ngx_string("http://:80"), NGX_DECLINED, NULL },
+    { ngx_string("http://user@h"), NGX_DECLINED, NULL },
+    { ngx_string("http://user:pw@h"), NGX_DECLINED, NULL },
+    { ngx_string("http://h@evil"), NGX_DECLINED, NULL },
+    { ngx_string("http://h?x"), NGX_DECLINED, NULL },
+    { ngx_string("http://h/?x"), NGX_DECLINED, NULL },
+    { ngx_string("http://h#f"), NGX_DECLINED, NULL },
+    { ngx_string("http://h/#f"), NGX_DECLINED, NULL },
+    { ngx_string("http://h/path"), NGX_DECLINED, NULL },
+    { ngx_string("http://h:80/path"), NGX_DECLINED, NULL },
+    { ngx_string("http://h//"), NGX_DECLINED, NULL },
+    { ngx_string("http://h:0"), NGX_DECLINED, NULL },
+    { ngx_string("http://h:00000"), NGX_DECLINED, NULL },
+    { ngx_string("http://h:65536"), NGX_DECLINED, NULL },
+    { ngx_string("http://h:99999"), NGX_DECLINED, NULL },
+    { ngx_string("http://h:123456"), NGX_DECLINED, NULL },
+    { ngx_string("http://h:4294967377"), NGX_DECLINED, NULL },
+    { ngx_string("http://h:"), NGX_DECLINED, NULL },
+    { ngx_string("http://h:/"), NGX_DECLINED, NULL },
+    { ngx_string("http://h:80x"), NGX_DECLINED, NULL },
+    { ngx_string("http://h:-1"), NGX_DECLINED, NULL },
+    { ngx_string("http://h:+80"), NGX_DECLINED, NULL },
+    { ngx_string("http://h: 80"), NGX_DECLINED, NULL },
+    { ngx_string("http://h:80:81"), NGX_DECLINED, NULL },
+    { ngx_string("http://h h"), NGX_DECLINED, NULL },
+    { ngx_string(" http://h"), NGX_DECLINED, NULL },
+    { ngx_string("http://h "), NGX_DECLINED, NULL },
+    { ngx_string("http://h:80 "), NGX_DECLINED, NULL },
+    { ngx_string("http://h/ "), NGX_DECLINED, NULL },
+    { ngx_string("http://h\r\n"), NGX_DECLINED, NULL },
+    { ngx_string("http://h\t"), NGX_DECLINED, NULL },
+    { ngx_string("http://h\0"), NGX_DECLINED, NULL },
+    { ngx_string("http://h\0.evil"), NGX_DECLINED, NULL },
+    { ngx_string("http://[::1"), NGX_DECLINED, NULL },
+    { ngx_string("http://::1"), NGX_DECLINED, NULL },
+    { ngx_string("http://[::1]x"), NGX_DECLINED, NULL },
+    { ngx_string("http://[::1]:"), NGX_DECLINED, NULL },
+    { ngx_string("http://[::1]]"), NGX_DECLINED, NULL },
+    { ngx_string("http://[]"), NGX_DECLINED, NULL },
+    { ngx_string("http://[g::1]"), NGX_DECLINED, NULL },
+    { ngx_string("http://[fe80::1%25eth0]"), NGX_DECLINED, NULL },
+    { ngx_string("http://[fe80::1%eth0]"), NGX_DECLINED, NULL },
+    { ngx_string("http://h\\@evil"), NGX_DECLINED, NULL },
+    { ngx_string("http://h\\"), NGX_DECLINED, NULL },
+    { ngx_string("http://h%2F"), NGX_DECLINED, NULL },
+    { ngx_string("http://h;x"), NGX_DECLINED, NULL },
+    { ngx_string("http://.."), NGX_DECLINED, NULL },
+    { ngx_string("http://."), NGX_DECLINED, NULL },
+    { ngx_string("http://.h"), NGX_DECLINED, NULL },
+    { ngx_string("http://a..b"), NGX_DECLINED, NULL },
+    { ngx_string("http://a..b:80"), NGX_DECLINED, NULL },
+    { ngx_string("http://h\xc3\xa9"), NGX_DECLINED, NULL },
+    { ngx_string("http://h\x80"), NGX_DECLINED, NULL },
+};
+
+
+static ngx_http_dynamo_rl_test_ns_t  ngx_http_dynamo_rl_test_nss[] = {
+    { NGX_HTTP_DYNAMO_RL_NS_ANY, ngx_string(""), ngx_string(""),
+      NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_ANY, ngx_string(""), ngx_string("anything"),
+      NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_ANY, ngx_string("ns"), ngx_string("other"),
+      NGX_OK, NULL },
+
+    { NGX_HTTP_DYNAMO_RL_NS_EXACT, ngx_string("ns"), ngx_string("ns"),
+      NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_EXACT, ngx_string("ns"), ngx_string("ns-abc"),
+      NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_EXACT, ngx_string("ns"), ngx_string("n"),
+      NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_EXACT, ngx_string("ns"), ngx_string("NS"),
+      NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_EXACT, ngx_string("ns"), ngx_string("nS"),
+      NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_EXACT, ngx_string("ns"), ngx_string("ms"),
+      NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_EXACT, ngx_string("ns"), ngx_string(""),
+      NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_EXACT, ngx_string(""), ngx_string(""),
+      NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_EXACT, ngx_string(""), ngx_string("ns"),
+      NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_EXACT, ngx_string("ns-s"), ngx_string("ns-s"),
+      NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_EXACT, ngx_string("ns-s"), ngx_string("ns"),
+      NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_EXACT, ngx_string("n\0s"), ngx_string("n\0s"),
+      NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_EXACT, ngx_string("n\0s"), ngx_string("n\0t"),
+      NGX_DECLINED, NULL },
+
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns"), ngx_string("ns"),
+      NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns"),
+      ngx_string("ns-abc123"), NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns"), ngx_string("ns-"),
+      NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns"), ngx_string("ns2"),
+      NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns"), ngx_string("ns_a"),
+      NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns"),
+      ngx_string("nsother-abc123"), NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns"), ngx_string("other-ns"),
+      NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns"), ngx_string(""),
+      NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns"), ngx_string("n"),
+      NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns"), ngx_string("NS-a"),
+      NGX_DECLINED, NULL },
+
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("myns-dgd"),
+      ngx_string("myns-dgd"), NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("myns-dgd"),
+      ngx_string("myns-dgd-abc123"), NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("myns-dgd"),
+      ngx_string("myns-dgd2"), NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("myns-dgd"),
+      ngx_string("myns"), NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("myns-dgd"),
+      ngx_string("myns-dg"), NGX_DECLINED, NULL },
+
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns-"), ngx_string("ns-abc"),
+      NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns-"), ngx_string("ns-"),
+      NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns-"), ngx_string("ns--x"),
+      NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns-"),
+      ngx_string("ns2-abc"), NGX_DECLINED, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("ns-"), ngx_string("ns"),
+      NGX_DECLINED, NULL },
+
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("dynamo"),
+      ngx_string("dynamo"), NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("dynamo"),
+      ngx_string("dynamo-x"), NGX_OK, NULL },
+
+    /*
+     * DESIGN, "Discovery plane": "prefix=dynamo matches every namespace"
+     * (Dynamo's global namespace); namespace_match() has no such case
+     */
+
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("dynamo"),
+      ngx_string("myns-dgd-abc123"), NGX_OK,
+      "bug: DESIGN says prefix=dynamo matches every namespace" },
+};
+
+
+int
+main(void)
+{
+    ngx_http_dynamo_rl_tap_t  t;
+
+    t.n = 0;
+    t.failed = 0;
+
+    ngx_http_dynamo_rl_test_attempt_id(&t);
+    ngx_http_dynamo_rl_test_uuid7(&t);
+    ngx_http_dynamo_rl_test_target(&t);
+    ngx_http_dynamo_rl_test_u64(&t);
+    ngx_http_dynamo_rl_test_route(&t);
+    ngx_http_dynamo_rl_test_admin(&t);
+    ngx_http_dynamo_rl_test_url(&t);
+    ngx_http_dynamo_rl_test_ns(&t);
+
+    /* a trailing plan: a crash part way through leaves no plan at all */
+
+    printf("1..%lu\n", (unsigned long) t.n);
+
+    if (t.failed) {
+        printf("# %lu of %lu tests failed\n", (unsigned long) t.failed,
+               (unsigned long) t.n);
+        return 1;
+    }
+
+    return 0;
+}
+
+
+static void
+ngx_http_dynamo_rl_tap(ngx_http_dynamo_rl_tap_t *t, ngx_uint_t ok,
+    char *name, char *todo, char *diag)
+{
+    t->n++;
+
+    printf("%sok %lu - %s", ok ? "" : "not ", (unsigned long) t->n, name);
+
+    if (todo != NULL) {
+        printf(" # TODO %s", todo);
+    }
+
+    printf("\n");
+
+    if (ok) {
+        return;
+    }
+
+    if (diag != NULL) {
+        printf("#   %s\n", diag);
+    }
+
+    if (todo == NULL) {
+        t->failed++;
+    }
+}
+
+
+/*
+ * makes a TAP-safe, printable copy: controls, non-ASCII bytes, quotes,
+ * backslashes and "#" (which starts a TAP directive) become \xNN
+ */
+
+static char *
+ngx_http_dynamo_rl_test_escape(char *dst, size_t size, u_char *p,
+    size_t len)
+{
+    char   *d, *last;
+    u_char  c;
+    size_t  i;
+
+    static char  hex[] = "0123456789abcdef";
+
+    d = dst;
+    last = dst + size - 1;
+
+    for (i = 0; i < len; i++) {
+        c = p[i];
+
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '#') {
+            if (d == last) {
+                break;
+            }
+
+            *d++ = (char) c;
+            continue;
+        }
+
+        if (last - d < 4) {
+            break;
+        }
+
+        *d++ = '\\';
+        *d++ = 'x';
+        *d++ = hex[c >> 4];
+        *d++ = hex[c & 0x0f];
+    }
+
+    *d = '\0';
+
+    return dst;
+}
+
+
+static char *
+ngx_http_dynamo_rl_test_rc(ngx_int_t rc)
+{
+    switch (rc) {
+
+    case NGX_OK:
+        return "NGX_OK";
+
+    case NGX_DECLINED:
+        return "NGX_DECLINED";
+
+    default:
+        return "unexpected";
+    }
+}
+
+
+static void
+ngx_http_dynamo_rl_test_str(ngx_http_dynamo_rl_tap_t *t, char *func,
+    ngx_http_dynamo_rl_test_str_pt handler,
+    ngx_http_dynamo_rl_test_str_t *cases, ngx_uint_t n)
+{
+    char        esc[NGX_HTTP_DYNAMO_RL_TEST_ESC];
+    char        name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    char        diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    ngx_int_t   rc;
+    ngx_uint_t  i;
+
+    for (i = 0; i < n; i++) {
+        rc = handler(cases[i].in.data, cases[i].in.len);
+
+        ngx_http_dynamo_rl_test_escape(esc, sizeof(esc), cases[i].in.data,
+                                       cases[i].in.len);
+
+        snprintf(name, sizeof(name), "%s(\"%s\") is %s", func, esc,
+                 cases[i].rc == NGX_OK ? "accepted" : "refused");
+        snprintf(diag, sizeof(diag), "got %s, expected %s",
+                 ngx_http_dynamo_rl_test_rc(rc),
+                 ngx_http_dynamo_rl_test_rc(cases[i].rc));
+
+        ngx_http_dynamo_rl_tap(t, rc == cases[i].rc, name, cases[i].todo,
+                               diag);
+    }
+}
+
+
+static void
+ngx_http_dynamo_rl_test_one(ngx_http_dynamo_rl_tap_t *t, char *func,
+    ngx_http_dynamo_rl_test_str_pt handler, u_char *p, size_t len,
+    ngx_int_t expect, char *what)
+{
+    char       name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    char       diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    ngx_int_t  rc;
+
+    rc = handler(p, len);
+
+    snprintf(name, sizeof(name), "%s: %s is %s", func, what,
+             expect == NGX_OK ? "accepted" : "refused");
+    snprintf(diag, sizeof(diag), "got %s, expected %s",
+             ngx_http_dynamo_rl_test_rc(rc),
+             ngx_http_dynamo_rl_test_rc(expect));
+
+    ngx_http_dynamo_rl_tap(t, rc == expect, name, NULL, diag);
+}
+
+
+/* the reference set of attempt id bytes, written out independently */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_test_id_byte(u_char c)
+{
+    static char  allowed[] = "abcdefghijklmnopqrstuvwxyz"
+                             "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                             "0123456789._:-";
+
+    return c != '\0' && ngx_strchr(allowed, c) != NULL;
+}
+
+
+static void
+ngx_http_dynamo_rl_test_attempt_id(ngx_http_dynamo_rl_tap_t *t)
+{
+    char        diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    u_char      buf[1024], three[3];
+    ngx_int_t   rc, expect;
+    ngx_uint_t  i, c, pos, bad;
+
+    static char  *where[] = { "alone", "first", "middle", "last" };
+    static char   mixed[] = "azAZ09._:-";
+
+    ngx_http_dynamo_rl_test_str(t, "attempt_id_valid",
+                                ngx_http_dynamo_rl_attempt_id_valid,
+                                ngx_http_dynamo_rl_test_ids,
+                                sizeof(ngx_http_dynamo_rl_test_ids)
+                                / sizeof(ngx_http_dynamo_rl_test_ids[0]));
+
+    /* lengths around NGX_HTTP_DYNAMO_RL_ATTEMPT_ID_LEN */
+
+    ngx_memset(buf, 'a', sizeof(buf));
+
+    ngx_http_dynamo_rl_test_one(t, "attempt_id_valid",
+                                ngx_http_dynamo_rl_attempt_id_valid,
+                                buf, 127, NGX_OK, "127 bytes");
+    ngx_http_dynamo_rl_test_one(t, "attempt_id_valid",
+                                ngx_http_dynamo_rl_attempt_id_valid,
+                                buf, 128, NGX_OK, "128 bytes");
+    ngx_http_dynamo_rl_test_one(t, "attempt_id_valid",
+                                ngx_http_dynamo_rl_attempt_id_valid,
+                                buf, 129, NGX_DECLINED, "129 bytes");
+    ngx_http_dynamo_rl_test_one(t, "attempt_id_valid",
+                                ngx_http_dynamo_rl_attempt_id_valid,
+                                buf, 256, NGX_DECLINED, "256 bytes");
+    ngx_http_dynamo_rl_test_one(t, "attempt_id_valid",
+                                ngx_http_dynamo_rl_attempt_id_valid,
+                                buf, sizeof(buf), NGX_DECLINED,
+                                "1024 bytes");
+
+    for (i = 0; i < 128; i++) {
+        buf[i] = (u_char) mixed[i % (sizeof(mixed) - 1)];
+    }
+
+    ngx_http_dynamo_rl_test_one(t, "attempt_id_valid",
+                                ngx_http_dynamo_rl_attempt_id_valid,
+                                buf, 128, NGX_OK,
+                                "128 bytes of every allowed class");
+
+    buf[127] = ' ';
+
+    ngx_http_dynamo_rl_test_one(t, "attempt_id_valid",
+                                ngx_http_dynamo_rl_attempt_id_valid,
+                                buf, 128, NGX_DECLINED,
+                                "128 bytes ending in a space");
+
+    /* only "len" bytes are read: what follows does not matter */
+
+    ngx_http_dynamo_rl_test_one(t, "attempt_id_valid",
+                                ngx_http_dynamo_rl_attempt_id_valid,
+                                (u_char *) "abc def", 3, NGX_OK,
+                                "\"abc\" followed by \" def\"");
+
+    /* every byte value, alone and at each position, against the set */
+
+    for (pos = 0; pos < 4; pos++) {
+        bad = 256;
+
+        for (c = 0; c < 256; c++) {
+            three[0] = 'a';
+            three[1] = 'b';
+            three[2] = 'c';
+
+            switch (pos) {
+
+            case 0:
+                three[0] = (u_char) c;
+                rc = ngx_http_dynamo_rl_attempt_id_valid(three, 1);
+                break;
+
+            case 1:
+                three[0] = (u_char) c;
+                rc = ngx_http_dynamo_rl_attempt_id_valid(three, 3);
+                break;
+
+            case 2:
+                three[1] = (u_char) c;
+                rc = ngx_http_dynamo_rl_attempt_id_valid(three, 3);
+                break;
+
+            default:
+                three[2] = (u_char) c;
+                rc = ngx_http_dynamo_rl_attempt_id_valid(three, 3);
+                break;
+            }
+
+            expect = ngx_http_dynamo_rl_test_id_byte((u_char) c)
+                     ? NGX_OK : NGX_DECLINED;
+
+            if (rc != expect) {
+                bad = c;
+                break;
+            }
+        }
+
+        snprintf(diag, sizeof(diag), "byte 0x%02lx: got %s",
+                 (unsigned long) bad, ngx_http_dynamo_rl_test_rc(rc));
+        snprintf((char *) buf, sizeof(buf),
+                 "attempt_id_valid: each byte 0x00..0xff %s agrees with"
+                 " [A-Za-z0-9._:-]", where[pos]);
+
+        ngx_http_dynamo_rl_tap(t, bad == 256, (char *) buf, NULL, diag);
+    }
+}
+
+
+static void
+ngx_http_dynamo_rl_test_uuid7(ngx_http_dynamo_rl_tap_t *t)
+{
+    char                            *err;
+    char                             name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    char                             diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    u_char                          *end;
+    u_char                           out[NGX_HTTP_DYNAMO_RL_UUID_LEN + 1];
+    u_char                           rnd[10], copy[10];
+    uint64_t                         ms, x;
+    ngx_uint_t                       i, j, n;
+    ngx_http_dynamo_rl_test_uuid_t  *u;
+
+    n = sizeof(ngx_http_dynamo_rl_test_uuids)
+        / sizeof(ngx_http_dynamo_rl_test_uuids[0]);
+
+    for (i = 0; i < n; i++) {
+        u = &ngx_http_dynamo_rl_test_uuids[i];
+
+        ngx_memset(out, 0xa5, sizeof(out));
+        ngx_memcpy(copy, u->rnd, sizeof(copy));
+
+        end = ngx_http_dynamo_rl_uuid7(out, u->ms, u->rnd);
+
+        snprintf(name, sizeof(name), "uuid7(0x%016llx) is %s",
+                 (unsigned long long) u->ms, u->expect);
+        snprintf(diag, sizeof(diag), "got \"%.36s\"", (char *) out);
+
+        ngx_http_dynamo_rl_tap(t, end == out + NGX_HTTP_DYNAMO_RL_UUID_LEN
+                               && out[NGX_HTTP_DYNAMO_RL_UUID_LEN] == 0xa5
+                               && ngx_memcmp(out, u->expect,
+                                             NGX_HTTP_DYNAMO_RL_UUID_LEN)
+                                  == 0,
+                               name, NULL, diag);
+
+        err = ngx_http_dynamo_rl_test_uuid_check(out, u->ms, u->rnd);
+
+        snprintf(name, sizeof(name), "uuid7(0x%016llx): version 7, variant"
+                 " 10, lowercase, hyphens, big-endian time, random bits",
+                 (unsigned long long) u->ms);
+
+        ngx_http_dynamo_rl_tap(t, err == NULL, name, NULL, err);
+
+        snprintf(name, sizeof(name), "uuid7(0x%016llx) is a valid attempt"
+                 " id", (unsigned long long) u->ms);
+
+        ngx_http_dynamo_rl_tap(t, ngx_http_dynamo_rl_attempt_id_valid(out,
+                                   NGX_HTTP_DYNAMO_RL_UUID_LEN) == NGX_OK,
+                               name, NULL, "refused");
+
+        ngx_http_dynamo_rl_tap(t, ngx_memcmp(copy, u->rnd, sizeof(copy))
+                                  == 0,
+                               "uuid7 leaves the random input unchanged",
+                               NULL, "rnd was modified");
+    }
+
+    /* many generated inputs: a fixed LCG, so the run is reproducible */
+
+    x = 0x9e3779b97f4a7c15ULL;
+    err = NULL;
+
+    for (i = 0; i < 10000 && err == NULL; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        ms = x >> (i % 17);
+
+        for (j = 0; j < 10; j++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            rnd[j] = (u_char) (x >> 56);
+        }
+
+        end = ngx_http_dynamo_rl_uuid7(out, ms, rnd);
+
+        if (end != out + NGX_HTTP_DYNAMO_RL_UUID_LEN) {
+            err = "wrong end pointer";
+            break;
+        }
+
+        err = ngx_http_dynamo_rl_test_uuid_check(out, ms, rnd);
+
+        if (err == NULL
+            && ngx_http_dynamo_rl_attempt_id_valid(out,
+                                   NGX_HTTP_DYNAMO_RL_UUID_LEN) != NGX_OK)
+        {
+            err = "not a valid attempt id";
+        }
+    }
+
+    ngx_http_dynamo_rl_tap(t, err == NULL,
+                           "uuid7: 10000 generated inputs keep the layout",
+                           NULL, err);
+}
+
+
+/*
+ * returns NULL if "u" is a well-formed UUIDv7 for "ms" and "rnd", or the
+ * first problem found
+ */
+
+static char *
+ngx_http_dynamo_rl_test_uuid_check(u_char *u, uint64_t ms, u_char *rnd)
+{
+    u_char      c, b[16];
+    uint64_t    ts;
+    ngx_uint_t  i, k;
+
+    k = 0;
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_UUID_LEN; i++) {
+        c = u[i];
+
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (c != '-') {
+                return "no hyphen at 8, 13, 18 or 23";
+            }
+
+            continue;
+        }
+
+        if (c >= '0' && c <= '9') {
+            c = (u_char) (c - '0');
+
+        } else if (c >= 'a' && c <= 'f') {
+            c = (u_char) (c - 'a' + 10);
+
+        } else {
+            return "not lowercase hex";
+        }
+
+        if (k % 2 == 0) {
+            b[k / 2] = (u_char) (c << 4);
+
+        } else {
+            b[k / 2] |= c;
+        }
+
+        k++;
+    }
+
+    if (u[14] != '7' || (b[6] >> 4) != 7) {
+        return "version nibble is not 7";
+    }
+
+    if ((b[8] & 0xc0) != 0x80) {
+        return "variant bits are not 10";
+    }
+
+    ts = 0;
+
+    for (i = 0; i < 6; i++) {
+        ts = (ts << 8) | b[i];
+    }
+
+    if (ts != (ms & 0xffffffffffffULL)) {
+        return "timestamp is not the low 48 bits of ms, big-endian";
+    }
+
+    if ((b[6] & 0x0f) != (rnd[0] & 0x0f)
+        || b[7] != rnd[1]
+        || (b[8] & 0x3f) != (rnd[2] & 0x3f)
+        || ngx_memcmp(&b[9], &rnd[3], 7) != 0)
+    {
+        return "random bits are not taken from rnd";
+    }
+
+    return NULL;
+}
+
+
+static void
+ngx_http_dynamo_rl_test_target(ngx_http_dynamo_rl_tap_t *t)
+{
+    char                              name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    char                              diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    char                              raw[NGX_HTTP_DYNAMO_RL_TEST_ESC];
+    ngx_int_t                         rc;
+    ngx_uint_t                        i, n;
+    ngx_http_dynamo_rl_test_target_t  *c;
+
+    n = sizeof(ngx_http_dynamo_rl_test_targets)
+        / sizeof(ngx_http_dynamo_rl_test_targets[0]);
+
+    for (i = 0; i < n; i++) {
+        c = &ngx_http_dynamo_rl_test_targets[i];
+
+        rc = ngx_http_dynamo_rl_target_canonical(c->raw.data, c->raw.len,
+                                                 c->uri.data, c->uri.len);
+
+        ngx_http_dynamo_rl_test_escape(raw, sizeof(raw), c->raw.data,
+                                       c->raw.len);
+
+        snprintf(name, sizeof(name), "target_canonical(\"%s\"): %s, %s",
+                 raw, c->what, c->rc == NGX_OK ? "accepted" : "refused");
+        snprintf(diag, sizeof(diag), "got %s, expected %s",
+                 ngx_http_dynamo_rl_test_rc(rc),
+                 ngx_http_dynamo_rl_test_rc(c->rc));
+
+        ngx_http_dynamo_rl_tap(t, rc == c->rc, name, NULL, diag);
+    }
+
+    /* the raw length is honoured: bytes after it are not looked at */
+
+    rc = ngx_http_dynamo_rl_target_canonical((u_char *) "/a/b", 2,
+                                             (u_char *) "/a", 2);
+
+    ngx_http_dynamo_rl_tap(t, rc == NGX_OK,
+                           "target_canonical: raw length honoured",
+                           NULL, "refused");
+}
+
+
+static void
+ngx_http_dynamo_rl_test_u64(ngx_http_dynamo_rl_tap_t *t)
+{
+    char                            esc[NGX_HTTP_DYNAMO_RL_TEST_ESC];
+    char                            name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    char                            diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    uint64_t                        v;
+    ngx_int_t                       rc;
+    ngx_uint_t                      i, n, ok;
+    ngx_http_dynamo_rl_test_u64_t  *c;
+
+    n = sizeof(ngx_http_dynamo_rl_test_u64s)
+        / sizeof(ngx_http_dynamo_rl_test_u64s[0]);
+
+    for (i = 0; i < n; i++) {
+        c = &ngx_http_dynamo_rl_test_u64s[i];
+
+        v = 0xdeadbeefULL;
+        rc = ngx_http_dynamo_rl_parse_u64(c->in.data, c->in.len, &v);
+
+        ok = (rc == c->rc && (rc != NGX_OK || v == c->value));
+
+        ngx_http_dynamo_rl_test_escape(esc, sizeof(esc), c->in.data,
+                                       c->in.len);
+
+        if (c->rc == NGX_OK) {
+            snprintf(name, sizeof(name), "parse_u64(\"%s\") is %llu", esc,
+                     (unsigned long long) c->value);
+
+        } else {
+            snprintf(name, sizeof(name), "parse_u64(\"%s\") is refused",
+                     esc);
+        }
+
+        snprintf(diag, sizeof(diag), "got %s, value %llu",
+                 ngx_http_dynamo_rl_test_rc(rc), (unsigned long long) v);
+
+        ngx_http_dynamo_rl_tap(t, ok, name, NULL, diag);
+    }
+
+    /* only "len" bytes are read */
+
+    v = 0;
+    rc = ngx_http_dynamo_rl_parse_u64((u_char *) "123x", 3, &v);
+
+    snprintf(diag, sizeof(diag), "got %s, value %llu",
+             ngx_http_dynamo_rl_test_rc(rc), (unsigned long long) v);
+
+    ngx_http_dynamo_rl_tap(t, rc == NGX_OK && v == 123,
+                           "parse_u64: \"123\" followed by \"x\" is"
+                           " 123", NULL, diag);
+}
+
+
+static void
+ngx_http_dynamo_rl_test_route(ngx_http_dynamo_rl_tap_t *t)
+{
+    ngx_http_dynamo_rl_test_str(t, "route_valid",
+                                ngx_http_dynamo_rl_route_valid,
+                                ngx_http_dynamo_rl_test_routes,
+                                sizeof(ngx_http_dynamo_rl_test_routes)
+                                / sizeof(ngx_http_dynamo_rl_test_routes[0]));
+
+    ngx_http_dynamo_rl_test_one(t, "route_valid",
+                                ngx_http_dynamo_rl_route_valid,
+                                (u_char *) "a/b/", 3, NGX_OK,
+                                "\"a/b\" followed by \"/\"");
+}
+
+
+static void
+ngx_http_dynamo_rl_test_admin(ngx_http_dynamo_rl_tap_t *t)
+{
+    char                              esc[NGX_HTTP_DYNAMO_RL_TEST_ESC];
+    char                              name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    char                              diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    char                              rt[NGX_HTTP_DYNAMO_RL_TEST_ESC];
+    uint64_t                          id;
+    ngx_int_t                         rc;
+    ngx_str_t                         route;
+    ngx_uint_t                        i, n, ok;
+    ngx_http_dynamo_rl_test_admin_t  *c;
+
+    n = sizeof(ngx_http_dynamo_rl_test_admins)
+        / sizeof(ngx_http_dynamo_rl_test_admins[0]);
+
+    for (i = 0; i < n; i++) {
+        c = &ngx_http_dynamo_rl_test_admins[i];
+
+        id = 0xdeadbeefULL;
+        route.data = NULL;
+        route.len = 0;
+
+        rc = ngx_http_dynamo_rl_parse_admin_path(c->in.data, c->in.len, &id,
+                                                 &route);
+
+        /* the route points into the input, at its end */
+
+        ok = (rc == c->rc
+              && (rc != NGX_OK
+                  || (id == c->id
+                      && route.len == c->route.len
+                      && route.data == c->in.data + c->in.len - route.len
+                      && ngx_memcmp(route.data, c->route.data, route.len)
+                         == 0)));
+
+        ngx_http_dynamo_rl_test_escape(esc, sizeof(esc), c->in.data,
+                                       c->in.len);
+
+        if (c->rc == NGX_OK) {
+            snprintf(name, sizeof(name), "parse_admin_path(\"%s\") is id"
+                     " %llu, route \"%.*s\"", esc,
+                     (unsigned long long) c->id, (int) c->route.len,
+                     (char *) c->route.data);
+
+        } else {
+            snprintf(name, sizeof(name), "parse_admin_path(\"%s\") is"
+                     " refused", esc);
+        }
+
+        if (rc == NGX_OK && route.data != NULL) {
+            ngx_http_dynamo_rl_test_escape(rt, sizeof(rt), route.data,
+                                           route.len);
+
+        } else {
+            rt[0] = '\0';
+        }
+
+        snprintf(diag, sizeof(diag), "got %s, id %llu, route \"%s\"",
+                 ngx_http_dynamo_rl_test_rc(rc), (unsigned long long) id,
+                 rt);
+
+        ngx_http_dynamo_rl_tap(t, ok, name, NULL, diag);
+    }
+
+    /* only "len" bytes are read */
+
+    rc = ngx_http_dynamo_rl_parse_admin_path((u_char *) "12/engine/x/", 11,
+                                             &id, &route);
+
+    ngx_http_dynamo_rl_tap(t, rc == NGX_OK && id == 12 && route.len == 1
+                              && route.data[0] == 'x',
+                           "parse_admin_path: length honoured", NULL,
+                           ngx_http_dynamo_rl_test_rc(rc));
+}
+
+
+static void
+ngx_http_dynamo_rl_test_url(ngx_http_dynamo_rl_tap_t *t)
+{
+    u_char  label[80];
+
+    ngx_http_dynamo_rl_test_str(t, "system_url_valid",
+                                ngx_http_dynamo_rl_system_url_valid,
+                                ngx_http_dynamo_rl_test_urls,
+                                sizeof(ngx_http_dynamo_rl_test_urls)
+                                / sizeof(ngx_http_dynamo_rl_test_urls[0]));
+
+    /* only "len" bytes are read */
+
+    ngx_http_dynamo_rl_test_one(t, "system_url_valid",
+                                ngx_http_dynamo_rl_system_url_valid,
+                                (u_char *) "http://h/path", 8, NGX_OK,
+                                "\"http://h\" followed by \"/path\"");
+    ngx_http_dynamo_rl_test_one(t, "system_url_valid",
+                                ngx_http_dynamo_rl_system_url_valid,
+                                (u_char *) "http://h:80x", 11, NGX_OK,
+                                "\"http://h:80\" followed by \"x\"");
+
+    /* DNS labels are at most 63 bytes */
+
+    ngx_memcpy(label, "http://", 7);
+    ngx_memset(label + 7, 'a', sizeof(label) - 7);
+
+    ngx_http_dynamo_rl_test_one(t, "system_url_valid",
+                                ngx_http_dynamo_rl_system_url_valid,
+                                label, 7 + 63, NGX_OK, "a 63-byte label");
+    ngx_http_dynamo_rl_test_one(t, "system_url_valid",
+                                ngx_http_dynamo_rl_system_url_valid,
+                                label, 7 + 64, NGX_DECLINED,
+                                "a 64-byte label");
+}
+
+
+static void
+ngx_http_dynamo_rl_test_ns(ngx_http_dynamo_rl_tap_t *t)
+{
+    char                           name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    char                           diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    char                           scope[NGX_HTTP_DYNAMO_RL_TEST_ESC];
+    char                           ns[NGX_HTTP_DYNAMO_RL_TEST_ESC];
+    char                          *mode;
+    ngx_int_t                      rc;
+    ngx_uint_t                     i, n;
+    ngx_http_dynamo_rl_test_ns_t  *c;
+
+    n = sizeof(ngx_http_dynamo_rl_test_nss)
+        / sizeof(ngx_http_dynamo_rl_test_nss[0]);
+
+    for (i = 0; i < n; i++) {
+        c = &ngx_http_dynamo_rl_test_nss[i];
+
+        rc = ngx_http_dynamo_rl_namespace_match(c->mode, &c->scope,
+                                                c->ns.data, c->ns.len);
+
+        switch (c->mode) {
+
+        case NGX_HTTP_DYNAMO_RL_NS_ANY:
+            mode = "any";
+            break;
+
+        case NGX_HTTP_DYNAMO_RL_NS_EXACT:
+            mode = "exact";
+            break;
+
+        default:
+            mode = "prefix";
+            break;
+        }
+
+        ngx_http_dynamo_rl_test_escape(scope, sizeof(scope), c->scope.data,
+                                       c->scope.len);
+        ngx_http_dynamo_rl_test_escape(ns, sizeof(ns), c->ns.data,
+                                       c->ns.len);
+
+        snprintf(name, sizeof(name), "namespace_match %s=\"%s\" %s \"%s\"",
+                 mode, scope, c->rc == NGX_OK ? "matches" : "does not match",
+                 ns);
+        snprintf(diag, sizeof(diag), "got %s, expected %s",
+                 ngx_http_dynamo_rl_test_rc(rc),
+                 ngx_http_dynamo_rl_test_rc(c->rc));
+
+        ngx_http_dynamo_rl_tap(t, rc == c->rc, name, c->todo, diag);
+    }
+}
