@@ -43,7 +43,7 @@ deps:
 test-deps:
 	@util/apt-ensure $(TEST_DEBS)
 
-$(NGX_BUILD)/Makefile: config
+$(NGX_BUILD)/objs/Makefile: config
 	@test -f $(NGX_SRC)/conf_flags || { echo "$(NGX_SRC) is missing:" \
 	    "run 'make deps' (needs nginx-dev)" >&2; exit 1; }
 	rm -rf $(NGX_BUILD)
@@ -56,7 +56,7 @@ $(NGX_BUILD)/Makefile: config
 	    --add-dynamic-module=$(CURDIR) > $(BUILD)/configure.log 2>&1 \
 	    || { tail -20 $(BUILD)/configure.log; exit 1; }
 
-$(MODULE): $(NGX_BUILD)/Makefile $(SOURCES)
+$(MODULE): $(NGX_BUILD)/objs/Makefile $(SOURCES)
 	$(MAKE) -C $(NGX_BUILD) -f objs/Makefile modules
 	cp $(NGX_BUILD)/objs/ngx_http_dynamo_rl_module.so $@
 
@@ -66,22 +66,31 @@ $(MODULE): $(NGX_BUILD)/Makefile $(SOURCES)
 NGX_INCS = $(addprefix -I$(NGX_BUILD)/, src/core src/event \
            src/event/modules src/os/unix src/http src/http/modules \
            src/http/v2 objs) -I$(SRCDIR)
-PURE     = $(SRCDIR)/ngx_http_dynamo_rl_parse.c
+PURE     = $(SRCDIR)/ngx_http_dynamo_rl_parse.c \
+           $(SRCDIR)/ngx_http_dynamo_rl_json.c
 
 $(BUILD)/unit-tests: t/unit/unit_tests.c $(PURE) $(SRCDIR)/*.h \
-        $(NGX_BUILD)/Makefile
+        $(NGX_BUILD)/objs/Makefile
 	$(CC) -g -O1 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ \
-	    t/unit/unit_tests.c $(PURE)
+	    t/unit/unit_tests.c $(PURE) -ljansson
 
-unit: $(BUILD)/unit-tests
-	$(PROVE) -e '' $(BUILD)/unit-tests
+$(BUILD)/snapshot-tests: t/unit/snapshot_tests.c $(PURE) $(SRCDIR)/*.h \
+        $(NGX_BUILD)/objs/Makefile
+	$(CC) -g -O1 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ \
+	    t/unit/snapshot_tests.c $(PURE) -ljansson
+
+UNITS    = $(BUILD)/unit-tests $(BUILD)/snapshot-tests
+
+unit: $(UNITS)
+	$(PROVE) -e '' $(UNITS)
 
 FUZZERS := $(patsubst t/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard t/fuzz/fuzz_*.c))
 
-$(BUILD)/fuzz/%: t/fuzz/%.c $(PURE) $(SRCDIR)/*.h $(NGX_BUILD)/Makefile
+$(BUILD)/fuzz/%: t/fuzz/%.c $(PURE) $(SRCDIR)/*.h $(NGX_BUILD)/objs/Makefile
 	@mkdir -p $(BUILD)/fuzz
 	clang -g -O1 -fsanitize=fuzzer,address,undefined \
-	    -fno-sanitize-recover=undefined $(NGX_INCS) -o $@ $< $(PURE)
+	    -fno-sanitize-recover=undefined $(NGX_INCS) -o $@ $< $(PURE) \
+	    -ljansson
 
 fuzz: $(FUZZERS)
 	@for f in $(FUZZERS); do n=$$(basename $$f); \
@@ -96,17 +105,17 @@ fuzz: $(FUZZERS)
 fuzz-smoke:
 	$(MAKE) fuzz FUZZ_TIME=5
 
-test: test-deps build $(BUILD)/unit-tests $(FUZZERS)
+test: test-deps build $(UNITS) $(FUZZERS)
 	$(MAKE) fuzz-smoke
-	$(PROVE) $(PROVE_OPTS) -e '' $(BUILD)/unit-tests
+	$(PROVE) $(PROVE_OPTS) -e '' $(UNITS)
 	TEST_NGINX_MODULES=$(BUILD) $(PROVE) $(PROVE_OPTS) -I t/lib -r t/
 
 lint:
 	util/check-style
 
-cppcheck: $(NGX_BUILD)/Makefile
+cppcheck: $(NGX_BUILD)/objs/Makefile
 	cppcheck -q --enable=warning,portability,performance \
-	    --error-exitcode=1 --inline-suppr $(NGX_INCS) \
+	    --error-exitcode=1 --inline-suppr --suppress=toomanyconfigs $(NGX_INCS) \
 	    $(SRCDIR)/*.c
 
 check: lint cppcheck test

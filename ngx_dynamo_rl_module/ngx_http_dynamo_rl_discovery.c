@@ -283,7 +283,16 @@ ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    if (sh->raw != NULL && now - sh->fetched <= drlcf->discovery_valid) {
+    /*
+     * a snapshot stored since this request began to refresh or wait is
+     * the one it asked for, however short "valid" is
+     */
+
+    if (sh->raw != NULL
+        && (now - sh->fetched <= drlcf->discovery_valid
+            || (ctx->refresh != NGX_HTTP_DYNAMO_RL_REFRESH_NONE
+                && sh->generation != ctx->seen)))
+    {
         ngx_shmtx_unlock(&zone->shpool->mutex);
         goto fresh;
     }
@@ -292,12 +301,16 @@ ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
         || (ctx->refresh == NGX_HTTP_DYNAMO_RL_REFRESH_WAITING
             && sh->flights != ctx->flights))
     {
-        /* the flight this request waited for ended without a snapshot */
+        /* the flight this request ran or waited for stored nothing */
 
         ngx_shmtx_unlock(&zone->shpool->mutex);
 
         ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_FAILED;
         return NGX_DECLINED;
+    }
+
+    if (ctx->refresh == NGX_HTTP_DYNAMO_RL_REFRESH_NONE) {
+        ctx->seen = sh->generation;
     }
 
     if (!sh->updating
@@ -332,10 +345,7 @@ ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
                    "dynamo rl discovery: waiting for flight %ui",
                    ctx->flights);
 
-    if (ctx->refresh != NGX_HTTP_DYNAMO_RL_REFRESH_WAITING) {
-        ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_WAITING;
-        ctx->wait_start = now;
-    }
+    ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_WAITING;
 
     r->read_event_handler = ngx_http_test_reading;
     r->write_event_handler = ngx_http_dynamo_rl_wait_handler;

@@ -26,6 +26,7 @@ static ngx_int_t ngx_http_dynamo_rl_json_transport(json_t *obj);
 static ngx_int_t ngx_http_dynamo_rl_json_routes(json_t *obj,
     ngx_http_dynamo_rl_worker_t *w, ngx_http_dynamo_rl_alloc_pt alloc,
     void *data, ngx_http_dynamo_rl_index_t *index);
+static ngx_uint_t ngx_http_dynamo_rl_json_integer(u_char *p, u_char *last);
 static int ngx_libc_cdecl ngx_http_dynamo_rl_cmp_workers(const void *one,
     const void *two);
 static int ngx_libc_cdecl ngx_http_dynamo_rl_cmp_routes(const void *one,
@@ -80,11 +81,26 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
     for (k = 0; k < scan.nworkers; k++) {
         sw = &scan.workers[k];
 
-        if (sw->id_start == NULL
-            || ngx_http_dynamo_rl_parse_u64(sw->id_start,
-                                            sw->id_end - sw->id_start, &id)
-               != NGX_OK)
+        if (sw->id_start == NULL) {
+            continue;
+        }
+
+        if (ngx_http_dynamo_rl_parse_u64(sw->id_start,
+                                         sw->id_end - sw->id_start, &id)
+            != NGX_OK)
         {
+            /*
+             * a JSON integer outside u64, such as 2^64, would fail the
+             * whole document in jansson: it becomes null, and only its
+             * worker is invalid
+             */
+
+            if (ngx_http_dynamo_rl_json_integer(sw->id_start, sw->id_end)) {
+                p = ngx_cpymem(p, q, sw->id_start - q);
+                p = ngx_cpymem(p, "null", 4);
+                q = sw->id_end;
+            }
+
             sw->id_start = NULL;
             continue;
         }
@@ -119,8 +135,9 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
     if (root == NULL) {
         err->line = jerr.line;
         err->column = jerr.column;
-        ngx_cpystrn((u_char *) err->text, (u_char *) jerr.text,
-                    sizeof(err->text));
+        n = ngx_min(ngx_strlen(jerr.text), sizeof(err->text) - 1);
+        ngx_memcpy(err->text, jerr.text, n);
+        err->text[n] = '\0';
         return NGX_DECLINED;
     }
 
@@ -505,6 +522,29 @@ ngx_http_dynamo_rl_json_routes(json_t *obj, ngx_http_dynamo_rl_worker_t *w,
               ngx_http_dynamo_rl_cmp_routes);
 
     return NGX_OK;
+}
+
+
+/* -?(0|[1-9][0-9]*), the JSON integer grammar */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_json_integer(u_char *p, u_char *last)
+{
+    if (p < last && *p == '-') {
+        p++;
+    }
+
+    if (p == last || (*p == '0' && last - p > 1)) {
+        return 0;
+    }
+
+    for ( /* void */ ; p < last; p++) {
+        if (*p < '0' || *p > '9') {
+            return 0;
+        }
+    }
+
+    return 1;
 }
 
 

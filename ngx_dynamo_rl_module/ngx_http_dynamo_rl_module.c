@@ -30,6 +30,10 @@ static char *ngx_http_dynamo_rl_header_name(ngx_conf_t *cf,
 
 static void ngx_http_dynamo_rl_cleanup(void *data);
 static ngx_int_t ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx);
+static ngx_int_t ngx_http_dynamo_rl_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
 static ngx_int_t ngx_http_dynamo_rl_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_dynamo_rl_plane_variable(ngx_http_request_t *r,
@@ -230,6 +234,7 @@ static ngx_http_variable_t  ngx_http_dynamo_rl_vars[] = {
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
 
 /*
@@ -370,6 +375,14 @@ ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
+    if (r->err_status >= NGX_HTTP_BAD_REQUEST
+        && r->headers_out.status == r->err_status
+        && ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        && ngx_http_dynamo_rl_flat_error(r, ctx) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     /* the gateway's id wins over anything the upstream sent by that name */
 
     part = &r->headers_out.headers.part;
@@ -405,6 +418,105 @@ ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r)
     h->value = ctx->attempt_id;
 
     return ngx_http_next_header_filter(r);
+}
+
+
+/*
+ * an error page of nginx's own (502 with no upstream, 504, 413, ...) on
+ * the request plane is given Dynamo's flat shape, as clients parse it
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    u_char     *p;
+    size_t      len;
+    ngx_str_t   type;
+
+    ngx_http_dynamo_rl_status_type(r->headers_out.status, &type);
+
+    len = sizeof("{\"message\":\"\",\"type\":\"\",\"code\":}") - 1
+          + 2 * type.len + NGX_INT_T_LEN;
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->error.data = p;
+    ctx->error.len = ngx_sprintf(p, "{\"message\":\"%V\",\"type\":\"%V\","
+                                 "\"code\":%ui}", &type, &type,
+                                 r->headers_out.status)
+                     - p;
+
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+    r->headers_out.charset.len = 0;
+
+    r->headers_out.content_length_n = ctx->error.len;
+
+    if (r->headers_out.content_length) {
+        r->headers_out.content_length->hash = 0;
+        r->headers_out.content_length = NULL;
+    }
+
+    ctx->error_body = 1;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_buf_t                 *b;
+    ngx_chain_t               *cl, out;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    if (r != r->main) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+    if (ctx == NULL || !ctx->error_body) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    /* nginx's HTML page is replaced by the flat JSON body, once */
+
+    for (cl = in; cl; cl = cl->next) {
+        cl->buf->pos = cl->buf->last;
+        cl->buf->file_pos = cl->buf->file_last;
+
+        if (cl->buf->last_buf) {
+            break;
+        }
+    }
+
+    if (cl == NULL) {
+        return NGX_OK;
+    }
+
+    ctx->error_body = 0;
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = ctx->error.data;
+    b->last = ctx->error.data + ctx->error.len;
+    b->memory = 1;
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_next_body_filter(r, &out);
 }
 
 
@@ -694,6 +806,16 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         if (!conf->accel_buffering) {
             ucf->ignore_headers |= NGX_HTTP_UPSTREAM_IGN_XA_BUFFERING;
         }
+
+        /* generation and admin calls are not idempotent */
+
+        if (ucf->next_upstream & NGX_HTTP_UPSTREAM_FT_NON_IDEMPOTENT) {
+            ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                               "\"proxy_next_upstream non_idempotent\" is "
+                               "ignored in a dynamo_rl plane location");
+
+            ucf->next_upstream &= ~NGX_HTTP_UPSTREAM_FT_NON_IDEMPOTENT;
+        }
     }
 
     return NGX_CONF_OK;
@@ -794,9 +916,13 @@ ngx_http_dynamo_rl_header_name(ngx_conf_t *cf, ngx_command_t *cmd,
 
     value = cf->args->elts;
 
-    if (cmd->post != NULL
-        && value[1].len == 3 && ngx_strcmp(value[1].data, "off") == 0)
-    {
+    if (value[1].len == 3 && ngx_strcmp(value[1].data, "off") == 0) {
+        if (cmd->post == NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid header name \"%V\"", &value[1]);
+            return NGX_CONF_ERROR;
+        }
+
         ngx_str_set(field, "");
         *hash = 0;
         return NGX_CONF_OK;
@@ -864,6 +990,9 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_dynamo_rl_header_filter;
+
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_dynamo_rl_body_filter;
 
     return ngx_http_dynamo_rl_discovery_filter_init(cf);
 }

@@ -84,6 +84,7 @@ typedef struct {
     ngx_str_t                       attempt_id;
     ngx_str_t                       outcome;
     ngx_str_t                       deny_reason;
+    ngx_str_t                       error;
 
     ngx_str_t                      *header;
 
@@ -96,7 +97,7 @@ typedef struct {
     ngx_http_dynamo_rl_zone_t      *zone;
     ngx_uint_t                      refresh;
     ngx_uint_t                      flights;
-    ngx_msec_t                      wait_start;
+    ngx_uint_t                      seen;
 
     /* discovery plane: the listener's document, held until complete */
     u_char                         *doc;
@@ -108,6 +109,7 @@ typedef struct {
     unsigned                        doc_too_big:1;
     unsigned                        doc_encoded:1;
     unsigned                        admin_done:1;
+    unsigned                        error_body:1;
 
     u_char                          id[NGX_HTTP_DYNAMO_RL_UUID_LEN];
 } ngx_http_dynamo_rl_ctx_t;

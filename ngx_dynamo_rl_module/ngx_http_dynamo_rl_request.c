@@ -131,40 +131,7 @@ ngx_http_dynamo_rl_deny(ngx_http_request_t *r, ngx_uint_t status,
         ngx_str_set(&ctx->outcome, "rejected");
     }
 
-    switch (status) {
-
-    case NGX_HTTP_BAD_REQUEST:
-        ngx_str_set(&type, "Bad Request");
-        break;
-
-    case NGX_HTTP_FORBIDDEN:
-        ngx_str_set(&type, "Forbidden");
-        break;
-
-    case NGX_HTTP_NOT_FOUND:
-        ngx_str_set(&type, "Not Found");
-        break;
-
-    case NGX_HTTP_NOT_ALLOWED:
-        ngx_str_set(&type, "Method Not Allowed");
-        break;
-
-    case NGX_HTTP_CONFLICT:
-        ngx_str_set(&type, "Conflict");
-        break;
-
-    case NGX_HTTP_BAD_GATEWAY:
-        ngx_str_set(&type, "Bad Gateway");
-        break;
-
-    case NGX_HTTP_SERVICE_UNAVAILABLE:
-        ngx_str_set(&type, "Service Unavailable");
-        break;
-
-    default:
-        ngx_str_set(&type, "Internal Server Error");
-        break;
-    }
+    ngx_http_dynamo_rl_status_type(status, &type);
 
     /* reasons, messages and types are fixed strings without escapes */
 
@@ -558,4 +525,70 @@ ngx_http_dynamo_rl_allow(ngx_http_request_t *r, ngx_uint_t methods)
     h->value.len = p - h->value.data;
 
     return NGX_OK;
+}
+
+
+/* the canonical reason phrase, Dynamo's "type" of a flat error */
+
+void
+ngx_http_dynamo_rl_status_type(ngx_uint_t status, ngx_str_t *type)
+{
+    switch (status) {
+
+    case NGX_HTTP_BAD_REQUEST:
+        ngx_str_set(type, "Bad Request");
+        break;
+
+    case NGX_HTTP_FORBIDDEN:
+        ngx_str_set(type, "Forbidden");
+        break;
+
+    case NGX_HTTP_NOT_FOUND:
+        ngx_str_set(type, "Not Found");
+        break;
+
+    case NGX_HTTP_NOT_ALLOWED:
+        ngx_str_set(type, "Method Not Allowed");
+        break;
+
+    case NGX_HTTP_REQUEST_TIME_OUT:
+        ngx_str_set(type, "Request Timeout");
+        break;
+
+    case NGX_HTTP_CONFLICT:
+        ngx_str_set(type, "Conflict");
+        break;
+
+    case NGX_HTTP_REQUEST_ENTITY_TOO_LARGE:
+        ngx_str_set(type, "Payload Too Large");
+        break;
+
+    case NGX_HTTP_REQUEST_URI_TOO_LARGE:
+        ngx_str_set(type, "URI Too Long");
+        break;
+
+    case NGX_HTTP_TOO_MANY_REQUESTS:
+        ngx_str_set(type, "Too Many Requests");
+        break;
+
+    case NGX_HTTP_BAD_GATEWAY:
+        ngx_str_set(type, "Bad Gateway");
+        break;
+
+    case NGX_HTTP_SERVICE_UNAVAILABLE:
+        ngx_str_set(type, "Service Unavailable");
+        break;
+
+    case NGX_HTTP_GATEWAY_TIME_OUT:
+        ngx_str_set(type, "Gateway Timeout");
+        break;
+
+    default:
+        if (status >= NGX_HTTP_INTERNAL_SERVER_ERROR) {
+            ngx_str_set(type, "Internal Server Error");
+
+        } else {
+            ngx_str_set(type, "Bad Request");
+        }
+    }
 }

@@ -1,0 +1,144 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+#include <stdlib.h>
+
+
+/*
+ * Discovery documents: the scan and jansson must agree, every indexed
+ * worker's bytes lie inside the document, ids are sorted, routes obey the
+ * grammar, and an eligible worker has an acceptable system_url.
+ */
+
+
+typedef struct {
+    void      **blocks;
+    size_t      n;
+    size_t      size;
+} fuzz_arena_t;
+
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+static void *fuzz_alloc(void *data, size_t size);
+
+
+static void *
+fuzz_alloc(void *data, size_t size)
+{
+    void          *p, **b;
+    fuzz_arena_t  *a = data;
+
+    if (a->n == a->size) {
+        a->size = a->size ? 2 * a->size : 64;
+
+        b = realloc(a->blocks, a->size * sizeof(void *));
+        if (b == NULL) {
+            return NULL;
+        }
+
+        a->blocks = b;
+    }
+
+    p = malloc(size ? size : 1);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    a->blocks[a->n++] = p;
+
+    return p;
+}
+
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    size_t                          i, j;
+    u_char                         *doc;
+    ngx_int_t                       rc;
+    fuzz_arena_t                    arena;
+    ngx_http_dynamo_rl_worker_t    *w;
+    ngx_http_dynamo_rl_index_t      index;
+    ngx_http_dynamo_rl_json_err_t   err;
+
+    if (size > 1 << 20) {
+        return 0;
+    }
+
+    doc = malloc(size ? size : 1);
+    if (doc == NULL) {
+        return 0;
+    }
+
+    ngx_memcpy(doc, data, size);
+    ngx_memzero(&arena, sizeof(fuzz_arena_t));
+
+    rc = ngx_http_dynamo_rl_json_index(doc, size, fuzz_alloc, &arena,
+                                       &index, &err);
+
+    if (rc == NGX_OK) {
+        if (index.nworkers > index.nelts || index.nsorted > index.nworkers
+            || index.workers_start >= index.workers_end
+            || index.workers_end >= size || doc[index.workers_start] != '['
+            || doc[index.workers_end] != ']')
+        {
+            abort();
+        }
+
+        for (i = 0; i < index.nworkers; i++) {
+            w = &index.workers[i];
+
+            if (w->start <= index.workers_start || w->end > index.workers_end
+                || doc[w->start] != '{' || doc[w->end - 1] != '}')
+            {
+                abort();
+            }
+
+            for (j = 0; j < w->nroutes; j++) {
+                if (ngx_http_dynamo_rl_route_valid(w->routes[j].data,
+                                                   w->routes[j].len)
+                    != NGX_OK)
+                {
+                    abort();
+                }
+            }
+
+            if (w->state == NGX_HTTP_DYNAMO_RL_WORKER_OK
+                && (!w->has_id
+                    || ngx_http_dynamo_rl_system_url_valid(w->system_url.data,
+                                                           w->system_url.len)
+                       != NGX_OK))
+            {
+                abort();
+            }
+        }
+
+        for (i = 1; i < index.nsorted; i++) {
+            if (index.sorted[i - 1]->id > index.sorted[i]->id) {
+                abort();
+            }
+        }
+
+        for (i = 0; i < index.nsorted; i++) {
+            if (ngx_http_dynamo_rl_index_find(&index, index.sorted[i]->id)
+                == NULL)
+            {
+                abort();
+            }
+        }
+    }
+
+    for (i = 0; i < arena.n; i++) {
+        free(arena.blocks[i]);
+    }
+
+    free(arena.blocks);
+    free(doc);
+
+    return 0;
+}

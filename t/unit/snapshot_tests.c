@@ -1,0 +1,423 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+
+/*
+ * Discovery document validation and the snapshot index, without nginx:
+ * the reference fixtures and hand-written edge cases.  Output is TAP.
+ */
+
+
+typedef struct {
+    char                           *doc;
+    ngx_int_t                       rc;
+    ngx_http_dynamo_rl_index_t      index;
+    ngx_http_dynamo_rl_json_err_t   err;
+} snap_t;
+
+
+static void *test_alloc(void *data, size_t size);
+static void ok(int cond, const char *name);
+static char *slurp(const char *name);
+static void load(snap_t *s, const char *doc);
+static ngx_uint_t count(snap_t *s, uint64_t id);
+static ngx_http_dynamo_rl_worker_t *find(snap_t *s, uint64_t id);
+static void test_fixtures(void);
+static void test_ids(void);
+static void test_documents(void);
+static void test_workers(void);
+static void test_scan(void);
+
+
+static int  tests;
+static int  failed;
+
+
+#define W(fields)                                                            \
+    "{\"protocol_version\":1,\"namespace\":\"dynamo\",\"workers\":["         \
+    fields "]}"
+
+#define WORKER(id, extra)                                                    \
+    "{\"namespace\":\"dynamo\",\"component\":\"backend\","                   \
+    "\"endpoint\":\"rl\",\"instance_id\":" id ","                            \
+    "\"transport\":{\"tcp\":\"127.0.0.1:9999/1/rl\"},"                       \
+    "\"request_plane_url\":\"dyn://dynamo.backend.rl\"" extra "}"
+
+#define OKW(id)                                                              \
+    WORKER(id, ",\"system_url\":\"http://127.0.0.1:8081\","                  \
+               "\"routes\":[\"liveness_probe\"]")
+
+
+static void *
+test_alloc(void *data, size_t size)
+{
+    /* the process exits after the tests: nothing is freed */
+    return malloc(size ? size : 1);
+}
+
+
+static void
+ok(int cond, const char *name)
+{
+    tests++;
+
+    if (!cond) {
+        failed++;
+    }
+
+    printf("%sok %d - %s\n", cond ? "" : "not ", tests, name);
+}
+
+
+static char *
+slurp(const char *name)
+{
+    long   n;
+    char  *buf, path[256];
+    FILE  *f;
+
+    snprintf(path, sizeof(path), "t/fixtures/%s", name);
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        printf("Bail out! cannot open %s\n", path);
+        exit(1);
+    }
+
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+
+    buf = malloc(n + 1);
+    if (buf == NULL || fread(buf, 1, n, f) != (size_t) n) {
+        printf("Bail out! cannot read %s\n", path);
+        exit(1);
+    }
+
+    buf[n] = '\0';
+    fclose(f);
+
+    return buf;
+}
+
+
+static void
+load(snap_t *s, const char *doc)
+{
+    s->doc = (char *) doc;
+    s->rc = ngx_http_dynamo_rl_json_index((u_char *) doc, strlen(doc),
+                                          test_alloc, NULL, &s->index,
+                                          &s->err);
+}
+
+
+static ngx_uint_t
+count(snap_t *s, uint64_t id)
+{
+    ngx_uint_t                     n;
+    ngx_http_dynamo_rl_worker_t  **wp, **last;
+
+    wp = ngx_http_dynamo_rl_index_find(&s->index, id);
+
+    if (wp == NULL) {
+        return 0;
+    }
+
+    last = s->index.sorted + s->index.nsorted;
+
+    for (n = 0; wp < last && (*wp)->id == id; wp++) {
+        n++;
+    }
+
+    return n;
+}
+
+
+static ngx_http_dynamo_rl_worker_t *
+find(snap_t *s, uint64_t id)
+{
+    ngx_http_dynamo_rl_worker_t  **wp;
+
+    wp = ngx_http_dynamo_rl_index_find(&s->index, id);
+
+    return wp ? *wp : NULL;
+}
+
+
+static void
+test_fixtures(void)
+{
+    snap_t                        s;
+    ngx_http_dynamo_rl_worker_t  *w;
+
+    load(&s, slurp("rl-workers-vllm-healthy-2.json"));
+    ok(s.rc == NGX_OK, "healthy-2 is valid");
+    ok(s.index.nworkers == 2 && s.index.nsorted == 2, "healthy-2: 2 workers");
+
+    w = find(&s, 7587888160958628117ULL);
+    ok(w != NULL && w->state == NGX_HTTP_DYNAMO_RL_WORKER_OK,
+       "healthy-2: 7587888160958628117 eligible");
+    ok(w != NULL && w->nroutes == 11, "healthy-2: 11 routes");
+    ok(w != NULL && w->system_url.len == 21
+       && ngx_strncmp(w->system_url.data, "http://10.0.3.17:8081", 21) == 0,
+       "healthy-2: system_url copied");
+    ok(find(&s, 7587888160958628342ULL) != NULL, "healthy-2: second id");
+    ok(find(&s, 7587888160958628118ULL) == NULL, "healthy-2: neighbour id");
+    ok(s.doc[s.index.workers[1].start] == '{'
+       && s.doc[s.index.workers[1].end - 1] == '}',
+       "healthy-2: element span");
+
+    load(&s, slurp("rl-workers-probe-error.json"));
+    ok(s.rc == NGX_OK && s.index.nworkers == 3, "probe-error is valid");
+    ok(find(&s, 7587888160958628117ULL)->state
+       == NGX_HTTP_DYNAMO_RL_WORKER_OK, "probe-error: healthy worker");
+    ok(find(&s, 7587888160958628342ULL)->state
+       == NGX_HTTP_DYNAMO_RL_WORKER_ERROR, "probe-error: timed out worker");
+    ok(find(&s, 7587888160958629001ULL)->state
+       == NGX_HTTP_DYNAMO_RL_WORKER_ERROR, "probe-error: undiscoverable");
+
+    load(&s, slurp("rl-workers-optional-fields-absent.json"));
+    ok(s.rc == NGX_OK, "optional-fields-absent is valid");
+    ok(find(&s, 7587888160958631555ULL)->state
+       == NGX_HTTP_DYNAMO_RL_WORKER_NO_URL, "no system_url");
+    w = find(&s, 42);
+    ok(w != NULL && w->state == NGX_HTTP_DYNAMO_RL_WORKER_OK
+       && w->nroutes == 0, "empty routes, eligible, nothing advertised");
+
+    load(&s, slurp("rl-workers-empty.json"));
+    ok(s.rc == NGX_OK && s.index.nworkers == 0 && s.index.nelts == 0,
+       "empty fleet is valid");
+
+    load(&s, slurp("rl-workers-multi-namespace-prefix.json"));
+    ok(s.rc == NGX_OK && s.index.nworkers == 3, "multi-namespace is valid");
+    w = find(&s, 1311768467463791001ULL);
+    ok(w != NULL && w->namespace.len == 16
+       && ngx_strncmp(w->namespace.data, "prod-rl-1a2b3c4d", 16) == 0,
+       "multi-namespace: namespace copied");
+    ok(w != NULL && w->nroutes == 9, "multi-namespace: control/* routes");
+
+    load(&s, slurp("rl-workers-discovery-failed-500.json"));
+    ok(s.rc == NGX_DECLINED, "the 500 body is not a snapshot");
+}
+
+
+static void
+test_ids(void)
+{
+    snap_t  s;
+
+    load(&s, W(OKW("18446744073709551615") "," OKW("9007199254740993") ","
+               OKW("0")));
+    ok(s.rc == NGX_OK && s.index.nsorted == 3, "u64 ids: document valid");
+    ok(count(&s, 18446744073709551615ULL) == 1, "u64 max exact");
+    ok(count(&s, 18446744073709551614ULL) == 0, "u64 max - 1 absent");
+    ok(count(&s, 9007199254740993ULL) == 1, "2^53 + 1 exact");
+    ok(count(&s, 9007199254740992ULL) == 0, "2^53 absent");
+    ok(count(&s, 0) == 1, "id 0");
+
+    load(&s, W(OKW("18446744073709551616") "," OKW("5") ","
+               OKW("-99999999999999999999")));
+    ok(s.rc == NGX_OK, "2^64: the document stays usable");
+    ok(s.index.workers[0].state == NGX_HTTP_DYNAMO_RL_WORKER_INVALID
+       && !s.index.workers[0].has_id, "2^64: worker invalid");
+    ok(count(&s, 5) == 1, "2^64: the rest of the fleet usable");
+
+    load(&s, W(OKW("-1") "," OKW("1.0") "," OKW("1e3") "," OKW("\"7\"") ","
+               OKW("true") "," OKW("null") "," OKW("7")));
+    ok(s.rc == NGX_OK && s.index.nworkers == 7, "odd ids: valid document");
+    ok(s.index.nsorted == 1 && count(&s, 7) == 1,
+       "odd ids: only the integer is indexed");
+    ok(count(&s, 1) == 0 && count(&s, 1000) == 0 && count(&s, 0) == 0,
+       "odd ids: ordinals never leak as ids");
+
+    load(&s, W(OKW("3") "," OKW("3") "," OKW("4")));
+    ok(count(&s, 3) == 2 && count(&s, 4) == 1, "duplicate ids both kept");
+
+    load(&s, W(WORKER("8", ",\"routes\":[],\"instance\\u005fid\":9")));
+    ok(s.rc == NGX_DECLINED, "escaped duplicate key rejected by jansson");
+
+    load(&s, W(WORKER("8", ",\"routes\":[],\"transpor\\u0074x\":9")));
+    ok(s.rc == NGX_OK && s.index.workers[0].state
+       == NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "escaped member name: invalid");
+}
+
+
+static void
+test_documents(void)
+{
+    snap_t  s;
+
+    static const char  *bad[] = {
+        "",
+        "not json",
+        "{\"protocol_version\":1,\"workers\":[",
+        "[]",
+        "{\"workers\":[]}",
+        "{\"protocol_version\":2,\"workers\":[]}",
+        "{\"protocol_version\":\"1\",\"workers\":[]}",
+        "{\"protocol_version\":1.0,\"workers\":[]}",
+        "{\"protocol_version\":true,\"workers\":[]}",
+        "{\"protocol_version\":1}",
+        "{\"protocol_version\":1,\"workers\":{}}",
+        "{\"protocol_version\":1,\"workers\":null}",
+        "{\"protocol_version\":1,\"protocol_version\":1,\"workers\":[]}",
+        "{\"protocol_version\":1,\"workers\":[]} x",
+        NULL
+    };
+
+    const char  **d;
+    char          name[128];
+
+    for (d = bad; *d; d++) {
+        load(&s, *d);
+        snprintf(name, sizeof(name), "invalid document %d refused",
+                 (int) (d - bad));
+        ok(s.rc == NGX_DECLINED && s.err.reason != NULL, name);
+    }
+
+    load(&s, "{\"protocol_version\":1,\"workers\":[1,\"x\",null,"
+             OKW("12") "]}");
+    ok(s.rc == NGX_OK && s.index.nelts == 4 && s.index.nworkers == 1
+       && count(&s, 12) == 1, "non-object elements are not workers");
+
+    load(&s, "{\"protocol_version\":1,\"extra\":{\"workers\":[" OKW("1")
+             "]},\"workers\":[" OKW("2") "]}");
+    ok(s.rc == NGX_OK && count(&s, 2) == 1 && count(&s, 1) == 0,
+       "a nested \"workers\" is not the fleet");
+}
+
+
+static void
+test_workers(void)
+{
+    snap_t                        s;
+    ngx_http_dynamo_rl_worker_t  *w;
+
+    static struct {
+        const char  *doc;
+        ngx_uint_t   state;
+        const char  *name;
+    } cases[] = {
+        { W(WORKER("1", ",\"routes\":{}")),
+          NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "routes not an array" },
+        { W(WORKER("1", "")),
+          NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "routes missing" },
+        { W(WORKER("1", ",\"routes\":[\"\"]")),
+          NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "empty route" },
+        { W(WORKER("1", ",\"routes\":[5]")),
+          NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "non-string route" },
+        { W("{\"namespace\":\"dynamo\",\"endpoint\":\"rl\",\"instance_id\":1,"
+            "\"transport\":{\"tcp\":\"x\"},\"request_plane_url\":\"d\","
+            "\"routes\":[],\"system_url\":\"http://h:1\"}"),
+          NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "component missing" },
+        { W("{\"namespace\":\"dynamo\",\"component\":\"b\",\"endpoint\":\"rl\","
+            "\"instance_id\":1,\"request_plane_url\":\"d\",\"routes\":[],"
+            "\"system_url\":\"http://h:1\"}"),
+          NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "transport missing" },
+        { W("{\"namespace\":\"dynamo\",\"component\":\"b\",\"endpoint\":\"rl\","
+            "\"instance_id\":1,\"transport\":{\"a\":\"x\",\"b\":\"y\"},"
+            "\"request_plane_url\":\"d\",\"routes\":[],"
+            "\"system_url\":\"http://h:1\"}"),
+          NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "transport with two keys" },
+        { W(WORKER("1", ",\"routes\":[],\"world_size\":0,"
+                        "\"system_url\":\"http://h:1\"")),
+          NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "world_size 0" },
+        { W(WORKER("1", ",\"routes\":[],\"model\":5,"
+                        "\"system_url\":\"http://h:1\"")),
+          NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "model not a string" },
+        { W(WORKER("1", ",\"routes\":[],\"system_url\":5")),
+          NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "system_url not a string" },
+        { W(WORKER("1", ",\"routes\":[],\"error\":\"probe timed out\","
+                        "\"system_url\":\"http://h:1\"")),
+          NGX_HTTP_DYNAMO_RL_WORKER_ERROR, "error present" },
+        { W(WORKER("1", ",\"routes\":[],\"error\":null,"
+                        "\"system_url\":\"http://h:1\"")),
+          NGX_HTTP_DYNAMO_RL_WORKER_OK, "error null is absent" },
+        { W(WORKER("1", ",\"routes\":[],"
+                        "\"system_url\":\"http://u@h:1\"")),
+          NGX_HTTP_DYNAMO_RL_WORKER_NO_URL, "system_url with userinfo" },
+        { W(WORKER("1", ",\"routes\":[],"
+                        "\"system_url\":\"http://h:1/engine\"")),
+          NGX_HTTP_DYNAMO_RL_WORKER_NO_URL, "system_url with a path" },
+        { W(WORKER("1", ",\"routes\":[],\"system_url\":\"\"")),
+          NGX_HTTP_DYNAMO_RL_WORKER_NO_URL, "blank system_url" },
+        { W(WORKER("1", ",\"routes\":[],"
+                        "\"admin_base_url\":\"http://h:2\"")),
+          NGX_HTTP_DYNAMO_RL_WORKER_NO_URL, "admin_base_url is not used" },
+        { NULL, 0, NULL }
+    };
+
+    ngx_uint_t  i;
+
+    for (i = 0; cases[i].doc; i++) {
+        load(&s, cases[i].doc);
+        ok(s.rc == NGX_OK && s.index.nworkers == 1
+           && s.index.workers[0].state == cases[i].state, cases[i].name);
+    }
+
+    load(&s, W(WORKER("1", ",\"routes\":[\"b\",\"../x\",\"/x\",\"a/b\","
+                           "\"x/\",\"a\"],\"system_url\":\"http://h:1\"")));
+    w = find(&s, 1);
+    ok(w != NULL && w->state == NGX_HTTP_DYNAMO_RL_WORKER_OK
+       && w->nroutes == 3 && s.index.bad_routes == 3,
+       "routes outside the grammar are dropped and counted");
+}
+
+
+static void
+test_scan(void)
+{
+    size_t                            len;
+    const char                       *doc;
+    ngx_http_dynamo_rl_scan_t         scan;
+    ngx_http_dynamo_rl_scan_worker_t  w[4];
+
+    doc = "{\"workers\":[{\"instance_id\":12,\"t\":{\"instance_id\":3}},"
+          "{\"x\":\"instance_id\",\"instance_id\":\"5\"}]}";
+    len = strlen(doc);
+
+    scan.workers = w;
+    scan.nalloc = 4;
+
+    ok(ngx_http_dynamo_rl_scan_discovery((u_char *) doc, len, &scan)
+       == NGX_OK && scan.nworkers == 2, "scan: two workers");
+    ok(w[0].id_start != NULL && w[0].id_end - w[0].id_start == 2
+       && w[0].id_start[0] == '1', "scan: the worker's own id token");
+    ok(w[1].id_start == NULL, "scan: a string id has no token");
+
+    scan.nalloc = 1;
+    ok(ngx_http_dynamo_rl_scan_discovery((u_char *) doc, len, &scan)
+       == NGX_DECLINED, "scan: capacity respected");
+
+    scan.nalloc = 4;
+    ok(ngx_http_dynamo_rl_scan_discovery((u_char *) "{\"a\":\"\\\"", 8,
+                                         &scan)
+       == NGX_DECLINED, "scan: unterminated string");
+    ok(ngx_http_dynamo_rl_scan_discovery((u_char *) "]]", 2, &scan)
+       == NGX_DECLINED, "scan: unbalanced");
+}
+
+
+int
+main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    test_fixtures();
+    test_ids();
+    test_documents();
+    test_workers();
+    test_scan();
+
+    printf("1..%d\n", tests);
+
+    return failed ? 1 : 0;
+}
