@@ -120,13 +120,25 @@ sub has {
 	return $self;
 }
 
+our @PLANNED;
+
 sub plan {
 	my ($self, $n) = @_;
 
 	Test::More::plan(tests => $n + 2);
 	$self->{_planned} = 1;
 
+	# the final checks run from END as well, before Test::More counts
+	# the tests, even if a closure keeps the object alive
+
+	push @PLANNED, $self;
+
 	return $self;
+}
+
+END {
+	local $?;
+	$_->_finish() for @PLANNED;
 }
 
 # lines of error.log matching one of these do not count as alerts,
@@ -478,7 +490,13 @@ sub DESTROY {
 
 	local ($?, $!, $@);
 
-	return if $self->{_pid} != $$;
+	$self->_finish();
+}
+
+sub _finish {
+	my ($self) = @_;
+
+	return if $self->{_pid} != $$ || $self->{_finished}++;
 
 	$self->stop();
 
