@@ -30,7 +30,7 @@ PROVE      ?= prove
 PROVE_OPTS ?=
 FUZZ_TIME  ?= 60
 
-.PHONY: all build deps test-deps run test unit fuzz fuzz-smoke lint \
+.PHONY: all build deps unit-tests test-deps run test unit fuzz fuzz-smoke lint \
         cppcheck check asan clean
 
 all: build
@@ -93,13 +93,15 @@ $(BUILD)/fuzz/%: t/fuzz/%.c $(PURE) $(SRCDIR)/*.h $(NGX_BUILD)/objs/Makefile
 	    -ljansson
 
 fuzz: $(FUZZERS)
-	@for f in $(FUZZERS); do n=$$(basename $$f); \
+	@set -o pipefail; for f in $(FUZZERS); do n=$$(basename $$f); \
 	    mkdir -p $(BUILD)/corpus/$$n; \
 	    echo "== $$n ($(FUZZ_TIME)s)"; \
 	    $$f -max_total_time=$(FUZZ_TIME) -print_final_stats=1 \
-	        $(BUILD)/corpus/$$n t/fuzz/corpus/$$n 2>&1 \
-	        | grep -E '^(stat::number_of_executed_units|stat::peak|#.*DONE|==.*ERROR)' \
-	        || exit 1; \
+	        -artifact_prefix=$(BUILD)/fuzz/$$n- \
+	        $(BUILD)/corpus/$$n t/fuzz/corpus/$$n > $(BUILD)/fuzz/$$n.log 2>&1 \
+	        || { tail -40 $(BUILD)/fuzz/$$n.log; exit 1; }; \
+	    grep -E '^(stat::number_of_executed_units|#[0-9]+.*DONE)' \
+	        $(BUILD)/fuzz/$$n.log; \
 	done
 
 fuzz-smoke:

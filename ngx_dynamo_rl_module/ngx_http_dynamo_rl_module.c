@@ -141,6 +141,27 @@ static ngx_command_t  ngx_http_dynamo_rl_commands[] = {
       offsetof(ngx_http_dynamo_rl_loc_conf_t, log_level),
       &ngx_http_dynamo_rl_log_levels },
 
+    { ngx_string("dynamo_rl_ledger"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_dynamo_rl_loc_conf_t, ledger),
+      NULL },
+
+    { ngx_string("dynamo_rl_attempt_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_dynamo_rl_loc_conf_t, attempt_ttl),
+      NULL },
+
+    { ngx_string("dynamo_rl_attempts_api"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_dynamo_rl_attempts_api,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("dynamo_rl_accel_buffering"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_conf_set_flag_slot,
@@ -305,6 +326,18 @@ ngx_http_dynamo_rl_cleanup(void *data)
     ngx_http_dynamo_rl_ctx_t *ctx = data;
 
     ngx_http_dynamo_rl_discovery_cleanup(ctx);
+    ngx_http_dynamo_rl_ledger_abandon(ctx);
+}
+
+
+ngx_http_dynamo_rl_zone_t *
+ngx_http_dynamo_rl_get_zone(ngx_http_request_t *r)
+{
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    return drmcf->shm_zone->data;
 }
 
 
@@ -662,6 +695,8 @@ ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf)
     conf->ns_mode = NGX_CONF_UNSET_UINT;
     conf->admin_routes = NGX_CONF_UNSET_PTR;
     conf->log_level = NGX_CONF_UNSET_UINT;
+    conf->ledger = NGX_CONF_UNSET;
+    conf->attempt_ttl = NGX_CONF_UNSET_MSEC;
 
     return conf;
 }
@@ -750,6 +785,8 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_ptr_value(conf->admin_routes, prev->admin_routes, NULL);
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
+    ngx_conf_merge_value(conf->ledger, prev->ledger, 1);
+    ngx_conf_merge_msec_value(conf->attempt_ttl, prev->attempt_ttl, 600000);
 
     if (conf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
         return NGX_CONF_OK;
@@ -757,14 +794,18 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
 
-    if (conf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
-        && drmcf->shm_zone == NULL)
+    if (drmcf->shm_zone == NULL
+        && (conf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST || conf->ledger))
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"dynamo_rl_plane %s\" requires "
-                           "\"dynamo_rl_zone\"",
+                           "\"dynamo_rl_zone\"%s",
                            conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_ADMIN
-                           ? "admin" : "discovery");
+                           ? "admin"
+                           : conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY
+                             ? "discovery" : "request",
+                           conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+                           ? " for the attempt ledger" : "");
         return NGX_CONF_ERROR;
     }
 
@@ -993,6 +1034,10 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 
     ngx_http_next_body_filter = ngx_http_top_body_filter;
     ngx_http_top_body_filter = ngx_http_dynamo_rl_body_filter;
+
+    if (ngx_http_dynamo_rl_ledger_filter_init(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     return ngx_http_dynamo_rl_discovery_filter_init(cf);
 }

@@ -75,6 +75,9 @@ typedef struct {
     ngx_array_t                    *admin_routes;
 
     ngx_uint_t                      log_level;
+
+    ngx_flag_t                      ledger;
+    ngx_msec_t                      attempt_ttl;
 } ngx_http_dynamo_rl_loc_conf_t;
 
 
@@ -99,6 +102,12 @@ typedef struct {
     ngx_uint_t                      flights;
     ngx_uint_t                      seen;
 
+    /* attempt ledger */
+    void                           *node;
+    ngx_http_dynamo_rl_zone_t      *ledger_zone;
+    ngx_msec_t                      ttl;
+    ngx_http_dynamo_rl_sse_t        sse;
+
     /* discovery plane: the listener's document, held until complete */
     u_char                         *doc;
     size_t                          doc_len;
@@ -110,6 +119,8 @@ typedef struct {
     unsigned                        doc_encoded:1;
     unsigned                        admin_done:1;
     unsigned                        error_body:1;
+    unsigned                        sse_on:1;
+    unsigned                        complete:1;
 
     u_char                          id[NGX_HTTP_DYNAMO_RL_UUID_LEN];
 } ngx_http_dynamo_rl_ctx_t;
@@ -117,6 +128,7 @@ typedef struct {
 
 ngx_http_dynamo_rl_ctx_t *ngx_http_dynamo_rl_get_ctx(ngx_http_request_t *r);
 ngx_http_dynamo_rl_ctx_t *ngx_http_dynamo_rl_create_ctx(ngx_http_request_t *r);
+ngx_http_dynamo_rl_zone_t *ngx_http_dynamo_rl_get_zone(ngx_http_request_t *r);
 ngx_int_t ngx_http_dynamo_rl_send_json(ngx_http_request_t *r,
     ngx_uint_t status, ngx_str_t *body);
 
@@ -127,6 +139,7 @@ extern ngx_module_t  ngx_http_dynamo_rl_module;
 #include "ngx_http_dynamo_rl_request.h"
 #include "ngx_http_dynamo_rl_discovery.h"
 #include "ngx_http_dynamo_rl_admin.h"
+#include "ngx_http_dynamo_rl_ledger.h"
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_MODULE_H_INCLUDED_ */

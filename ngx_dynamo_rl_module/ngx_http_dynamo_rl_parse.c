@@ -8,6 +8,7 @@
 
 
 static ngx_int_t ngx_http_dynamo_rl_host_valid(u_char *p, u_char *last);
+static void ngx_http_dynamo_rl_sse_line(ngx_http_dynamo_rl_sse_t *sse);
 
 
 #define NGX_HTTP_DYNAMO_RL_SCAN_OTHER    0
@@ -367,7 +368,8 @@ ngx_http_dynamo_rl_host_valid(u_char *p, u_char *last)
 
 /*
  * Dynamo's RL listener rule: prefix "P" matches "P" and "P-*", or every
- * name starting with "P" when "P" ends in "-"; exact is equality
+ * name starting with "P" when "P" ends in "-", and "dynamo" matches every
+ * name; exact is equality
  */
 
 ngx_int_t
@@ -387,6 +389,12 @@ ngx_http_dynamo_rl_namespace_match(ngx_uint_t mode, ngx_str_t *scope,
         return NGX_DECLINED;
 
     default: /* NGX_HTTP_DYNAMO_RL_NS_PREFIX */
+
+        /* Dynamo's global namespace: every namespace is under it */
+
+        if (scope->len == 6 && ngx_strncmp(scope->data, "dynamo", 6) == 0) {
+            return NGX_OK;
+        }
 
         if (len < scope->len
             || ngx_memcmp(ns, scope->data, scope->len) != 0)
@@ -614,4 +622,93 @@ ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * Server-sent events: a stream succeeded only if a line "data: [DONE]"
+ * came, and failed if a "data: {"error"..." frame (Dynamo's newest
+ * adapter) or an "event: error" line (older ones) came.  Lines end with
+ * LF, CR or CRLF; only the first bytes of a line are kept.
+ */
+
+void
+ngx_http_dynamo_rl_sse_scan(ngx_http_dynamo_rl_sse_t *sse, u_char *p,
+    size_t len, ngx_uint_t last)
+{
+    u_char  c, *end;
+
+    for (end = p + len; p < end; p++) {
+        c = *p;
+
+        if (c == '\n' || c == '\r') {
+            if (c == '\n' && sse->cr) {
+                sse->cr = 0;
+                continue;
+            }
+
+            ngx_http_dynamo_rl_sse_line(sse);
+            sse->cr = (c == '\r');
+            continue;
+        }
+
+        sse->cr = 0;
+
+        if (sse->len < sizeof(sse->line)) {
+            sse->line[sse->len] = c;
+        }
+
+        sse->len++;
+    }
+
+    if (last && sse->len) {
+        ngx_http_dynamo_rl_sse_line(sse);
+    }
+}
+
+
+static void
+ngx_http_dynamo_rl_sse_line(ngx_http_dynamo_rl_sse_t *sse)
+{
+    u_char  *v;
+    size_t   n, len;
+
+    len = sse->len;
+    n = ngx_min(len, sizeof(sse->line));
+
+    sse->len = 0;
+
+    if (n >= 5 && ngx_strncmp(sse->line, "data:", 5) == 0) {
+        v = sse->line + 5;
+        n -= 5;
+        len -= 5;
+
+        if (n && *v == ' ') {
+            v++;
+            n--;
+            len--;
+        }
+
+        if (len == 6 && ngx_strncmp(v, "[DONE]", 6) == 0) {
+            sse->done = 1;
+            return;
+        }
+
+        while (n && (*v == ' ' || *v == '\t')) {
+            v++;
+            n--;
+        }
+
+        if (n >= 8 && ngx_strncmp(v, "{\"error\"", 8) == 0) {
+            sse->error = 1;
+        }
+
+        return;
+    }
+
+    if ((len == 12 && ngx_strncmp(sse->line, "event: error", 12) == 0)
+        || (len == 11 && ngx_strncmp(sse->line, "event:error", 11) == 0))
+    {
+        sse->error = 1;
+    }
 }

@@ -41,7 +41,20 @@ typedef struct {
 } ngx_http_dynamo_rl_scan_t;
 
 
+/* incremental SSE terminal detection over any split of the stream */
+
+typedef struct {
+    u_char                         line[16];
+    size_t                         len;
+    unsigned                       done:1;
+    unsigned                       error:1;
+    unsigned                       cr:1;
+} ngx_http_dynamo_rl_sse_t;
+
+
 ngx_int_t ngx_http_dynamo_rl_attempt_id_valid(u_char *p, size_t len);
+void ngx_http_dynamo_rl_sse_scan(ngx_http_dynamo_rl_sse_t *sse, u_char *p,
+    size_t len, ngx_uint_t last);
 u_char *ngx_http_dynamo_rl_uuid7(u_char *dst, uint64_t ms, u_char *rnd);
 ngx_int_t ngx_http_dynamo_rl_target_canonical(u_char *raw, size_t raw_len,
     u_char *uri, size_t uri_len);

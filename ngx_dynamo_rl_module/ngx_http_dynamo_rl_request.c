@@ -21,8 +21,6 @@ static ngx_int_t ngx_http_dynamo_rl_header_is(ngx_table_elt_t *h,
     ngx_str_t *name);
 static ngx_int_t ngx_http_dynamo_rl_push_header(ngx_list_t *list,
     ngx_str_t *name, ngx_uint_t hash, ngx_str_t *value);
-static ngx_int_t ngx_http_dynamo_rl_allow(ngx_http_request_t *r,
-    ngx_uint_t methods);
 
 
 static ngx_str_t  ngx_http_dynamo_rl_routing_headers[] = {
@@ -103,24 +101,65 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
                                        "request target is not canonical");
     }
 
-    return NGX_DECLINED;
+    if (drlcf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST || !drlcf->ledger) {
+        return NGX_DECLINED;
+    }
+
+    /* the attempt is recorded last: nothing refused above is recorded */
+
+    switch (ngx_http_dynamo_rl_ledger_add(r, ctx)) {
+
+    case NGX_OK:
+        return NGX_DECLINED;
+
+    case NGX_BUSY:
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl: attempt id \"%V\" already used",
+                      &ctx->attempt_id);
+
+        return ngx_http_dynamo_rl_deny(r, NGX_HTTP_CONFLICT,
+                                       "duplicate_attempt",
+                                       "attempt id already used: "
+                                       "generation is not idempotent");
+
+    default:
+        return ngx_http_dynamo_rl_deny(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                       "ledger_full",
+                                       "attempt ledger is full");
+    }
 }
 
 
 /*
- * sends the gateway's own error in the plane's shape: the request plane
- * uses Dynamo's flat {"message","type","code"}, the others
- * {"error","message"}; returns NGX_DONE as the request is finalized
+ * a phase handler's refusal: the error is sent, the request finalized,
+ * and NGX_DONE stops the phases
  */
 
 ngx_int_t
 ngx_http_dynamo_rl_deny(ngx_http_request_t *r, ngx_uint_t status,
     char *reason, char *message)
 {
+    ngx_http_finalize_request(r,
+                              ngx_http_dynamo_rl_error(r, status, reason,
+                                                       message));
+
+    return NGX_DONE;
+}
+
+
+/*
+ * the gateway's own error in the plane's shape: the request plane uses
+ * Dynamo's flat {"message","type","code"}, the trusted planes and APIs
+ * {"error","message"}
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_error(ngx_http_request_t *r, ngx_uint_t status,
+    char *reason, char *message)
+{
     u_char                    *p;
     size_t                     len;
     ngx_str_t                  body, type;
-    ngx_int_t                  rc;
     ngx_http_dynamo_rl_ctx_t  *ctx;
 
     ctx = ngx_http_dynamo_rl_get_ctx(r);
@@ -147,7 +186,7 @@ ngx_http_dynamo_rl_deny(ngx_http_request_t *r, ngx_uint_t status,
 
     body.data = p;
 
-    if (ctx == NULL || ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
+    if (ctx != NULL && ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
         p = ngx_sprintf(p, "{\"message\":\"%s\",\"type\":\"%V\",\"code\":%ui}",
                         message, &type, status);
 
@@ -158,11 +197,7 @@ ngx_http_dynamo_rl_deny(ngx_http_request_t *r, ngx_uint_t status,
 
     body.len = p - body.data;
 
-    rc = ngx_http_dynamo_rl_send_json(r, status, &body);
-
-    ngx_http_finalize_request(r, rc);
-
-    return NGX_DONE;
+    return ngx_http_dynamo_rl_send_json(r, status, &body);
 }
 
 
@@ -475,7 +510,7 @@ ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_dynamo_rl_allow(ngx_http_request_t *r, ngx_uint_t methods)
 {
     u_char           *p;

@@ -128,6 +128,9 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         zone->sh = ozone->sh;
         zone->shpool = ozone->shpool;
 
+        /* the tree's insert function is this module's, wherever loaded */
+        ngx_http_dynamo_rl_ledger_init(zone->sh);
+
         return NGX_OK;
     }
 
@@ -147,6 +150,10 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     zone->sh->version = NGX_HTTP_DYNAMO_RL_ZONE_VERSION;
 
+    ngx_rbtree_init(&zone->sh->rbtree, &zone->sh->sentinel, NULL);
+    ngx_queue_init(&zone->sh->finished);
+    ngx_http_dynamo_rl_ledger_init(zone->sh);
+
     zone->shpool->data = zone->sh;
 
     len = sizeof(" in dynamo_rl zone \"\"") + shm_zone->shm.name.len;
@@ -158,6 +165,9 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     ngx_sprintf(zone->shpool->log_ctx, " in dynamo_rl zone \"%V\"%Z",
                 &shm_zone->shm.name);
+
+    /* exhaustion is expected under load and logged once, by the caller */
+    zone->shpool->log_nomem = 0;
 
     return NGX_OK;
 }

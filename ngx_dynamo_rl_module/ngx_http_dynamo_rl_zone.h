@@ -31,6 +31,17 @@ typedef struct {
 
     ngx_atomic_uint_t               refresh_ok;
     ngx_atomic_uint_t               refresh_failed;
+
+    /* the attempt ledger: finished records in LRU order, newest first */
+    ngx_rbtree_t                    rbtree;
+    ngx_rbtree_node_t               sentinel;
+    ngx_queue_t                     finished;
+    ngx_uint_t                      records;
+    ngx_uint_t                      in_flight;
+    ngx_uint_t                      evictions;
+    ngx_uint_t                      expired;
+    ngx_uint_t                      duplicates;
+    ngx_uint_t                      exhausted;
 } ngx_http_dynamo_rl_shctx_t;
 
 

@@ -202,7 +202,7 @@ events {
 }
 
 http {
-    %%TEST_GLOBALS_HTTP%%
+    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:64k;
     $s{http}
     server {
         listen 127.0.0.1:8080;

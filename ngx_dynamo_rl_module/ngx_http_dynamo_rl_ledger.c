@@ -1,0 +1,732 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+
+#define NGX_HTTP_DYNAMO_RL_ISO_LEN  sizeof("2026-01-01T00:00:00.000Z")
+
+
+static void ngx_http_dynamo_rl_ledger_insert(ngx_rbtree_node_t *temp,
+    ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
+static ngx_http_dynamo_rl_node_t *ngx_http_dynamo_rl_ledger_lookup(
+    ngx_http_dynamo_rl_shctx_t *sh, ngx_uint_t hash, u_char *id, size_t len);
+static void ngx_http_dynamo_rl_ledger_delete(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_node_t *lr);
+static ngx_uint_t ngx_http_dynamo_rl_ledger_expire(
+    ngx_http_dynamo_rl_zone_t *zone, uint64_t now, ngx_uint_t force);
+static uint64_t ngx_http_dynamo_rl_now(void);
+static ngx_int_t ngx_http_dynamo_rl_ledger_header_filter(
+    ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+static ngx_int_t ngx_http_dynamo_rl_ledger_scan(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_buf_t *b);
+static ngx_int_t ngx_http_dynamo_rl_ledger_log_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r);
+static u_char *ngx_http_dynamo_rl_iso_time(u_char *p, uint64_t ms);
+
+
+static ngx_str_t  ngx_http_dynamo_rl_states[] = {
+    ngx_null_string,
+    ngx_string("accepted"),
+    ngx_string("streaming"),
+    ngx_string("succeeded"),
+    ngx_string("failed"),
+    ngx_string("canceled")
+};
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
+
+
+void
+ngx_http_dynamo_rl_ledger_init(ngx_http_dynamo_rl_shctx_t *sh)
+{
+    sh->rbtree.insert = ngx_http_dynamo_rl_ledger_insert;
+}
+
+
+static void
+ngx_http_dynamo_rl_ledger_insert(ngx_rbtree_node_t *temp,
+    ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel)
+{
+    ngx_rbtree_node_t          **p;
+    ngx_http_dynamo_rl_node_t   *lr, *lrt;
+
+    for ( ;; ) {
+
+        if (node->key < temp->key) {
+            p = &temp->left;
+
+        } else if (node->key > temp->key) {
+            p = &temp->right;
+
+        } else { /* node->key == temp->key */
+
+            lr = (ngx_http_dynamo_rl_node_t *) &node->color;
+            lrt = (ngx_http_dynamo_rl_node_t *) &temp->color;
+
+            p = (ngx_memn2cmp(lr->id, lrt->id, lr->len, lrt->len) < 0)
+                ? &temp->left : &temp->right;
+        }
+
+        if (*p == sentinel) {
+            break;
+        }
+
+        temp = *p;
+    }
+
+    *p = node;
+    node->parent = temp;
+    node->left = sentinel;
+    node->right = sentinel;
+    ngx_rbt_red(node);
+}
+
+
+static ngx_http_dynamo_rl_node_t *
+ngx_http_dynamo_rl_ledger_lookup(ngx_http_dynamo_rl_shctx_t *sh,
+    ngx_uint_t hash, u_char *id, size_t len)
+{
+    ngx_int_t                   rc;
+    ngx_rbtree_node_t          *node, *sentinel;
+    ngx_http_dynamo_rl_node_t  *lr;
+
+    node = sh->rbtree.root;
+    sentinel = sh->rbtree.sentinel;
+
+    while (node != sentinel) {
+
+        if (hash < node->key) {
+            node = node->left;
+            continue;
+        }
+
+        if (hash > node->key) {
+            node = node->right;
+            continue;
+        }
+
+        /* hash == node->key */
+
+        lr = (ngx_http_dynamo_rl_node_t *) &node->color;
+
+        rc = ngx_memn2cmp(id, lr->id, len, (size_t) lr->len);
+
+        if (rc == 0) {
+            return lr;
+        }
+
+        node = (rc < 0) ? node->left : node->right;
+    }
+
+    return NULL;
+}
+
+
+static void
+ngx_http_dynamo_rl_ledger_delete(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_node_t *lr)
+{
+    ngx_rbtree_node_t  *node;
+
+    node = (ngx_rbtree_node_t *)
+               ((u_char *) lr - offsetof(ngx_rbtree_node_t, color));
+
+    ngx_queue_remove(&lr->queue);
+    ngx_rbtree_delete(&zone->sh->rbtree, node);
+    ngx_slab_free_locked(zone->shpool, node);
+
+    zone->sh->records--;
+}
+
+
+/*
+ * removes up to two expired finished records from the LRU end, or with
+ * "force" the oldest finished record whether expired or not; in-flight
+ * records are never in the queue, so never evicted
+ */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_ledger_expire(ngx_http_dynamo_rl_zone_t *zone,
+    uint64_t now, ngx_uint_t force)
+{
+    ngx_uint_t                  n;
+    ngx_queue_t                *q;
+    ngx_http_dynamo_rl_node_t  *lr;
+
+    for (n = 0; n < 2; n++) {
+
+        if (ngx_queue_empty(&zone->sh->finished)) {
+            return n;
+        }
+
+        q = ngx_queue_last(&zone->sh->finished);
+        lr = ngx_queue_data(q, ngx_http_dynamo_rl_node_t, queue);
+
+        if (lr->expires > now) {
+            if (!force) {
+                return n;
+            }
+
+            zone->sh->evictions++;
+            force = 0;
+
+        } else {
+            zone->sh->expired++;
+        }
+
+        ngx_http_dynamo_rl_ledger_delete(zone, lr);
+    }
+
+    return n;
+}
+
+
+static uint64_t
+ngx_http_dynamo_rl_now(void)
+{
+    ngx_time_t  *tp;
+
+    tp = ngx_timeofday();
+
+    return (uint64_t) tp->sec * 1000 + tp->msec;
+}
+
+
+/*
+ * NGX_OK: recorded as accepted; NGX_BUSY: the id is in the ledger, in
+ * flight or finished; NGX_DECLINED: the zone is full of in-flight and
+ * unexpired records that cannot go
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    size_t                           size;
+    uint64_t                         now;
+    ngx_uint_t                       hash;
+    ngx_rbtree_node_t               *node;
+    ngx_http_dynamo_rl_node_t       *lr;
+    ngx_http_dynamo_rl_zone_t       *zone;
+    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    zone = drmcf->shm_zone->data;
+
+    hash = ngx_crc32_short(ctx->attempt_id.data, ctx->attempt_id.len);
+    now = ngx_http_dynamo_rl_now();
+
+    size = offsetof(ngx_rbtree_node_t, color)
+           + offsetof(ngx_http_dynamo_rl_node_t, id)
+           + ctx->attempt_id.len;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    (void) ngx_http_dynamo_rl_ledger_expire(zone, now, 0);
+
+    lr = ngx_http_dynamo_rl_ledger_lookup(zone->sh, hash,
+                                          ctx->attempt_id.data,
+                                          ctx->attempt_id.len);
+
+    if (lr != NULL) {
+        if (lr->state < NGX_HTTP_DYNAMO_RL_SUCCEEDED || lr->expires > now) {
+            zone->sh->duplicates++;
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+            return NGX_BUSY;
+        }
+
+        /* expired: the id is free again */
+
+        zone->sh->expired++;
+        ngx_http_dynamo_rl_ledger_delete(zone, lr);
+    }
+
+    node = ngx_slab_alloc_locked(zone->shpool, size);
+
+    while (node == NULL) {
+        if (ngx_http_dynamo_rl_ledger_expire(zone, now, 1) == 0) {
+            zone->sh->exhausted++;
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+
+            ngx_log_error(NGX_LOG_CRIT, r->connection->log, 0,
+                          "attempt ledger is full in dynamo_rl zone \"%V\", "
+                          "%ui attempts in flight", &zone->name,
+                          zone->sh->in_flight);
+
+            return NGX_DECLINED;
+        }
+
+        node = ngx_slab_alloc_locked(zone->shpool, size);
+    }
+
+    node->key = hash;
+
+    lr = (ngx_http_dynamo_rl_node_t *) &node->color;
+
+    lr->state = NGX_HTTP_DYNAMO_RL_ACCEPTED;
+    lr->stream = 0;
+    lr->len = (u_char) ctx->attempt_id.len;
+    lr->status = 0;
+    lr->bytes = 0;
+    lr->started = now;
+    lr->ended = 0;
+    lr->expires = 0;
+
+    ngx_memcpy(lr->id, ctx->attempt_id.data, ctx->attempt_id.len);
+
+    ngx_rbtree_insert(&zone->sh->rbtree, node);
+    ngx_queue_init(&lr->queue);
+
+    zone->sh->records++;
+    zone->sh->in_flight++;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    ctx->node = lr;
+    ctx->ledger_zone = zone;
+    ctx->ttl = drlcf->attempt_ttl;
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    off_t                            sent;
+    uint64_t                         now;
+    ngx_uint_t                       state, status;
+    ngx_connection_t                *c;
+    ngx_http_dynamo_rl_node_t       *lr;
+    ngx_http_dynamo_rl_zone_t       *zone;
+
+    lr = ctx->node;
+
+    if (lr == NULL) {
+        return;
+    }
+
+    ctx->node = NULL;
+
+    c = r->connection;
+    status = r->headers_out.status;
+
+    if (status == 0 && c->error) {
+        status = NGX_HTTP_CLIENT_CLOSED_REQUEST;
+    }
+
+    if (ctx->sse.error) {
+        state = NGX_HTTP_DYNAMO_RL_FAILED;
+
+    } else if (ctx->complete && !c->error) {
+        state = (status >= NGX_HTTP_OK && status < NGX_HTTP_SPECIAL_RESPONSE
+                 && (!ctx->sse_on || ctx->sse.done))
+                ? NGX_HTTP_DYNAMO_RL_SUCCEEDED : NGX_HTTP_DYNAMO_RL_FAILED;
+
+    } else if (c->error || status == NGX_HTTP_CLIENT_CLOSED_REQUEST) {
+        state = NGX_HTTP_DYNAMO_RL_CANCELED;
+
+    } else {
+        /* the upstream closed early, or nginx gave up mid-response */
+        state = NGX_HTTP_DYNAMO_RL_FAILED;
+    }
+
+    ctx->outcome = ngx_http_dynamo_rl_states[state];
+
+    sent = c->sent - r->header_size;
+
+    if (sent < 0) {
+        sent = 0;
+    }
+
+    now = ngx_http_dynamo_rl_now();
+
+    zone = ctx->ledger_zone;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    lr->state = (u_char) state;
+    lr->status = (u_short) status;
+    lr->stream = ctx->sse_on;
+    lr->bytes = sent;
+    lr->ended = now;
+    lr->expires = now + ctx->ttl;
+
+    ngx_queue_insert_head(&zone->sh->finished, &lr->queue);
+
+    zone->sh->in_flight--;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                   "dynamo rl ledger: \"%V\" %V, status %ui",
+                   &ctx->attempt_id, &ctx->outcome, status);
+}
+
+
+/* a request freed without its log phase: the attempt did not complete */
+
+void
+ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    uint64_t                    now;
+    ngx_http_dynamo_rl_node_t  *lr;
+    ngx_http_dynamo_rl_zone_t  *zone;
+
+    lr = ctx->node;
+
+    if (lr == NULL) {
+        return;
+    }
+
+    ctx->node = NULL;
+    zone = ctx->ledger_zone;
+    now = ngx_http_dynamo_rl_now();
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    lr->state = NGX_HTTP_DYNAMO_RL_FAILED;
+    lr->ended = now;
+    lr->expires = now + ctx->ttl;
+
+    ngx_queue_insert_head(&zone->sh->finished, &lr->queue);
+
+    zone->sh->in_flight--;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+ngx_int_t
+ngx_http_dynamo_rl_ledger_filter_init(ngx_conf_t *cf)
+{
+    ngx_http_handler_pt        *h, *first;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_dynamo_rl_ledger_header_filter;
+
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_dynamo_rl_ledger_body_filter;
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    /*
+     * the outcome is decided before the access log, which registered its
+     * handler first, is written
+     */
+
+    first = cmcf->phases[NGX_HTTP_LOG_PHASE].handlers.elts;
+
+    ngx_memmove(&first[1], &first[0], (h - first) * sizeof(*h));
+    first[0] = ngx_http_dynamo_rl_ledger_log_handler;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
+{
+    ngx_http_dynamo_rl_ctx_t   *ctx;
+    ngx_http_dynamo_rl_node_t  *lr;
+    ngx_http_dynamo_rl_zone_t  *zone;
+
+    if (r != r->main) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+    if (ctx == NULL || ctx->node == NULL) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    if (r->headers_out.content_type.len >= sizeof("text/event-stream") - 1
+        && ngx_strncasecmp(r->headers_out.content_type.data,
+                           (u_char *) "text/event-stream",
+                           sizeof("text/event-stream") - 1)
+           == 0)
+    {
+        ctx->sse_on = 1;
+    }
+
+    zone = ctx->ledger_zone;
+    lr = ctx->node;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    lr->state = NGX_HTTP_DYNAMO_RL_STREAMING;
+    lr->status = (u_short) r->headers_out.status;
+    lr->stream = ctx->sse_on;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_chain_t               *cl;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    if (r != r->main || in == NULL) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+    if (ctx == NULL || ctx->node == NULL || ctx->complete) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    for (cl = in; cl; cl = cl->next) {
+
+        if (ctx->sse_on
+            && ngx_http_dynamo_rl_ledger_scan(r, ctx, cl->buf) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (cl->buf->last_buf) {
+            ctx->complete = 1;
+
+            if (ctx->sse_on) {
+                ngx_http_dynamo_rl_sse_scan(&ctx->sse, NULL, 0, 1);
+            }
+        }
+    }
+
+    return ngx_http_next_body_filter(r, in);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_ledger_scan(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_buf_t *b)
+{
+    off_t    pos;
+    size_t   size;
+    ssize_t  n;
+    u_char   buf[4096];
+
+    if (ngx_buf_in_memory(b)) {
+        ngx_http_dynamo_rl_sse_scan(&ctx->sse, b->pos, b->last - b->pos, 0);
+        return NGX_OK;
+    }
+
+    if (!b->in_file) {
+        return NGX_OK;
+    }
+
+    /* proxy_buffering on may have written the stream to a temporary file */
+
+    for (pos = b->file_pos; pos < b->file_last; pos += n) {
+        size = (size_t) ngx_min(b->file_last - pos, (off_t) sizeof(buf));
+
+        n = ngx_read_file(b->file, buf, size, pos);
+
+        if (n <= 0) {
+            return NGX_ERROR;
+        }
+
+        ngx_http_dynamo_rl_sse_scan(&ctx->sse, buf, n, 0);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_ledger_log_handler(ngx_http_request_t *r)
+{
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r->main);
+
+    if (ctx != NULL) {
+        ngx_http_dynamo_rl_ledger_finish(r->main, ctx);
+    }
+
+    return NGX_OK;
+}
+
+
+char *
+ngx_http_dynamo_rl_attempts_api(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_core_loc_conf_t        *clcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
+
+    if (drmcf->shm_zone == NULL) {
+        return "requires \"dynamo_rl_zone\" before it";
+    }
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler != NULL) {
+        return "is duplicate";
+    }
+
+    clcf->handler = ngx_http_dynamo_rl_attempts_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
+{
+    u_char                     *p;
+    size_t                      len;
+    uint64_t                    now, started, ended;
+    ngx_str_t                   id, body;
+    ngx_uint_t                  found, state, status, stream;
+    ngx_http_dynamo_rl_node_t  *lr;
+    ngx_http_dynamo_rl_zone_t  *zone;
+    ngx_http_core_loc_conf_t   *clcf;
+
+    uint64_t                    bytes;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        if (ngx_http_dynamo_rl_allow(r, NGX_HTTP_GET|NGX_HTTP_HEAD)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_dynamo_rl_error(r, NGX_HTTP_NOT_ALLOWED, "method",
+                                        "only GET and HEAD");
+    }
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (clcf->regex != NULL || r->uri.len < clcf->name.len) {
+        return ngx_http_dynamo_rl_error(r, NGX_HTTP_BAD_REQUEST,
+                                        "bad_attempt_id", "no attempt id");
+    }
+
+    id.data = r->uri.data + clcf->name.len;
+    id.len = r->uri.len - clcf->name.len;
+
+    if (ngx_http_dynamo_rl_attempt_id_valid(id.data, id.len) != NGX_OK) {
+        return ngx_http_dynamo_rl_error(r, NGX_HTTP_BAD_REQUEST,
+                                        "bad_attempt_id",
+                                        "an attempt id is 1 to 128 bytes of "
+                                        "[A-Za-z0-9._:-]");
+    }
+
+    zone = ngx_http_dynamo_rl_get_zone(r);
+    now = ngx_http_dynamo_rl_now();
+
+    found = 0;
+    state = 0;
+    status = 0;
+    stream = 0;
+    bytes = 0;
+    started = 0;
+    ended = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    lr = ngx_http_dynamo_rl_ledger_lookup(zone->sh,
+                                          ngx_crc32_short(id.data, id.len),
+                                          id.data, id.len);
+
+    if (lr != NULL
+        && (lr->state < NGX_HTTP_DYNAMO_RL_SUCCEEDED || lr->expires > now))
+    {
+        found = 1;
+        state = lr->state;
+        status = lr->status;
+        stream = lr->stream;
+        bytes = lr->bytes;
+        started = lr->started;
+        ended = lr->ended;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (!found) {
+        return ngx_http_dynamo_rl_error(r, NGX_HTTP_NOT_FOUND,
+                                        "unknown_attempt",
+                                        "no such attempt, or it expired");
+    }
+
+    len = sizeof("{\"attempt_id\":\"\",\"state\":\"\",\"status\":,"
+                 "\"stream\":false,\"bytes_sent\":,\"started\":\"\","
+                 "\"ended\":\"\",\"duration_ms\":}") - 1
+          + id.len + sizeof("streaming") + 3 * NGX_INT64_LEN
+          + 2 * NGX_HTTP_DYNAMO_RL_ISO_LEN;
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* the id passed the attempt id grammar: nothing to escape */
+
+    body.data = p;
+
+    p = ngx_sprintf(p, "{\"attempt_id\":\"%V\",\"state\":\"%V\",\"status\":",
+                    &id, &ngx_http_dynamo_rl_states[state]);
+
+    p = status ? ngx_sprintf(p, "%ui", status) : ngx_cpymem(p, "null", 4);
+
+    p = ngx_sprintf(p, ",\"stream\":%s,\"bytes_sent\":%uL,\"started\":\"",
+                    stream ? "true" : "false", bytes);
+    p = ngx_http_dynamo_rl_iso_time(p, started);
+    p = ngx_cpymem(p, "\",\"ended\":", sizeof("\",\"ended\":") - 1);
+
+    if (ended) {
+        *p++ = '"';
+        p = ngx_http_dynamo_rl_iso_time(p, ended);
+        *p++ = '"';
+
+    } else {
+        p = ngx_cpymem(p, "null", 4);
+    }
+
+    p = ngx_sprintf(p, ",\"duration_ms\":%uL}",
+                    (ended ? ended : ngx_max(now, started)) - started);
+
+    body.len = p - body.data;
+
+    return ngx_http_dynamo_rl_send_json(r, NGX_HTTP_OK, &body);
+}
+
+
+static u_char *
+ngx_http_dynamo_rl_iso_time(u_char *p, uint64_t ms)
+{
+    ngx_tm_t  tm;
+
+    ngx_gmtime((time_t) (ms / 1000), &tm);
+
+    return ngx_sprintf(p, "%4d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+                       tm.ngx_tm_year, tm.ngx_tm_mon, tm.ngx_tm_mday,
+                       tm.ngx_tm_hour, tm.ngx_tm_min, tm.ngx_tm_sec,
+                       (int) (ms % 1000));
+}

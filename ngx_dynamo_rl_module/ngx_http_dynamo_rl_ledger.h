@@ -1,0 +1,46 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#ifndef _NGX_HTTP_DYNAMO_RL_LEDGER_H_INCLUDED_
+#define _NGX_HTTP_DYNAMO_RL_LEDGER_H_INCLUDED_
+
+
+#define NGX_HTTP_DYNAMO_RL_ACCEPTED   1
+#define NGX_HTTP_DYNAMO_RL_STREAMING  2
+#define NGX_HTTP_DYNAMO_RL_SUCCEEDED  3
+#define NGX_HTTP_DYNAMO_RL_FAILED     4
+#define NGX_HTTP_DYNAMO_RL_CANCELED   5
+
+
+/* an attempt record, laid over ngx_rbtree_node_t from its color */
+
+typedef struct {
+    u_char                          color;
+    u_char                          state;
+    u_char                          stream;
+    u_char                          len;
+    u_short                         status;
+    ngx_queue_t                     queue;
+    uint64_t                        bytes;
+    uint64_t                        started;   /* ms since the epoch */
+    uint64_t                        ended;
+    uint64_t                        expires;
+    u_char                          id[1];
+} ngx_http_dynamo_rl_node_t;
+
+
+void ngx_http_dynamo_rl_ledger_init(ngx_http_dynamo_rl_shctx_t *sh);
+ngx_int_t ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx);
+void ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx);
+void ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx);
+ngx_int_t ngx_http_dynamo_rl_ledger_filter_init(ngx_conf_t *cf);
+char *ngx_http_dynamo_rl_attempts_api(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+
+#endif /* _NGX_HTTP_DYNAMO_RL_LEDGER_H_INCLUDED_ */
