@@ -69,17 +69,11 @@ NGX_INCS = $(addprefix -I$(NGX_BUILD)/, src/core src/event \
 PURE     = $(SRCDIR)/ngx_http_dynamo_rl_parse.c \
            $(SRCDIR)/ngx_http_dynamo_rl_json.c
 
-$(BUILD)/unit-tests: t/unit/unit_tests.c $(PURE) $(SRCDIR)/*.h \
-        $(NGX_BUILD)/objs/Makefile
-	$(CC) -g -O1 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ \
-	    t/unit/unit_tests.c $(PURE) -ljansson
+UNITS    = $(patsubst t/unit/%.c,$(BUILD)/unit/%,$(wildcard t/unit/*.c))
 
-$(BUILD)/snapshot-tests: t/unit/snapshot_tests.c $(PURE) $(SRCDIR)/*.h \
-        $(NGX_BUILD)/objs/Makefile
-	$(CC) -g -O1 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ \
-	    t/unit/snapshot_tests.c $(PURE) -ljansson
-
-UNITS    = $(BUILD)/unit-tests $(BUILD)/snapshot-tests
+$(BUILD)/unit/%: t/unit/%.c $(PURE) $(SRCDIR)/*.h $(NGX_BUILD)/objs/Makefile
+	@mkdir -p $(BUILD)/unit
+	$(CC) -g -O1 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) -ljansson
 
 unit: $(UNITS)
 	$(PROVE) -e '' $(UNITS)

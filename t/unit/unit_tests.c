@@ -557,12 +557,13 @@ static ngx_http_dynamo_rl_test_ns_t  ngx_http_dynamo_rl_test_nss[] = {
 
     /*
      * DESIGN, "Discovery plane": "prefix=dynamo matches every namespace"
-     * (Dynamo's global namespace); namespace_match() has no such case
+     * (Dynamo's global namespace)
      */
 
     { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("dynamo"),
-      ngx_string("myns-dgd-abc123"), NGX_OK,
-      "bug: DESIGN says prefix=dynamo matches every namespace" },
+      ngx_string("myns-dgd-abc123"), NGX_OK, NULL },
+    { NGX_HTTP_DYNAMO_RL_NS_PREFIX, ngx_string("dynamo"),
+      ngx_string(""), NGX_OK, NULL },
 };
 
 
