@@ -14,6 +14,18 @@ static ngx_int_t ngx_http_dynamo_rl_admin_deny(ngx_http_request_t *r,
     ngx_uint_t status, char *reason, char *message);
 static ngx_str_t *ngx_http_dynamo_rl_route_find(ngx_str_t *routes,
     ngx_uint_t n, ngx_str_t *route);
+static ngx_int_t ngx_http_dynamo_rl_admin_header_filter(
+    ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_admin_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+
+
+/* a worker's answer larger than this is judged by its status alone */
+#define NGX_HTTP_DYNAMO_RL_ADMIN_BODY  65536
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
 
 /*
@@ -296,6 +308,153 @@ ngx_http_dynamo_rl_route_find(ngx_str_t *routes, ngx_uint_t n,
     }
 
     return NULL;
+}
+
+
+ngx_int_t
+ngx_http_dynamo_rl_admin_filter_init(ngx_conf_t *cf)
+{
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_dynamo_rl_admin_header_filter;
+
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_dynamo_rl_admin_body_filter;
+
+    return NGX_OK;
+}
+
+
+/*
+ * A worker answers logical failures with HTTP 200: {"status":"error"}
+ * (vLLM) or {"success":false} (SGLang).  The answer passes unchanged; a
+ * copy of a small 2xx body is kept to judge it once complete.
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_admin_header_filter(ngx_http_request_t *r)
+{
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    if (r != r->main) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+    if (ctx == NULL || !ctx->admin_done || ctx->admin_decided) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    if (r->headers_out.status < NGX_HTTP_OK
+        || r->headers_out.status >= NGX_HTTP_SPECIAL_RESPONSE)
+    {
+        ctx->admin_decided = 1;
+        ctx->admin_error = 1;
+
+        return ngx_http_next_header_filter(r);
+    }
+
+    if (r->header_only) {
+        ctx->admin_decided = 1;
+
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx->admin_inspect = 1;
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_admin_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    u_char                    *p;
+    size_t                     n, size;
+    ngx_chain_t               *cl;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    if (r != r->main || in == NULL) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+    if (ctx == NULL || !ctx->admin_inspect || ctx->admin_decided) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    for (cl = in; cl; cl = cl->next) {
+
+        if (!ctx->admin_overflow && ngx_buf_in_memory(cl->buf)) {
+            n = cl->buf->last - cl->buf->pos;
+
+            if (ctx->admin_len + n > NGX_HTTP_DYNAMO_RL_ADMIN_BODY) {
+                ctx->admin_overflow = 1;
+
+            } else if (n) {
+                size = ctx->admin_len + n;
+
+                p = ngx_pnalloc(r->pool, size);
+                if (p == NULL) {
+                    return NGX_ERROR;
+                }
+
+                if (ctx->admin_len) {
+                    ngx_memcpy(p, ctx->admin_body, ctx->admin_len);
+                }
+
+                ngx_memcpy(p + ctx->admin_len, cl->buf->pos, n);
+
+                ctx->admin_body = p;
+                ctx->admin_len = size;
+            }
+
+        } else if (!ngx_buf_in_memory(cl->buf) && ngx_buf_size(cl->buf)) {
+            /* a body in a temporary file is not small */
+            ctx->admin_overflow = 1;
+        }
+
+        if (cl->buf->last_buf) {
+            ctx->admin_decided = 1;
+            ctx->admin_error = !ctx->admin_overflow
+                               && ngx_http_dynamo_rl_json_admin_error(
+                                      ctx->admin_body, ctx->admin_len)
+                                  == NGX_OK;
+        }
+    }
+
+    return ngx_http_next_body_filter(r, in);
+}
+
+
+/* at the log phase: a call forwarded without a complete answer failed */
+
+void
+ngx_http_dynamo_rl_admin_finish(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    if (!ctx->admin_done || ctx->deny_reason.len) {
+        return;
+    }
+
+    if (!ctx->admin_decided || r->connection->error) {
+        ctx->admin_error = 1;
+    }
+
+    if (ctx->admin_error) {
+        ngx_str_set(&ctx->admin_result, "error");
+        ngx_str_set(&ctx->outcome, "error");
+
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "dynamo rl admin: instance \"%V\" answered %V with "
+                      "an error, status %ui", &ctx->instance_id,
+                      &ctx->engine_path, r->headers_out.status);
+
+    } else {
+        ngx_str_set(&ctx->admin_result, "ok");
+        ngx_str_set(&ctx->outcome, "ok");
+    }
 }
 
 

@@ -796,6 +796,23 @@ ngx_http_dynamo_rl_local_index(ngx_http_request_t *r,
 }
 
 
+/* the process's index of the current snapshot, or NULL without one */
+
+ngx_http_dynamo_rl_index_t *
+ngx_http_dynamo_rl_discovery_index(ngx_http_request_t *r)
+{
+    ngx_http_dynamo_rl_zone_t  *zone;
+
+    zone = ngx_http_dynamo_rl_get_zone(r);
+
+    if (zone->sh->raw == NULL) {
+        return NULL;
+    }
+
+    return ngx_http_dynamo_rl_local_index(r, zone);
+}
+
+
 ngx_int_t
 ngx_http_dynamo_rl_discovery_filter_init(ngx_conf_t *cf)
 {
@@ -1085,6 +1102,8 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
         ngx_destroy_pool(pool);
     }
 
+    ngx_str_set(&ctx->outcome, "ok");
+
     return ngx_http_dynamo_rl_discovery_output(r, NGX_HTTP_OK, out, len);
 }
 
@@ -1093,11 +1112,19 @@ static ngx_int_t
 ngx_http_dynamo_rl_discovery_invalid(ngx_http_request_t *r,
     ngx_str_t *reason)
 {
-    u_char  *p, *body;
-    size_t   len;
+    u_char                    *p, *body;
+    size_t                     len;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
 
     ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                   "discovery document is invalid: %V", reason);
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    if (ctx != NULL) {
+        ngx_str_set(&ctx->outcome, "invalid");
+        ngx_str_set(&ctx->deny_reason, "discovery_invalid");
+    }
 
     len = sizeof("{\"error\":\"discovery_invalid\",\"message\":\"\"}") - 1
           + reason->len + ngx_escape_json(NULL, reason->data, reason->len);

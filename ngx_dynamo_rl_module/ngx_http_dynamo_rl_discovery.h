@@ -21,6 +21,8 @@ ngx_int_t ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
 void ngx_http_dynamo_rl_discovery_cleanup(ngx_http_dynamo_rl_ctx_t *ctx);
 ngx_int_t ngx_http_dynamo_rl_in_scope(ngx_http_dynamo_rl_loc_conf_t *drlcf,
     ngx_str_t *ns);
+ngx_http_dynamo_rl_index_t *ngx_http_dynamo_rl_discovery_index(
+    ngx_http_request_t *r);
 ngx_int_t ngx_http_dynamo_rl_discovery_filter_init(ngx_conf_t *cf);
 
 

@@ -55,6 +55,22 @@ typedef struct {
 } ngx_http_dynamo_rl_json_err_t;
 
 
+#define NGX_HTTP_DYNAMO_RL_GATE_CLOSE  1
+#define NGX_HTTP_DYNAMO_RL_GATE_RENEW  2
+#define NGX_HTTP_DYNAMO_RL_GATE_OPEN   3
+
+
+typedef struct {
+    ngx_uint_t                      action;
+    ngx_msec_t                      lease;         /* 0: none given */
+    size_t                          reason_len;
+    u_char                          reason[128];
+} ngx_http_dynamo_rl_gate_req_t;
+
+
+ngx_int_t ngx_http_dynamo_rl_json_gate(u_char *p, size_t len,
+    ngx_http_dynamo_rl_gate_req_t *req, char **err);
+ngx_int_t ngx_http_dynamo_rl_json_admin_error(u_char *p, size_t len);
 ngx_int_t ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
     ngx_http_dynamo_rl_alloc_pt alloc, void *data,
     ngx_http_dynamo_rl_index_t *index, ngx_http_dynamo_rl_json_err_t *err);

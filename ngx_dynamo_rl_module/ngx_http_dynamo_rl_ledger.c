@@ -7,9 +7,6 @@
 #include "ngx_http_dynamo_rl_module.h"
 
 
-#define NGX_HTTP_DYNAMO_RL_ISO_LEN  sizeof("2026-01-01T00:00:00.000Z")
-
-
 static void ngx_http_dynamo_rl_ledger_insert(ngx_rbtree_node_t *temp,
     ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
 static ngx_http_dynamo_rl_node_t *ngx_http_dynamo_rl_ledger_lookup(
@@ -18,19 +15,16 @@ static void ngx_http_dynamo_rl_ledger_delete(ngx_http_dynamo_rl_zone_t *zone,
     ngx_http_dynamo_rl_node_t *lr);
 static ngx_uint_t ngx_http_dynamo_rl_ledger_expire(
     ngx_http_dynamo_rl_zone_t *zone, uint64_t now, ngx_uint_t force);
-static uint64_t ngx_http_dynamo_rl_now(void);
 static ngx_int_t ngx_http_dynamo_rl_ledger_header_filter(
     ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static ngx_int_t ngx_http_dynamo_rl_ledger_scan(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_buf_t *b);
-static ngx_int_t ngx_http_dynamo_rl_ledger_log_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r);
-static u_char *ngx_http_dynamo_rl_iso_time(u_char *p, uint64_t ms);
 
 
-static ngx_str_t  ngx_http_dynamo_rl_states[] = {
+ngx_str_t  ngx_http_dynamo_rl_ledger_states[] = {
     ngx_null_string,
     ngx_string("accepted"),
     ngx_string("streaming"),
@@ -189,17 +183,6 @@ ngx_http_dynamo_rl_ledger_expire(ngx_http_dynamo_rl_zone_t *zone,
 }
 
 
-static uint64_t
-ngx_http_dynamo_rl_now(void)
-{
-    ngx_time_t  *tp;
-
-    tp = ngx_timeofday();
-
-    return (uint64_t) tp->sec * 1000 + tp->msec;
-}
-
-
 /*
  * NGX_OK: recorded as accepted; NGX_BUSY: the id is in the ledger, in
  * flight or finished; NGX_DECLINED: the zone is full of in-flight and
@@ -343,7 +326,7 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
         state = NGX_HTTP_DYNAMO_RL_FAILED;
     }
 
-    ctx->outcome = ngx_http_dynamo_rl_states[state];
+    ctx->outcome = ngx_http_dynamo_rl_ledger_states[state];
 
     sent = c->sent - r->header_size;
 
@@ -412,31 +395,11 @@ ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx)
 ngx_int_t
 ngx_http_dynamo_rl_ledger_filter_init(ngx_conf_t *cf)
 {
-    ngx_http_handler_pt        *h, *first;
-    ngx_http_core_main_conf_t  *cmcf;
-
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_dynamo_rl_ledger_header_filter;
 
     ngx_http_next_body_filter = ngx_http_top_body_filter;
     ngx_http_top_body_filter = ngx_http_dynamo_rl_ledger_body_filter;
-
-    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
-
-    h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    /*
-     * the outcome is decided before the access log, which registered its
-     * handler first, is written
-     */
-
-    first = cmcf->phases[NGX_HTTP_LOG_PHASE].handlers.elts;
-
-    ngx_memmove(&first[1], &first[0], (h - first) * sizeof(*h));
-    first[0] = ngx_http_dynamo_rl_ledger_log_handler;
 
     return NGX_OK;
 }
@@ -550,21 +513,6 @@ ngx_http_dynamo_rl_ledger_scan(ngx_http_request_t *r,
         }
 
         ngx_http_dynamo_rl_sse_scan(&ctx->sse, buf, n, 0);
-    }
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_dynamo_rl_ledger_log_handler(ngx_http_request_t *r)
-{
-    ngx_http_dynamo_rl_ctx_t  *ctx;
-
-    ctx = ngx_http_dynamo_rl_get_ctx(r->main);
-
-    if (ctx != NULL) {
-        ngx_http_dynamo_rl_ledger_finish(r->main, ctx);
     }
 
     return NGX_OK;
@@ -691,7 +639,7 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
     body.data = p;
 
     p = ngx_sprintf(p, "{\"attempt_id\":\"%V\",\"state\":\"%V\",\"status\":",
-                    &id, &ngx_http_dynamo_rl_states[state]);
+                    &id, &ngx_http_dynamo_rl_ledger_states[state]);
 
     p = status ? ngx_sprintf(p, "%ui", status) : ngx_cpymem(p, "null", 4);
 
@@ -715,18 +663,4 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
     body.len = p - body.data;
 
     return ngx_http_dynamo_rl_send_json(r, NGX_HTTP_OK, &body);
-}
-
-
-static u_char *
-ngx_http_dynamo_rl_iso_time(u_char *p, uint64_t ms)
-{
-    ngx_tm_t  tm;
-
-    ngx_gmtime((time_t) (ms / 1000), &tm);
-
-    return ngx_sprintf(p, "%4d-%02d-%02dT%02d:%02d:%02d.%03dZ",
-                       tm.ngx_tm_year, tm.ngx_tm_mon, tm.ngx_tm_mday,
-                       tm.ngx_tm_hour, tm.ngx_tm_min, tm.ngx_tm_sec,
-                       (int) (ms % 1000));
 }

@@ -32,6 +32,9 @@ typedef struct {
 } ngx_http_dynamo_rl_node_t;
 
 
+extern ngx_str_t  ngx_http_dynamo_rl_ledger_states[];
+
+
 void ngx_http_dynamo_rl_ledger_init(ngx_http_dynamo_rl_shctx_t *sh);
 ngx_int_t ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);

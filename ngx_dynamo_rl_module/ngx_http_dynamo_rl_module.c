@@ -29,6 +29,7 @@ static char *ngx_http_dynamo_rl_header_name(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 
 static void ngx_http_dynamo_rl_cleanup(void *data);
+static ngx_int_t ngx_http_dynamo_rl_log_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
@@ -162,6 +163,34 @@ static ngx_command_t  ngx_http_dynamo_rl_commands[] = {
       0,
       NULL },
 
+    { ngx_string("dynamo_rl_gate"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_dynamo_rl_loc_conf_t, gate),
+      NULL },
+
+    { ngx_string("dynamo_rl_gate_api"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_dynamo_rl_gate_api,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("dynamo_rl_status"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_dynamo_rl_status,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("dynamo_rl_metrics"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_dynamo_rl_metrics,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("dynamo_rl_accel_buffering"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_conf_set_flag_slot,
@@ -243,6 +272,11 @@ static ngx_http_variable_t  ngx_http_dynamo_rl_vars[] = {
     { ngx_string("dynamo_rl_engine_path"), NULL,
       ngx_http_dynamo_rl_variable,
       offsetof(ngx_http_dynamo_rl_ctx_t, engine_path),
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("dynamo_rl_admin_result"), NULL,
+      ngx_http_dynamo_rl_variable,
+      offsetof(ngx_http_dynamo_rl_ctx_t, admin_result),
       NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
     { ngx_string("dynamo_rl_snapshot_generation"), NULL,
@@ -327,6 +361,12 @@ ngx_http_dynamo_rl_cleanup(void *data)
 
     ngx_http_dynamo_rl_discovery_cleanup(ctx);
     ngx_http_dynamo_rl_ledger_abandon(ctx);
+
+    if (ctx->counted) {
+        ctx->counted = 0;
+        (void) ngx_atomic_fetch_add(&ctx->ledger_zone->sh->in_flight_requests,
+                                    -1);
+    }
 }
 
 
@@ -345,6 +385,18 @@ ngx_int_t
 ngx_http_dynamo_rl_send_json(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *body)
 {
+    ngx_str_t  type;
+
+    ngx_str_set(&type, "application/json");
+
+    return ngx_http_dynamo_rl_send(r, status, &type, body);
+}
+
+
+ngx_int_t
+ngx_http_dynamo_rl_send(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, ngx_str_t *body)
+{
     ngx_int_t     rc;
     ngx_buf_t    *b;
     ngx_chain_t   out;
@@ -358,8 +410,8 @@ ngx_http_dynamo_rl_send_json(ngx_http_request_t *r, ngx_uint_t status,
     r->headers_out.status = status;
     r->headers_out.content_length_n = body->len;
 
-    ngx_str_set(&r->headers_out.content_type, "application/json");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type = *type;
+    r->headers_out.content_type_len = type->len;
     r->headers_out.content_type_lowcase = NULL;
 
     ngx_http_clear_accept_ranges(r);
@@ -387,6 +439,63 @@ ngx_http_dynamo_rl_send_json(ngx_http_request_t *r, ngx_uint_t status,
     out.next = NULL;
 
     return ngx_http_output_filter(r, &out);
+}
+
+
+uint64_t
+ngx_http_dynamo_rl_now(void)
+{
+    ngx_time_t  *tp;
+
+    tp = ngx_timeofday();
+
+    return (uint64_t) tp->sec * 1000 + tp->msec;
+}
+
+
+/* RFC 3339 in UTC with milliseconds */
+
+u_char *
+ngx_http_dynamo_rl_iso_time(u_char *p, uint64_t ms)
+{
+    ngx_tm_t  tm;
+
+    ngx_gmtime((time_t) (ms / 1000), &tm);
+
+    return ngx_sprintf(p, "%4d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+                       tm.ngx_tm_year, tm.ngx_tm_mon, tm.ngx_tm_mday,
+                       tm.ngx_tm_hour, tm.ngx_tm_min, tm.ngx_tm_sec,
+                       (int) (ms % 1000));
+}
+
+
+/*
+ * the log phase, moved before the access log: the attempt's terminal
+ * state and the counters are settled before $dynamo_rl_outcome is logged
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_log_handler(ngx_http_request_t *r)
+{
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    if (r != r->main) {
+        return NGX_OK;
+    }
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    if (ctx == NULL || ctx->logged) {
+        return NGX_OK;
+    }
+
+    ctx->logged = 1;
+
+    ngx_http_dynamo_rl_ledger_finish(r, ctx);
+    ngx_http_dynamo_rl_admin_finish(r, ctx);
+    ngx_http_dynamo_rl_account(r, ctx);
+
+    return NGX_OK;
 }
 
 
@@ -697,6 +806,7 @@ ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf)
     conf->log_level = NGX_CONF_UNSET_UINT;
     conf->ledger = NGX_CONF_UNSET;
     conf->attempt_ttl = NGX_CONF_UNSET_MSEC;
+    conf->gate = NGX_CONF_UNSET;
 
     return conf;
 }
@@ -787,6 +897,7 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
     ngx_conf_merge_value(conf->ledger, prev->ledger, 1);
     ngx_conf_merge_msec_value(conf->attempt_ttl, prev->attempt_ttl, 600000);
+    ngx_conf_merge_value(conf->gate, prev->gate, 1);
 
     if (conf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
         return NGX_CONF_OK;
@@ -795,7 +906,8 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
 
     if (drmcf->shm_zone == NULL
-        && (conf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST || conf->ledger))
+        && (conf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST || conf->ledger
+            || conf->gate))
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"dynamo_rl_plane %s\" requires "
@@ -805,7 +917,7 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                            : conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY
                              ? "discovery" : "request",
                            conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
-                           ? " for the attempt ledger" : "");
+                           ? " for the attempt ledger and the gate" : "");
         return NGX_CONF_ERROR;
     }
 
@@ -1010,7 +1122,7 @@ ngx_http_dynamo_rl_header_name(ngx_conf_t *cf, ngx_command_t *cmd,
 static ngx_int_t
 ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 {
-    ngx_http_handler_pt        *h;
+    ngx_http_handler_pt        *h, *first;
     ngx_http_core_main_conf_t  *cmcf;
 
     cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
@@ -1035,7 +1147,21 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
     ngx_http_next_body_filter = ngx_http_top_body_filter;
     ngx_http_top_body_filter = ngx_http_dynamo_rl_body_filter;
 
-    if (ngx_http_dynamo_rl_ledger_filter_init(cf) != NGX_OK) {
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* before the access log, which registered its handler first */
+
+    first = cmcf->phases[NGX_HTTP_LOG_PHASE].handlers.elts;
+
+    ngx_memmove(&first[1], &first[0], (h - first) * sizeof(*h));
+    first[0] = ngx_http_dynamo_rl_log_handler;
+
+    if (ngx_http_dynamo_rl_ledger_filter_init(cf) != NGX_OK
+        || ngx_http_dynamo_rl_admin_filter_init(cf) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 

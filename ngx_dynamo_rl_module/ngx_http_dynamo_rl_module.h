@@ -13,6 +13,8 @@
 #include <ngx_http.h>
 
 
+#define NGX_HTTP_DYNAMO_RL_VERSION          "0.1.0"
+
 #define NGX_HTTP_DYNAMO_RL_PLANE_UNSET      0
 #define NGX_HTTP_DYNAMO_RL_PLANE_NONE       1
 #define NGX_HTTP_DYNAMO_RL_PLANE_REQUEST    2
@@ -23,6 +25,7 @@
 #define NGX_HTTP_DYNAMO_RL_UUID_LEN         36
 
 #define NGX_HTTP_DYNAMO_RL_RAND_SIZE        4096
+#define NGX_HTTP_DYNAMO_RL_ISO_LEN  sizeof("2026-01-01T00:00:00.000Z")
 
 #define NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH    1
 #define NGX_HTTP_DYNAMO_RL_SOURCE_DISCOVERY  2
@@ -78,6 +81,7 @@ typedef struct {
 
     ngx_flag_t                      ledger;
     ngx_msec_t                      attempt_ttl;
+    ngx_flag_t                      gate;
 } ngx_http_dynamo_rl_loc_conf_t;
 
 
@@ -108,6 +112,11 @@ typedef struct {
     ngx_msec_t                      ttl;
     ngx_http_dynamo_rl_sse_t        sse;
 
+    /* admin plane: the worker's answer, for ok or error */
+    u_char                         *admin_body;
+    size_t                          admin_len;
+    ngx_str_t                       admin_result;
+
     /* discovery plane: the listener's document, held until complete */
     u_char                         *doc;
     size_t                          doc_len;
@@ -121,6 +130,12 @@ typedef struct {
     unsigned                        error_body:1;
     unsigned                        sse_on:1;
     unsigned                        complete:1;
+    unsigned                        counted:1;
+    unsigned                        logged:1;
+    unsigned                        admin_inspect:1;
+    unsigned                        admin_overflow:1;
+    unsigned                        admin_error:1;
+    unsigned                        admin_decided:1;
 
     u_char                          id[NGX_HTTP_DYNAMO_RL_UUID_LEN];
 } ngx_http_dynamo_rl_ctx_t;
@@ -129,8 +144,12 @@ typedef struct {
 ngx_http_dynamo_rl_ctx_t *ngx_http_dynamo_rl_get_ctx(ngx_http_request_t *r);
 ngx_http_dynamo_rl_ctx_t *ngx_http_dynamo_rl_create_ctx(ngx_http_request_t *r);
 ngx_http_dynamo_rl_zone_t *ngx_http_dynamo_rl_get_zone(ngx_http_request_t *r);
+uint64_t ngx_http_dynamo_rl_now(void);
+u_char *ngx_http_dynamo_rl_iso_time(u_char *p, uint64_t ms);
 ngx_int_t ngx_http_dynamo_rl_send_json(ngx_http_request_t *r,
     ngx_uint_t status, ngx_str_t *body);
+ngx_int_t ngx_http_dynamo_rl_send(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, ngx_str_t *body);
 
 
 extern ngx_module_t  ngx_http_dynamo_rl_module;
@@ -140,6 +159,8 @@ extern ngx_module_t  ngx_http_dynamo_rl_module;
 #include "ngx_http_dynamo_rl_discovery.h"
 #include "ngx_http_dynamo_rl_admin.h"
 #include "ngx_http_dynamo_rl_ledger.h"
+#include "ngx_http_dynamo_rl_gate.h"
+#include "ngx_http_dynamo_rl_status.h"
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_MODULE_H_INCLUDED_ */

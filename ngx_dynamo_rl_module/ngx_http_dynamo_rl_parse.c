@@ -712,3 +712,60 @@ ngx_http_dynamo_rl_sse_line(ngx_http_dynamo_rl_sse_t *sse)
         sse->error = 1;
     }
 }
+
+
+/*
+ * a gate lease: "120s", "5m", "1h", "500ms" or bare seconds, more than
+ * zero and at most a week
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_parse_lease(u_char *p, size_t len, ngx_msec_t *ms)
+{
+    u_char    *last;
+    uint64_t   n, unit;
+
+    last = p + len;
+    n = 0;
+
+    if (p == last || *p < '0' || *p > '9') {
+        return NGX_DECLINED;
+    }
+
+    while (p < last && *p >= '0' && *p <= '9') {
+        n = n * 10 + (*p++ - '0');
+
+        if (n > 604800000) {
+            return NGX_DECLINED;
+        }
+    }
+
+    if (last - p == 2 && p[0] == 'm' && p[1] == 's') {
+        unit = 1;
+
+    } else if (last - p == 1 && *p == 's') {
+        unit = 1000;
+
+    } else if (last - p == 1 && *p == 'm') {
+        unit = 60000;
+
+    } else if (last - p == 1 && *p == 'h') {
+        unit = 3600000;
+
+    } else if (p == last) {
+        unit = 1000;
+
+    } else {
+        return NGX_DECLINED;
+    }
+
+    n *= unit;
+
+    if (n == 0 || n > 604800000) {
+        return NGX_DECLINED;
+    }
+
+    *ms = (ngx_msec_t) n;
+
+    return NGX_OK;
+}

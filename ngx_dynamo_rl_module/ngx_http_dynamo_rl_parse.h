@@ -66,6 +66,8 @@ ngx_int_t ngx_http_dynamo_rl_system_url_valid(u_char *p, size_t len);
 ngx_uint_t ngx_http_dynamo_rl_scan_bound(u_char *p, size_t len);
 ngx_int_t ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
     ngx_http_dynamo_rl_scan_t *scan);
+ngx_int_t ngx_http_dynamo_rl_parse_lease(u_char *p, size_t len,
+    ngx_msec_t *ms);
 ngx_int_t ngx_http_dynamo_rl_namespace_match(ngx_uint_t mode,
     ngx_str_t *scope, u_char *ns, size_t len);
 

@@ -40,9 +40,10 @@ static ngx_str_t  ngx_http_dynamo_rl_routing_headers[] = {
 ngx_int_t
 ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
 {
-    ngx_int_t                       rc;
-    ngx_http_dynamo_rl_ctx_t       *ctx;
-    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+    ngx_int_t                        rc;
+    ngx_http_dynamo_rl_ctx_t        *ctx;
+    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     if (r != r->main) {
         return NGX_DECLINED;
@@ -66,6 +67,20 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
 
     ctx->plane = drlcf->plane;
     ctx->header = &drlcf->attempt_header;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    if (drlcf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        && drmcf->shm_zone != NULL)
+    {
+        /* the gate's drain: every request-plane request until its end */
+
+        ctx->ledger_zone = drmcf->shm_zone->data;
+        ctx->counted = 1;
+
+        (void) ngx_atomic_fetch_add(
+                          &ctx->ledger_zone->sh->in_flight_requests, 1);
+    }
 
     if (drlcf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
         rc = ngx_http_dynamo_rl_attempt(r, ctx, drlcf);
@@ -101,7 +116,19 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
                                        "request target is not canonical");
     }
 
-    if (drlcf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST || !drlcf->ledger) {
+    if (drlcf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
+        return NGX_DECLINED;
+    }
+
+    if (drlcf->gate) {
+        rc = ngx_http_dynamo_rl_gate_check(r, ctx);
+
+        if (rc != NGX_DECLINED) {
+            return rc;
+        }
+    }
+
+    if (!drlcf->ledger) {
         return NGX_DECLINED;
     }
 
@@ -158,7 +185,8 @@ ngx_http_dynamo_rl_error(ngx_http_request_t *r, ngx_uint_t status,
     char *reason, char *message)
 {
     u_char                    *p;
-    size_t                     len;
+    size_t                     len, size;
+    uintptr_t                  esc;
     ngx_str_t                  body, type;
     ngx_http_dynamo_rl_ctx_t  *ctx;
 
@@ -172,14 +200,17 @@ ngx_http_dynamo_rl_error(ngx_http_request_t *r, ngx_uint_t status,
 
     ngx_http_dynamo_rl_status_type(status, &type);
 
-    /* reasons, messages and types are fixed strings without escapes */
+    /* reasons and types are fixed strings; a message may have quotes */
 
-    len = sizeof("{\"message\":\"\",\"type\":\"\",\"code\":}") - 1
-          + ngx_strlen(message) + type.len + NGX_INT_T_LEN
-          + sizeof("{\"error\":\"\",\"message\":\"\"}") - 1
-          + ngx_strlen(reason);
+    len = ngx_strlen(message);
+    esc = ngx_escape_json(NULL, (u_char *) message, len);
 
-    p = ngx_pnalloc(r->pool, len);
+    size = sizeof("{\"message\":\"\",\"type\":\"\",\"code\":}") - 1
+           + len + esc + type.len + NGX_INT_T_LEN
+           + sizeof("{\"error\":\"\",\"message\":\"\"}") - 1
+           + ngx_strlen(reason);
+
+    p = ngx_pnalloc(r->pool, size);
     if (p == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -187,12 +218,15 @@ ngx_http_dynamo_rl_error(ngx_http_request_t *r, ngx_uint_t status,
     body.data = p;
 
     if (ctx != NULL && ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
-        p = ngx_sprintf(p, "{\"message\":\"%s\",\"type\":\"%V\",\"code\":%ui}",
-                        message, &type, status);
+        p = ngx_cpymem(p, "{\"message\":\"", sizeof("{\"message\":\"") - 1);
+        p = (u_char *) ngx_escape_json(p, (u_char *) message, len);
+        p = ngx_sprintf(p, "\",\"type\":\"%V\",\"code\":%ui}", &type, status);
 
     } else {
-        p = ngx_sprintf(p, "{\"error\":\"%s\",\"message\":\"%s\"}",
-                        reason, message);
+        p = ngx_sprintf(p, "{\"error\":\"%s\",\"message\":\"", reason);
+        p = (u_char *) ngx_escape_json(p, (u_char *) message, len);
+        *p++ = '"';
+        *p++ = '}';
     }
 
     body.len = p - body.data;

@@ -11,6 +11,23 @@
 /* bumped whenever the layout of the shared context changes */
 #define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  1
 
+#define NGX_HTTP_DYNAMO_RL_PLANES        3     /* request, discovery, admin */
+#define NGX_HTTP_DYNAMO_RL_OUTCOMES      4
+#define NGX_HTTP_DYNAMO_RL_REASONS       16
+#define NGX_HTTP_DYNAMO_RL_BUCKETS       14
+#define NGX_HTTP_DYNAMO_RL_RECENT        16
+#define NGX_HTTP_DYNAMO_RL_GATE_REASON   128
+
+
+/* a denial, for the dashboard: fixed codes only, no request data */
+
+typedef struct {
+    time_t                          time;
+    u_char                          plane;
+    u_char                          reason;
+    u_short                         status;
+} ngx_http_dynamo_rl_recent_t;
+
 
 typedef struct {
     ngx_uint_t                      version;
@@ -42,6 +59,30 @@ typedef struct {
     ngx_uint_t                      expired;
     ngx_uint_t                      duplicates;
     ngx_uint_t                      exhausted;
+
+    /* the gate */
+    ngx_uint_t                      gate_closed;
+    ngx_uint_t                      gate_epoch;
+    ngx_msec_t                      gate_lease;
+    uint64_t                        gate_expires;   /* ms since the epoch */
+    time_t                          gate_changed;
+    size_t                          gate_reason_len;
+    u_char                          gate_reason[NGX_HTTP_DYNAMO_RL_GATE_REASON];
+
+    /* counters, updated without the mutex */
+    ngx_atomic_t                    in_flight_requests;
+    ngx_atomic_t                    requests[NGX_HTTP_DYNAMO_RL_PLANES]
+                                            [NGX_HTTP_DYNAMO_RL_OUTCOMES];
+    ngx_atomic_t                    denials[NGX_HTTP_DYNAMO_RL_PLANES]
+                                           [NGX_HTTP_DYNAMO_RL_REASONS];
+    ngx_atomic_t                    admin_results[2];
+    ngx_atomic_t                    duration[NGX_HTTP_DYNAMO_RL_PLANES]
+                                            [NGX_HTTP_DYNAMO_RL_BUCKETS];
+    ngx_atomic_t                    duration_ms[NGX_HTTP_DYNAMO_RL_PLANES];
+
+    /* the latest denials, under the mutex */
+    ngx_uint_t                      recent_next;
+    ngx_http_dynamo_rl_recent_t     recent[NGX_HTTP_DYNAMO_RL_RECENT];
 } ngx_http_dynamo_rl_shctx_t;
 
 

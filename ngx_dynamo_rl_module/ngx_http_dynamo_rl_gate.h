@@ -1,0 +1,36 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#ifndef _NGX_HTTP_DYNAMO_RL_GATE_H_INCLUDED_
+#define _NGX_HTTP_DYNAMO_RL_GATE_H_INCLUDED_
+
+
+/* the gate's state, copied out of the zone under the mutex */
+
+typedef struct {
+    ngx_uint_t                      closed;
+    ngx_uint_t                      epoch;
+    ngx_uint_t                      in_flight;
+    uint64_t                        expires;
+    ngx_uint_t                      expired;
+    time_t                          changed;
+    size_t                          reason_len;
+    u_char                          reason[NGX_HTTP_DYNAMO_RL_GATE_REASON];
+} ngx_http_dynamo_rl_gate_state_t;
+
+
+ngx_int_t ngx_http_dynamo_rl_gate_check(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx);
+void ngx_http_dynamo_rl_gate_state(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_gate_state_t *gs);
+size_t ngx_http_dynamo_rl_gate_json_len(ngx_http_dynamo_rl_gate_state_t *gs);
+u_char *ngx_http_dynamo_rl_gate_json(u_char *p,
+    ngx_http_dynamo_rl_gate_state_t *gs);
+char *ngx_http_dynamo_rl_gate_api(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+
+#endif /* _NGX_HTTP_DYNAMO_RL_GATE_H_INCLUDED_ */

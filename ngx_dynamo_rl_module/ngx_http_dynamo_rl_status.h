@@ -1,0 +1,19 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#ifndef _NGX_HTTP_DYNAMO_RL_STATUS_H_INCLUDED_
+#define _NGX_HTTP_DYNAMO_RL_STATUS_H_INCLUDED_
+
+
+void ngx_http_dynamo_rl_account(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx);
+char *ngx_http_dynamo_rl_status(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_dynamo_rl_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+
+#endif /* _NGX_HTTP_DYNAMO_RL_STATUS_H_INCLUDED_ */
