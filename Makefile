@@ -23,14 +23,15 @@ LD_OPT     := -Wl,-z,relro -Wl,-z,now
 SOURCES    := config $(wildcard $(SRCDIR)/*.c $(SRCDIR)/*.h)
 
 BUILD_DEBS := nginx-core nginx-dev libjansson-dev libssl-dev
-TEST_DEBS  := $(BUILD_DEBS) curl clang libclang-rt-14-dev perl
+TEST_DEBS  := $(BUILD_DEBS) curl clang libclang-rt-14-dev perl prometheus \
+              chromium nghttp2-client
 RUN_DEBS   := $(BUILD_DEBS) curl perl
 
 PROVE      ?= prove
 PROVE_OPTS ?=
 FUZZ_TIME  ?= 60
 
-.PHONY: all build deps unit-tests test-deps run test unit fuzz fuzz-smoke lint \
+.PHONY: all build deps run-deps unit-tests test-deps run test unit fuzz fuzz-smoke lint \
         cppcheck check asan clean
 
 all: build
@@ -42,6 +43,9 @@ deps:
 
 test-deps:
 	@util/apt-ensure $(TEST_DEBS)
+
+run-deps:
+	@util/apt-ensure $(RUN_DEBS)
 
 $(NGX_BUILD)/objs/Makefile: config
 	@test -f $(NGX_SRC)/conf_flags || { echo "$(NGX_SRC) is missing:" \
@@ -116,7 +120,7 @@ cppcheck: $(NGX_BUILD)/objs/Makefile
 
 check: lint cppcheck test
 
-run: deps build
+run: run-deps build
 	util/run-gateway
 
 clean:

@@ -34,13 +34,18 @@
  *
  *     snapshot-bench                      the whole table
  *     snapshot-bench quick                fewer rounds (a smoke run)
- *     snapshot-bench once N parse|real|index
- *                                         one run, for callgrind's
+ *     snapshot-bench once N parse|real|index|decide|decide-same
+ *                                         one run (decide: 100,000
+ *                                         decisions), for callgrind's
  *                                         --toggle-collect=bench_*_once
- *     snapshot-bench emit N URL FILE      write an N-worker document
+ *                                         or =bench_decisions
+ *     snapshot-bench emit N URL FILE [all]
+ *                                         write an N-worker document
  *                                         whose worker BENCH_TARGET_ID
- *                                         has system_url URL; prints
- *                                         that id
+ *                                         (or every worker) has
+ *                                         system_url URL, and its ids,
+ *                                         one a line, to FILE.ids;
+ *                                         prints BENCH_TARGET_ID
  */
 
 
@@ -52,6 +57,7 @@
 #define BENCH_MAX_ROUNDS     31
 #define BENCH_POOL_SIZE      16384
 #define BENCH_POOL_LARGE     4095
+#define BENCH_DECIDE_ONCE    100000
 
 
 typedef struct bench_block_s  bench_block_t;
@@ -86,6 +92,8 @@ typedef struct {
     double                          same_ns[BENCH_MAX_ROUNDS];
     double                          random_ratio[BENCH_MAX_ROUNDS];
     double                          same_ratio[BENCH_MAX_ROUNDS];
+    double                          flat_ns[BENCH_MAX_ROUNDS];
+    double                          flat_ratio[BENCH_MAX_ROUNDS];
 
     size_t                          arena_bytes;
 } bench_size_t;
@@ -110,11 +118,14 @@ void bench_index_once(u_char *doc, size_t len, size_t *bytes);
 static void bench_build(bench_size_t *s, bench_arena_t *arena,
     ngx_http_dynamo_rl_index_t *index);
 static ngx_int_t bench_decide(ngx_http_dynamo_rl_index_t *index,
-    ngx_str_t *scope, uint64_t id, ngx_str_t *route, u_char *out);
+    uint64_t *flat, ngx_str_t *scope, uint64_t id, ngx_str_t *route,
+    u_char *out);
+static ngx_http_dynamo_rl_worker_t **bench_flat_find(
+    ngx_http_dynamo_rl_index_t *index, uint64_t *flat, uint64_t id);
 static ngx_str_t *bench_route_find(ngx_str_t *routes, ngx_uint_t n,
     ngx_str_t *route);
 static double bench_decisions(ngx_http_dynamo_rl_index_t *index,
-    bench_query_t *q, ngx_uint_t iterations);
+    uint64_t *flat, bench_query_t *q, ngx_uint_t iterations);
 static void bench_queries(bench_size_t *s, bench_query_t *q,
     ngx_uint_t same);
 static int bench_emit(int argc, char **argv);
@@ -148,6 +159,7 @@ static char  *bench_routes[BENCH_ROUTES] = {
 static ngx_uint_t   bench_sizes[] = { 1, 100, 1000, 10000 };
 static ngx_str_t    bench_scope = ngx_string("dynamo");
 static volatile uint64_t  bench_sink;
+static ngx_uint_t   bench_url_all;
 
 
 static void *
@@ -241,7 +253,7 @@ bench_next(uint64_t *state)
  * of the ids are below 2^53, a quarter between 2^53 and 2^63, half above
  * 2^63; one worker in eight is in a suffixed namespace; one in four has an
  * admin_base_url.  Worker n / 2 has the id BENCH_TARGET_ID and, when given,
- * the system_url target_url.
+ * the system_url target_url (every worker has it with "emit ... all").
  */
 
 static u_char *
@@ -301,7 +313,7 @@ bench_generate(ngx_uint_t n, char *target_url, ngx_uint_t twin, size_t *len,
         sprintf(ip, "10.%u.%u.%u", (unsigned) (i >> 16) & 0xff,
                 (unsigned) (i >> 8) & 0xff, (unsigned) i & 0xff);
 
-        if (i == n / 2 && target_url != NULL) {
+        if (target_url != NULL && (i == n / 2 || bench_url_all)) {
             snprintf(url, sizeof(url), "%s", target_url);
 
         } else {
@@ -511,8 +523,8 @@ bench_build(bench_size_t *s, bench_arena_t *arena,
  */
 
 static ngx_int_t
-bench_decide(ngx_http_dynamo_rl_index_t *index, ngx_str_t *scope,
-    uint64_t id, ngx_str_t *route, u_char *out)
+bench_decide(ngx_http_dynamo_rl_index_t *index, uint64_t *flat,
+    ngx_str_t *scope, uint64_t id, ngx_str_t *route, u_char *out)
 {
     u_char                        *p;
     size_t                         len;
@@ -523,7 +535,12 @@ bench_decide(ngx_http_dynamo_rl_index_t *index, ngx_str_t *scope,
     w = NULL;
     n = 0;
 
-    wp = ngx_http_dynamo_rl_index_find(index, id);
+    if (flat == NULL) {
+        wp = ngx_http_dynamo_rl_index_find(index, id);
+
+    } else {
+        wp = bench_flat_find(index, flat, id);
+    }
 
     if (wp != NULL) {
         last = index->sorted + index->nsorted;
@@ -573,6 +590,40 @@ bench_decide(ngx_http_dynamo_rl_index_t *index, ngx_str_t *scope,
 }
 
 
+/*
+ * a diagnostic, not the module's layout: ngx_http_dynamo_rl_index_find()
+ * over a contiguous copy of the sorted ids, so that the search does not
+ * chase a pointer to a worker at each step
+ */
+
+static ngx_http_dynamo_rl_worker_t **
+bench_flat_find(ngx_http_dynamo_rl_index_t *index, uint64_t *flat,
+    uint64_t id)
+{
+    ngx_uint_t  lo, hi, mid;
+
+    lo = 0;
+    hi = index->nsorted;
+
+    while (lo < hi) {
+        mid = lo + (hi - lo) / 2;
+
+        if (flat[mid] < id) {
+            lo = mid + 1;
+
+        } else {
+            hi = mid;
+        }
+    }
+
+    if (lo < index->nsorted && flat[lo] == id) {
+        return &index->sorted[lo];
+    }
+
+    return NULL;
+}
+
+
 /* a copy of ngx_http_dynamo_rl_route_find(), static in the admin plane */
 
 static ngx_str_t *
@@ -594,9 +645,9 @@ bench_route_find(ngx_str_t *routes, ngx_uint_t n, ngx_str_t *route)
 
 /* ns per decision over "iterations" decisions cycling through "q" */
 
-static double
-bench_decisions(ngx_http_dynamo_rl_index_t *index, bench_query_t *q,
-    ngx_uint_t iterations)
+__attribute__((noinline)) static double
+bench_decisions(ngx_http_dynamo_rl_index_t *index, uint64_t *flat,
+    bench_query_t *q, ngx_uint_t iterations)
 {
     u_char          out[512];
     double          start;
@@ -610,7 +661,8 @@ bench_decisions(ngx_http_dynamo_rl_index_t *index, bench_query_t *q,
 
     for (i = 0; i < iterations; i++) {
         e = &q[i & (BENCH_QUERIES - 1)];
-        sum += bench_decide(index, &bench_scope, e->id, &e->route, out);
+        sum += bench_decide(index, flat, &bench_scope, e->id, &e->route,
+                            out);
         bytes += out[7];
     }
 
@@ -666,16 +718,21 @@ bench_queries(bench_size_t *s, bench_query_t *q, ngx_uint_t same)
 static int
 bench_emit(int argc, char **argv)
 {
+    char         name[1024];
     FILE        *f;
     u_char      *doc;
     size_t       len;
     uint64_t    *ids;
-    ngx_uint_t   n;
+    ngx_uint_t   i, n;
 
-    if (argc != 5 || (n = strtoul(argv[2], NULL, 10)) == 0) {
-        fprintf(stderr, "usage: %s emit N URL FILE\n", argv[0]);
+    if ((argc != 5 && (argc != 6 || strcmp(argv[5], "all") != 0))
+        || (n = strtoul(argv[2], NULL, 10)) == 0)
+    {
+        fprintf(stderr, "usage: %s emit N URL FILE [all]\n", argv[0]);
         return 2;
     }
+
+    bench_url_all = (argc == 6);
 
     doc = bench_generate(n, argv[3], 0, &len, &ids);
 
@@ -683,6 +740,23 @@ bench_emit(int argc, char **argv)
 
     if (f == NULL || fwrite(doc, 1, len, f) != len || fclose(f) != 0) {
         fprintf(stderr, "cannot write %s\n", argv[4]);
+        return 1;
+    }
+
+    snprintf(name, sizeof(name), "%s.ids", argv[4]);
+
+    f = fopen(name, "w");
+    if (f == NULL) {
+        fprintf(stderr, "cannot write %s\n", name);
+        return 1;
+    }
+
+    for (i = 0; i < n; i++) {
+        fprintf(f, "%llu\n", (unsigned long long) ids[i]);
+    }
+
+    if (fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", name);
         return 1;
     }
 
@@ -695,13 +769,18 @@ bench_emit(int argc, char **argv)
 static int
 bench_once(int argc, char **argv)
 {
-    u_char      *doc;
-    size_t       len;
-    uint64_t    *ids;
-    ngx_uint_t   n;
+    u_char                      *doc;
+    size_t                       len;
+    uint64_t                    *ids;
+    ngx_uint_t                   n;
+    bench_size_t                 s;
+    bench_arena_t                arena;
+    bench_query_t               *q;
+    ngx_http_dynamo_rl_index_t   index;
 
     if (argc != 4 || (n = strtoul(argv[2], NULL, 10)) == 0) {
-        fprintf(stderr, "usage: %s once N parse|real|index\n", argv[0]);
+        fprintf(stderr, "usage: %s once N parse|real|index|decide|"
+                "decide-same\n", argv[0]);
         return 2;
     }
 
@@ -712,6 +791,25 @@ bench_once(int argc, char **argv)
     } else if (strcmp(argv[3], "real") == 0) {
         doc = bench_generate(n, NULL, 0, &len, &ids);
         bench_parse_once(doc, len, JSON_DECODE_INT_AS_REAL);
+
+    } else if (strncmp(argv[3], "decide", 6) == 0) {
+
+        /* BENCH_DECIDE_ONCE decisions in bench_decisions() */
+
+        ngx_memzero(&s, sizeof(bench_size_t));
+        s.nworkers = n;
+        s.doc = bench_generate(n, NULL, 0, &s.len, &s.ids);
+        len = s.len;
+
+        bench_build(&s, &arena, &index);
+
+        q = calloc(BENCH_QUERIES, sizeof(bench_query_t));
+        if (q == NULL) {
+            return 1;
+        }
+
+        bench_queries(&s, q, strcmp(argv[3], "decide-same") == 0);
+        (void) bench_decisions(&index, NULL, q, BENCH_DECIDE_ONCE);
 
     } else {
         doc = bench_generate(n, NULL, 0, &len, &ids);
@@ -734,6 +832,7 @@ main(int argc, char **argv)
     ngx_uint_t                   i, j, k, m, nsizes, rounds, iterations;
     bench_size_t                 sizes[4], *s;
     bench_arena_t                arenas[4];
+    uint64_t                    *flat[4];
     bench_query_t               *random_q[4], *same_q[4];
     ngx_http_dynamo_rl_index_t   indexes[4];
 
@@ -838,18 +937,33 @@ main(int argc, char **argv)
         bench_queries(s, random_q[i], 0);
         bench_queries(s, same_q[i], 1);
 
-        (void) bench_decisions(&indexes[i], random_q[i], iterations / 10);
-        (void) bench_decisions(&indexes[i], same_q[i], iterations / 10);
+        flat[i] = malloc((indexes[i].nsorted + 1) * sizeof(uint64_t));
+        if (flat[i] == NULL) {
+            return 1;
+        }
+
+        for (k = 0; k < indexes[i].nsorted; k++) {
+            flat[i][k] = indexes[i].sorted[k]->id;
+        }
+
+        (void) bench_decisions(&indexes[i], NULL, random_q[i],
+                               iterations / 10);
+        (void) bench_decisions(&indexes[i], NULL, same_q[i],
+                               iterations / 10);
+        (void) bench_decisions(&indexes[i], flat[i], random_q[i],
+                               iterations / 10);
     }
 
     for (j = 0; j < rounds; j++) {
         for (i = 0; i < nsizes; i++) {
             s = &sizes[i];
 
-            s->random_ns[j] = bench_decisions(&indexes[i], random_q[i],
-                                              iterations);
-            s->same_ns[j] = bench_decisions(&indexes[i], same_q[i],
+            s->random_ns[j] = bench_decisions(&indexes[i], NULL,
+                                              random_q[i], iterations);
+            s->same_ns[j] = bench_decisions(&indexes[i], NULL, same_q[i],
                                             iterations);
+            s->flat_ns[j] = bench_decisions(&indexes[i], flat[i],
+                                            random_q[i], iterations);
         }
 
         for (i = 0; i < nsizes; i++) {
@@ -859,6 +973,7 @@ main(int argc, char **argv)
 
             s->random_ratio[j] = s->random_ns[j] / sizes[0].same_ns[j];
             s->same_ratio[j] = s->same_ns[j] / sizes[0].same_ns[j];
+            s->flat_ratio[j] = s->flat_ns[j] / sizes[0].flat_ns[j];
         }
     }
 
@@ -880,26 +995,41 @@ main(int argc, char **argv)
                s->arena_bytes / 1048576.0);
     }
 
-    printf("\ntimes in ms, medians; (a) json_loadb(JSON_REJECT_DUPLICATES) + "
-           "json_decref of\n    the document with each id above 2^63 changed "
-           "to a same-length int64;\n    (a') the document's\n    own bytes with "
-           "JSON_DECODE_INT_AS_REAL; (b) ngx_http_dynamo_rl_json_index()\n"
-           "    into a 16 KB-block arena, freed after each run\n\n");
+    printf("\ntimes in ms, medians of the rounds; ratios are medians of "
+           "per-round ratios\n"
+           "(a)  json_loadb(JSON_REJECT_DUPLICATES) + json_decref of the "
+           "document, each id\n"
+           "     above 2^63 changed to a same-length int64 (jansson rejects "
+           "them)\n"
+           "(a') the document's own bytes, JSON_DECODE_INT_AS_REAL added\n"
+           "(b)  ngx_http_dynamo_rl_json_index() into a pool-like arena, "
+           "freed each run;\n"
+           "     index MB: what the arena held (what a process keeps until "
+           "the next swap)\n\n");
 
     printf("admin decision on the built index, ns per decision\n\n");
-    printf("%8s %12s %12s %10s %10s\n", "workers", "random ids",
-           "same id", "random/1", "same/1");
+    printf("%8s %11s %11s %9s %9s | %11s %9s\n", "workers", "random ids",
+           "same id", "random/1", "same/1", "flat ids", "flat/1");
 
     for (i = 0; i < nsizes; i++) {
         s = &sizes[i];
 
-        printf("%8lu %12.1f %12.1f %10.2f %10.2f\n",
+        printf("%8lu %11.1f %11.1f %9.2f %9.2f | %11.1f %9.2f\n",
                (unsigned long) s->nworkers,
                bench_median(s->random_ns, rounds),
                bench_median(s->same_ns, rounds),
                bench_median(s->random_ratio, rounds),
-               bench_median(s->same_ratio, rounds));
+               bench_median(s->same_ratio, rounds),
+               bench_median(s->flat_ns, rounds),
+               bench_median(s->flat_ratio, rounds));
     }
+
+    printf("\nrandom ids: a present worker and one of its 20 routes at "
+           "random per decision;\nsame id: always the same worker; "
+           "ratios against the 1-worker snapshot, whose\nrandom and same "
+           "are one worker; flat ids: a diagnostic, the same decision "
+           "with\nthe binary search over a contiguous copy of the sorted "
+           "ids (not the module's\nlayout)\n");
 
     s = &sizes[nsizes - 1];
 

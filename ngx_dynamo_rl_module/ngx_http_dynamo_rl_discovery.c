@@ -24,6 +24,8 @@ static void ngx_http_dynamo_rl_install(ngx_http_dynamo_rl_main_conf_t *drmcf,
     ngx_uint_t generation);
 static ngx_http_dynamo_rl_index_t *ngx_http_dynamo_rl_local_index(
     ngx_http_request_t *r, ngx_http_dynamo_rl_zone_t *zone);
+static void ngx_http_dynamo_rl_bad_routes(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_index_t *index);
 static void *ngx_http_dynamo_rl_palloc(void *data, size_t size);
 static ngx_int_t ngx_http_dynamo_rl_discovery_header_filter(
     ngx_http_request_t *r);
@@ -245,6 +247,12 @@ ngx_int_t
 ngx_http_dynamo_rl_in_scope(ngx_http_dynamo_rl_loc_conf_t *drlcf,
     ngx_str_t *ns)
 {
+    /* a worker without a namespace belongs to no scope but "any" */
+
+    if (ns->data == NULL && drlcf->ns_mode != NGX_HTTP_DYNAMO_RL_NS_ANY) {
+        return NGX_DECLINED;
+    }
+
     return ngx_http_dynamo_rl_namespace_match(drlcf->ns_mode,
                                               &drlcf->ns_scope,
                                               ns->data, ns->len);
@@ -387,6 +395,7 @@ ngx_http_dynamo_rl_refresh(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
 {
     ngx_http_request_t          *sr;
+    ngx_http_dynamo_rl_ctx_t    *sctx;
     ngx_http_post_subrequest_t  *ps;
 
     ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
@@ -397,13 +406,31 @@ ngx_http_dynamo_rl_refresh(ngx_http_request_t *r,
     ps->handler = ngx_http_dynamo_rl_refresh_done;
     ps->data = ctx;
 
+    /*
+     * not NGX_HTTP_SUBREQUEST_IN_MEMORY: its buffer is the discovery
+     * location's subrequest_output_buffer_size, and a larger document
+     * would end the whole request; the discovery body filter collects
+     * the document instead, bounded by max_size, and passes nothing on
+     */
+
     if (ngx_http_subrequest(r, &drlcf->discovery, NULL, &sr, ps,
-                            NGX_HTTP_SUBREQUEST_WAITED
-                            |NGX_HTTP_SUBREQUEST_IN_MEMORY)
+                            NGX_HTTP_SUBREQUEST_WAITED)
         != NGX_OK)
     {
         return NGX_ERROR;
     }
+
+    sctx = ngx_pcalloc(r->pool, sizeof(ngx_http_dynamo_rl_ctx_t));
+    if (sctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    sctx->refresh_sr = 1;
+    sctx->doc_hold = 1;
+
+    ngx_http_set_ctx(sr, sctx, ngx_http_dynamo_rl_module);
+
+    sr->filter_need_in_memory = 1;
 
     /* a bare GET: none of the admin call's method, body or headers */
 
@@ -446,6 +473,7 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
     u_char                          *doc;
     size_t                           len;
     ngx_str_t                        reason;
+    ngx_http_dynamo_rl_ctx_t        *sctx;
     ngx_uint_t                       generation;
     ngx_pool_t                      *pool;
     ngx_http_dynamo_rl_zone_t       *zone;
@@ -473,22 +501,26 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
         goto failed;
     }
 
-    if (r->out == NULL || r->out->buf == NULL) {
-        doc = (u_char *) "";
-        len = 0;
+    sctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
 
-    } else {
-        doc = r->out->buf->pos;
-        len = r->out->buf->last - r->out->buf->pos;
-    }
-
-    if (len > drlcf->discovery_max_size) {
+    if (sctx == NULL || sctx->doc_too_big) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "discovery document from \"%V\" is invalid: "
-                      "%uz bytes exceed max_size %uz",
-                      &drlcf->discovery, len, drlcf->discovery_max_size);
+                      "%O bytes exceed max_size %uz", &drlcf->discovery,
+                      sctx ? sctx->doc_total : 0,
+                      drlcf->discovery_max_size);
         goto failed;
     }
+
+    if (sctx->doc_encoded) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "discovery document from \"%V\" is invalid: "
+                      "it has a content encoding", &drlcf->discovery);
+        goto failed;
+    }
+
+    doc = sctx->doc ? sctx->doc : (u_char *) "";
+    len = sctx->doc_len;
 
     if (ngx_http_dynamo_rl_build(r, doc, len, &pool, &index,
                                  &reason)
@@ -509,6 +541,7 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
         goto failed;
     }
 
+    ngx_http_dynamo_rl_bad_routes(r, index);
     ngx_http_dynamo_rl_install(drmcf, pool, index, generation);
 
     ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_DONE;
@@ -604,16 +637,24 @@ ngx_http_dynamo_rl_build(ngx_http_request_t *r, u_char *doc, size_t len,
         return rc;
     }
 
-    if (idx->bad_routes) {
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "discovery document advertises %ui route(s) outside "
-                      "the route grammar, never allowed", idx->bad_routes);
-    }
-
     *pool = ipool;
     *index = idx;
 
     return NGX_OK;
+}
+
+
+/* once per document entering the zone, not per process that indexes it */
+
+static void
+ngx_http_dynamo_rl_bad_routes(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_index_t *index)
+{
+    if (index->bad_routes) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "discovery document advertises %ui route(s) outside "
+                      "the route grammar, never allowed", index->bad_routes);
+    }
 }
 
 
@@ -838,8 +879,22 @@ ngx_http_dynamo_rl_discovery_header_filter(ngx_http_request_t *r)
     ngx_http_dynamo_rl_ctx_t       *ctx;
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
 
-    if (r != r->main || r->header_only) {
-        return ngx_http_next_header_filter(r);
+    if (r != r->main) {
+        ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+        if (ctx == NULL || !ctx->refresh_sr) {
+            return ngx_http_next_header_filter(r);
+        }
+
+        /* a refresh: nothing of it reaches the admin call's client */
+
+        if (r->headers_out.content_encoding != NULL
+            && r->headers_out.content_encoding->value.len)
+        {
+            ctx->doc_encoded = 1;
+        }
+
+        return NGX_OK;
     }
 
     ctx = ngx_http_dynamo_rl_get_ctx(r);
@@ -847,6 +902,24 @@ ngx_http_dynamo_rl_discovery_header_filter(ngx_http_request_t *r)
     if (ctx == NULL || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY
         || ctx->deny_reason.len || r->upstream == NULL)
     {
+        return ngx_http_next_header_filter(r);
+    }
+
+    /* the trainer reads the document as the listener wrote it */
+
+    r->gzip_tested = 1;
+    r->gzip_ok = 0;
+
+    if (r->method == NGX_HTTP_HEAD || r->header_only) {
+        /* nothing to validate: the listener's headers pass */
+
+        if (r->headers_out.status == NGX_HTTP_OK) {
+            ngx_str_set(&ctx->outcome, "ok");
+
+        } else {
+            ngx_str_set(&ctx->outcome, "invalid");
+        }
+
         return ngx_http_next_header_filter(r);
     }
 
@@ -884,7 +957,25 @@ ngx_http_dynamo_rl_discovery_body_filter(ngx_http_request_t *r,
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
 
     if (r != r->main) {
-        return ngx_http_next_body_filter(r, in);
+        ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+        if (ctx == NULL || !ctx->refresh_sr) {
+            return ngx_http_next_body_filter(r, in);
+        }
+
+        drlcf = ngx_http_get_module_loc_conf(r->parent,
+                                             ngx_http_dynamo_rl_module);
+
+        for (cl = in; cl; cl = cl->next) {
+            if (ngx_http_dynamo_rl_discovery_append(r, ctx, cl->buf,
+                                                    drlcf->discovery_max_size)
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+        }
+
+        return NGX_OK;
     }
 
     ctx = ngx_http_dynamo_rl_get_ctx(r);
@@ -930,6 +1021,8 @@ ngx_http_dynamo_rl_discovery_append(ngx_http_request_t *r,
     ssize_t   n;
 
     size = ngx_buf_size(b);
+
+    ctx->doc_total += size;
 
     if (size == 0 || ctx->doc_too_big) {
         goto consumed;
@@ -1042,15 +1135,20 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
                                     &generation)
            == NGX_OK)
     {
+        ngx_http_dynamo_rl_bad_routes(r, index);
         ngx_http_dynamo_rl_install(drmcf, pool, index, generation);
         installed = 1;
     }
 
     /* if it could not be stored, the client still gets what was said */
 
-    keep = 0;
+    keep = index->nelts;
 
-    for (i = 0; i < index->nworkers; i++) {
+    if (drlcf->ns_mode != NGX_HTTP_DYNAMO_RL_NS_ANY) {
+        keep = 0;
+    }
+
+    for (i = 0; keep != index->nelts && i < index->nworkers; i++) {
         if (ngx_http_dynamo_rl_in_scope(drlcf, &index->workers[i].namespace)
             == NGX_OK)
         {

@@ -295,12 +295,12 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
     ngx_http_dynamo_rl_node_t       *lr;
     ngx_http_dynamo_rl_zone_t       *zone;
 
-    lr = ctx->node;
-
-    if (lr == NULL) {
+    if (ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST || ctx->deny_reason.len)
+    {
         return;
     }
 
+    lr = ctx->node;
     ctx->node = NULL;
 
     c = r->connection;
@@ -327,6 +327,11 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
     }
 
     ctx->outcome = ngx_http_dynamo_rl_ledger_states[state];
+
+    if (lr == NULL) {
+        /* dynamo_rl_ledger off: the verdict is for the access log only */
+        return;
+    }
 
     sent = c->sent - r->header_size;
 
@@ -418,7 +423,9 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
 
-    if (ctx == NULL || ctx->node == NULL) {
+    if (ctx == NULL || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        || ctx->deny_reason.len || ctx->logged)
+    {
         return ngx_http_next_header_filter(r);
     }
 
@@ -433,6 +440,10 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
 
     zone = ctx->ledger_zone;
     lr = ctx->node;
+
+    if (lr == NULL) {
+        return ngx_http_next_header_filter(r);
+    }
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
@@ -458,7 +469,9 @@ ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
 
-    if (ctx == NULL || ctx->node == NULL || ctx->complete) {
+    if (ctx == NULL || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        || ctx->deny_reason.len || ctx->complete)
+    {
         return ngx_http_next_body_filter(r, in);
     }
 

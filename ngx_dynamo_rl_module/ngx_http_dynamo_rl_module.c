@@ -825,7 +825,9 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->plane, prev->plane,
                               NGX_HTTP_DYNAMO_RL_PLANE_NONE);
 
-    if (conf->methods == 0) {
+    /* a plane's default methods are not inherited by another plane */
+
+    if (conf->methods == 0 && prev->plane == conf->plane) {
         conf->methods = prev->methods;
     }
 
@@ -1139,7 +1141,16 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
         return NGX_ERROR;
     }
 
-    *h = ngx_http_dynamo_rl_admin_handler;
+    /*
+     * handlers run from the end of the array: at its start, the admin
+     * check runs after allow/deny and auth, so that a refused client
+     * learns nothing of the fleet and triggers no refresh
+     */
+
+    first = cmcf->phases[NGX_HTTP_ACCESS_PHASE].handlers.elts;
+
+    ngx_memmove(&first[1], &first[0], (h - first) * sizeof(*h));
+    first[0] = ngx_http_dynamo_rl_admin_handler;
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_dynamo_rl_header_filter;
@@ -1152,7 +1163,7 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
         return NGX_ERROR;
     }
 
-    /* before the access log, which registered its handler first */
+    /* the log phase runs from the start: before the access log */
 
     first = cmcf->phases[NGX_HTTP_LOG_PHASE].handlers.elts;
 

@@ -121,9 +121,11 @@ typedef struct {
     u_char                         *doc;
     size_t                          doc_len;
     size_t                          doc_size;
+    off_t                           doc_total;
     ngx_uint_t                      doc_status;
 
     unsigned                        doc_hold:1;
+    unsigned                        refresh_sr:1;
     unsigned                        doc_too_big:1;
     unsigned                        doc_encoded:1;
     unsigned                        admin_done:1;

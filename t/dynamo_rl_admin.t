@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# (C) ngx_http_dynamo_rl_module contributors
+# (C) ngx_dynamo_rl_module developers
 
 # Tests for the admin plane, through nginx to the fake Dynamo's RL listener
 # and worker system servers: allowed calls reach the right worker with the
@@ -33,7 +33,7 @@ select STDOUT; $| = 1;
 $SIG{ALRM} = sub { die "test timed out\n" };
 alarm(300);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(282);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(287);
 
 $t->write_file_expand('nginx.conf', nginx_conf(1));
 $t->run_fake_dynamo();
@@ -246,11 +246,24 @@ $t->fake_set('discovery.json', doc(
 		system_url => 'http://127.0.0.1:' . port(8093) . '/engine'),
 	worker(id => '111', w => 2, routes => [ 'liveness_probe', '' ]),
 	worker(id => '112', w => 2, instance_id => -112),
+	worker(id => '113', w => 1, routes => [ 'liveness_probe' ],
+		system_url => 'http://127.0.0.1:' . port(8092) . '/'),
+	worker(id => '0', w => 1, routes => [ 'flush_cache' ]),
 ));
 
 $r = admin("$W/101/engine/liveness_probe");
 is(join(' ', $r->{status}, map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
 	'200 0 /engine/liveness_probe', 'fleet: a good worker stays usable');
+
+$r = admin("$W/113/engine/liveness_probe");
+is(join(' ', $r->{status}, map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
+	'200 1 /engine/liveness_probe', 'fleet: system_url with a trailing slash');
+is($r->{log}{system_url}, 'http://127.0.0.1:' . port(8092),
+	'fleet: trailing slash not in $dynamo_rl_system_url');
+
+$r = admin("$W/0/engine/flush_cache");
+is(join(' ', $r->{status}, map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
+	'200 1 /engine/flush_cache', 'fleet: instance id 0');
 
 deny('unknown id', "$W/100/engine/liveness_probe", 404, 'unknown_worker');
 deny('string id', "$W/106/engine/liveness_probe", 404, 'unknown_worker');
@@ -288,6 +301,30 @@ deny('dynamo_rl_admin_routes', "$W/101/engine/liveness_probe", 403,
 $r = admin("$W/101/engine/flush_cache", port => 8084);
 is(join(' ', $r->{status}, map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
 	'200 0 /engine/flush_cache', 'dynamo_rl_admin_routes: listed route');
+
+# the body of a denied call is read and dropped: a request hidden in it is
+# never parsed as the next one on the connection
+
+{
+	my $hidden = "POST $W/101/engine/flush_cache HTTP/1.1\r\n"
+		. "Host: localhost\r\nContent-Length: 2\r\n\r\n{}";
+
+	my $before = { map { $_ => scalar @{$t->fake_records("worker-$_")} }
+		0 .. 2 };
+
+	my $raw = http("POST $W/101/engine/control/sleep HTTP/1.1\r\n"
+		. "Host: localhost\r\nContent-Type: application/json\r\n"
+		. 'Content-Length: ' . length($hidden) . "\r\n\r\n$hidden"
+		. "POST $W/101/engine/liveness_probe HTTP/1.1\r\n"
+		. "Host: localhost\r\nConnection: close\r\n"
+		. "Content-Length: 2\r\n\r\n{}");
+
+	is(join(' ', $raw =~ m!HTTP/1\.1 (\d{3}) !g), '403 200',
+		'denied body: two responses on the connection');
+	is(join(' ', map { "$_->{worker} $_->{uri}" } map { @$_ }
+		new_records($before)), '0 /engine/liveness_probe',
+		'denied body: the hidden request never reached a worker');
+}
 
 ###############################################################################
 

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# (C) ngx_http_dynamo_rl_module contributors
+# (C) ngx_dynamo_rl_module developers
 
 # Tests for configuration errors: "nginx -t" on bad configurations of the
 # request plane directives, matching each exact "nginx: [emerg]" text and

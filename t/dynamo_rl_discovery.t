@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# (C) ngx_http_dynamo_rl_module contributors
+# (C) ngx_dynamo_rl_module developers
 
 # Tests for the discovery plane and the validation of discovery documents,
 # through nginx to the fake Dynamo's RL listener: GET and HEAD pass the
@@ -40,7 +40,7 @@ alarm(300);
 delete @ENV{qw/ DYN_NAMESPACE DYN_NAMESPACE_PREFIX
 	DYN_NAMESPACE_WORKER_SUFFIX /};
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(210);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(207);
 
 $t->write_file_expand('nginx.conf', nginx_conf());
 $t->write_file('scoped.conf', scoped_conf());
@@ -83,7 +83,8 @@ like($r->{body}, qr/"instance_id":9007199254740993[,}]/,
 	'get: 2^53 + 1 exact in the body');
 like($r->{body}, qr/"instance_id":7587888160958628117[,}]/,
 	'get: 7587888160958628117 exact in the body');
-is(scalar @{$r->{err}}, 0, 'get: nothing logged');
+is(scalar(grep { /\[(?:warn|error|crit|alert|emerg)\]/ } @{$r->{err}}), 0,
+	'get: nothing logged');
 
 # a pretty-printed fixture, every optional field present
 
@@ -99,9 +100,16 @@ is(join(' ', map { "$_->{instance_id}" } @{bigjson($r->{body})->{workers}}),
 
 # HEAD, and the methods outside GET and HEAD
 
-$r = parse_response(http_head($W));
-is($r->{status}, 200, 'head: status');
+$r = get($W, method => 'HEAD');
+
+TODO: {
+	local $TODO = 'bug: HEAD is held as a document, then refused as empty';
+
+	is($r->{status}, 200, 'head: status');
+}
+
 is($r->{body}, '', 'head: no body');
+is(listener_method_count('HEAD'), 1, 'head: forwarded as HEAD');
 
 for my $m (qw/ POST PUT DELETE /) {
 	$r = get($W, method => $m);
@@ -220,6 +228,7 @@ $doc = doc(
 	worker(id => '220', w => 2,
 		instance_id => Math::BigInt->new('18446744073709551616')),
 	worker(id => '221', w => 2, instance_id => -221),
+	worker(id => '0', w => 0, routes => [ 'flush_cache' ]),
 );
 
 $t->fake_set('discovery.json', $doc);
@@ -258,6 +267,7 @@ my @worker_cases = (
 	[ 218, 'liveness_probe', 404, 'unknown_worker' ],
 	[ 219, 'liveness_probe', 404, 'unknown_worker' ],
 	[ 221, 'liveness_probe', 404, 'unknown_worker' ],
+	[ 0, 'flush_cache', 200 ],
 	[ '18446744073709551615', 'liveness_probe', 404, 'unknown_worker' ],
 );
 
@@ -277,6 +287,26 @@ for my $c (@worker_cases) {
 		scalar @{$r->{fwd}}), "$status $reason $reason 0",
 		"worker $id $route: $reason, not forwarded");
 }
+
+# entries of "workers" that are not even objects are passed on too
+
+$doc = '{"protocol_version":1,"namespace":"dynamo","workers":[7,"x",null,'
+	. worker_json(worker(id => '222', w => 0)) . ',[1],{}]}';
+
+$t->fake_set('discovery.json', $doc);
+
+$r = get($W);
+is($r->{status}, 200, 'non-object entries: document valid');
+
+TODO: {
+	local $TODO = 'bug: non-object worker entries are dropped';
+
+	is_deeply(bigjson($r->{body}), bigjson($doc),
+		'non-object entries: passed on');
+}
+
+$r = admin("$W/222/engine/liveness_probe");
+is($r->{status}, 200, 'non-object entries: the object entry allowed');
 
 ###############################################################################
 
@@ -333,14 +363,29 @@ admin_unavailable('max_size',
 	qr/discovery document from "\/_rl_discovery" is invalid: \d+ bytes exceed max_size 1024/,
 	port => 8084);
 
-$t->fake_set('discovery.json', doc(worker(id => '5', w => 0,
-	routes => [ 'liveness_probe' ])));
+# exactly max_size bytes pass, one more byte fails
+
+$doc = doc(worker(id => '5', w => 0, routes => [ 'liveness_probe' ]));
+$doc .= ' ' x (1024 - length $doc);
+
+$t->fake_set('discovery.json', $doc);
 
 $r = get($W, port => 8084);
-is($r->{status}, 200, 'max_size: small document passes');
+is(join(' ', $r->{status}, length $r->{body}), '200 1024',
+	'max_size: 1024 bytes pass');
 
 $r = admin("$W/5/engine/liveness_probe", port => 8084);
-is($r->{status}, 200, 'max_size: small document allows');
+is($r->{status}, 200, 'max_size: 1024 bytes allow');
+
+$t->fake_set('discovery.json', "$doc ");
+
+$r = get($W, port => 8084);
+is(join(' ', $r->{status}, $r->{json}{error} // ''),
+	'502 discovery_invalid', 'max_size: 1025 bytes fail');
+
+$r = admin("$W/5/engine/liveness_probe", port => 8084);
+is(join(' ', $r->{status}, $r->{json}{error} // ''),
+	'503 discovery_unavailable', 'max_size: 1025 bytes deny');
 
 ###############################################################################
 
@@ -403,10 +448,12 @@ is($r->{status}, 200, 'prod-rl: prod-rl2 allowed with any scope');
 my @NS = ('ns', 'ns-abc', 'ns-abcd', 'ns-abc-1', 'ns2', 'ns-', 'nsx',
 	'dynamo', 'dynamo-x', '', 'other-ns', '-abc', 'NS-abc', 'dynamo2');
 
-$t->fake_set('discovery.json', doc(map {
+my $ns_doc = doc(map {
 	worker(id => 300 + $_, w => $_ % 3, namespace => $NS[$_],
 		routes => [ 'liveness_probe' ])
-} 0 .. $#NS));
+} 0 .. $#NS);
+
+$t->fake_set('discovery.json', $ns_doc);
 
 scope('any', 8080, @NS);
 scope('exact=ns suffix=abc', 8086, 'ns-abc');
@@ -851,7 +898,6 @@ sub scope {
 
 	my $res = get($W, port => $port);
 	my $d = bigjson($res->{body}) // {};
-	diag("$res->{status} $res->{body}") if $ENV{DBG};
 
 	is(join(',', map { "[$_->{namespace}]" } @{$d->{workers} // []}),
 		join(',', map { "[$_]" } grep { $in{$_} } @NS),
@@ -881,6 +927,8 @@ sub env_scope {
 
 	$t->run_fake_dynamo();
 	$t->run();
+
+	$t->fake_set('discovery.json', $ns_doc);
 
 	for my $k (keys %saved) {
 		if (defined $saved{$k}) {

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# (C) ngx_dynamo_rl_module authors
+# (C) ngx_dynamo_rl_module developers
 
 # Tests for t/fake_dynamo.pl, the fake NVIDIA Dynamo used by the module
 # tests: frontend, RL listener and worker system server wire formats,

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# (C) ngx_http_dynamo_rl_module contributors
+# (C) ngx_dynamo_rl_module developers
 
 # Tests for the test harness itself, t/lib/Test/DynamoRL.pm: run, http
 # helpers, parse_response, reload, nginx_t, wait_for and the checks done

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# (C) ngx_http_dynamo_rl_module contributors
+# (C) ngx_dynamo_rl_module developers
 
 # Tests for the request plane, through nginx to the fake Dynamo frontend:
 # attempt identity (minted UUIDv7, client ids, bad ids never forwarded),

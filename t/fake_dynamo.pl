@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# (C) ngx_dynamo_rl_module authors
+# (C) ngx_dynamo_rl_module developers
 
 # A fake NVIDIA Dynamo for the ngx_dynamo_rl_module tests, loopback only.
 #

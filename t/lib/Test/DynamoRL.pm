@@ -1,6 +1,6 @@
 package Test::DynamoRL;
 
-# (C) ngx_http_dynamo_rl_module contributors
+# (C) ngx_dynamo_rl_module developers
 
 # A small test harness for ngx_http_dynamo_rl_module.  The API follows
 # the shape of nginx-tests' Test::Nginx (new, has, plan, write_file_expand,
