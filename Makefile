@@ -4,6 +4,7 @@
 #   make run        the gateway in front of the bundled fake Dynamo
 #   make test       unit tests, fuzz smoke and the whole prove suite
 #   make check      lint, cppcheck and test
+#   make deb        build/libnginx-mod-http-dynamo-rl_<version>_<arch>.deb
 #
 # Never export CFLAGS: nginx's own -Werror comes from its configure.
 
@@ -31,7 +32,7 @@ PROVE      ?= prove
 PROVE_OPTS ?=
 FUZZ_TIME  ?= 60
 
-.PHONY: all build deps run-deps unit-tests test-deps run test unit fuzz fuzz-smoke lint \
+.PHONY: all build deps run-deps unit-tests valgrind deb test-deps run test unit fuzz fuzz-smoke lint \
         cppcheck check asan clean
 
 all: build
@@ -110,6 +111,28 @@ test: test-deps build $(UNITS) $(FUZZERS)
 	$(PROVE) $(PROVE_OPTS) -e '' $(UNITS)
 	TEST_NGINX_MODULES=$(BUILD) $(PROVE) $(PROVE_OPTS) -I t/lib -r t/
 
+# the whole suite with the module under AddressSanitizer and
+# LeakSanitizer; util/lsan.supp names what nginx itself never frees
+
+ASAN_BUILD := $(CURDIR)/build/asan
+ASAN_LIB    = $(shell gcc -print-file-name=libasan.so)
+
+asan: test-deps
+	$(MAKE) BUILD=$(ASAN_BUILD) \
+	    EXTRA_CC_OPT='-fsanitize=address -fno-omit-frame-pointer' \
+	    EXTRA_LD_OPT='-fsanitize=address' build
+	ASAN_OPTIONS=detect_leaks=1:detect_odr_violation=0:fast_unwind_on_malloc=0 \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/util/lsan.supp:print_suppressions=0 \
+	TEST_NGINX_PRELOAD=$(ASAN_LIB) TEST_NGINX_MODULES=$(ASAN_BUILD) \
+	    $(PROVE) $(PROVE_OPTS) -I t/lib -r t/
+
+# the whole suite with nginx under valgrind and valgrind.suppress
+
+valgrind: test-deps build
+	util/apt-ensure valgrind
+	TEST_NGINX_VALGRIND=1 TEST_NGINX_MODULES=$(BUILD) \
+	    $(PROVE) $(PROVE_OPTS) -I t/lib -r t/
+
 lint:
 	util/check-style
 
@@ -122,6 +145,9 @@ check: lint cppcheck test
 
 run: run-deps build
 	util/run-gateway
+
+deb:
+	util/build-deb
 
 clean:
 	rm -rf $(BUILD)

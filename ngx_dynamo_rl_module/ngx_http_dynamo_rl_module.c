@@ -20,6 +20,7 @@ static void *ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static ngx_int_t ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle);
+static void ngx_http_dynamo_rl_exit_index(void *data);
 
 static char *ngx_http_dynamo_rl_plane(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -1183,6 +1184,7 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 static ngx_int_t
 ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
 {
+    ngx_pool_cleanup_t              *cln;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     if (cycle->conf_ctx[ngx_http_module.index] == NULL) {
@@ -1201,5 +1203,28 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
 
     drmcf->rand_pos = NGX_HTTP_DYNAMO_RL_RAND_SIZE;
 
+    /* the process's snapshot index is not cycle pool memory */
+
+    cln = ngx_pool_cleanup_add(cycle->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_dynamo_rl_exit_index;
+    cln->data = drmcf;
+
     return NGX_OK;
+}
+
+
+static void
+ngx_http_dynamo_rl_exit_index(void *data)
+{
+    ngx_http_dynamo_rl_main_conf_t *drmcf = data;
+
+    if (drmcf->index_pool != NULL) {
+        ngx_destroy_pool(drmcf->index_pool);
+        drmcf->index_pool = NULL;
+        drmcf->index = NULL;
+    }
 }

@@ -287,6 +287,13 @@ sub run {
 		open STDIN, '<', '/dev/null';
 		open STDOUT, '>>', "$d/stderr";
 		open STDERR, '>>', "$d/stderr";
+
+		# make asan: the sanitizer runtime for nginx only, not for
+		# the perl, curl or node processes of the tests
+
+		$ENV{LD_PRELOAD} = $ENV{TEST_NGINX_PRELOAD}
+			if $ENV{TEST_NGINX_PRELOAD};
+
 		{ exec @cmd; }
 		print STDERR "cannot exec $cmd[0]: $!\n";
 		POSIX::_exit(127);
