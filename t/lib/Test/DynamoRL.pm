@@ -481,6 +481,8 @@ sub nginx_t {
 
 	if ($pid == 0) {
 		open STDERR, '>&', \*STDOUT;
+		$ENV{LD_PRELOAD} = $ENV{TEST_NGINX_PRELOAD}
+			if $ENV{TEST_NGINX_PRELOAD};
 		{ exec @cmd; }
 		print "cannot exec $cmd[0]: $!\n";
 		POSIX::_exit(127);
