@@ -295,10 +295,13 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
     ngx_http_dynamo_rl_node_t       *lr;
     ngx_http_dynamo_rl_zone_t       *zone;
 
-    if (ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST || ctx->deny_reason.len)
+    if (ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST || ctx->deny_reason.len
+        || ctx->settled)
     {
         return;
     }
+
+    ctx->settled = 1;
 
     lr = ctx->node;
     ctx->node = NULL;
@@ -429,6 +432,14 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
+    if (r->method == NGX_HTTP_HEAD
+        || r->headers_out.status == NGX_HTTP_NO_CONTENT
+        || r->headers_out.status == NGX_HTTP_NOT_MODIFIED)
+    {
+        /* no body follows: the response is whole once its header is */
+        ctx->complete = 1;
+    }
+
     if (r->headers_out.content_type.len >= sizeof("text/event-stream") - 1
         && ngx_strncasecmp(r->headers_out.content_type.data,
                            (u_char *) "text/event-stream",
@@ -460,6 +471,7 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
+    ngx_int_t                  rc;
     ngx_chain_t               *cl;
     ngx_http_dynamo_rl_ctx_t  *ctx;
 
@@ -492,7 +504,20 @@ ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         }
     }
 
-    return ngx_http_next_body_filter(r, in);
+    rc = ngx_http_next_body_filter(r, in);
+
+    /*
+     * settled as soon as the whole response is written, not at the log
+     * phase, which a lingering close can hold back for seconds
+     */
+
+    if (ctx->complete && rc == NGX_OK && !r->buffered && !r->postponed
+        && !r->connection->buffered && !r->connection->error)
+    {
+        ngx_http_dynamo_rl_ledger_finish(r, ctx);
+    }
+
+    return rc;
 }
 
 
