@@ -63,7 +63,8 @@ $(NGX_BUILD)/objs/Makefile: config
 
 $(MODULE): $(NGX_BUILD)/objs/Makefile $(SOURCES)
 	$(MAKE) -C $(NGX_BUILD) -f objs/Makefile modules
-	cp $(NGX_BUILD)/objs/ngx_http_dynamo_rl_module.so $@
+	cp $(NGX_BUILD)/objs/ngx_http_dynamo_rl_module.so $@.tmp
+	mv $@.tmp $@
 
 # C unit tests and fuzz harnesses compile the pure parsers against the
 # configured nginx headers, without a running nginx

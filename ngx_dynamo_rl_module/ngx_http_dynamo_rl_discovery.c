@@ -600,7 +600,9 @@ ngx_http_dynamo_rl_build(ngx_http_request_t *r, u_char *doc, size_t len,
 
     ngx_str_set(reason, "out of memory");
 
-    ipool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE, r->connection->log);
+    /* the pool outlives the request: the cycle's log, not the client's */
+
+    ipool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE, ngx_cycle->log);
     if (ipool == NULL) {
         return NGX_ERROR;
     }

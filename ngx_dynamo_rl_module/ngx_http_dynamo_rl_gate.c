@@ -215,6 +215,9 @@ ngx_http_dynamo_rl_gate_handler(ngx_http_request_t *r)
     }
 
     if (r->headers_in.content_length_n > NGX_HTTP_DYNAMO_RL_GATE_BODY) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl gate: bad request: body is larger than 4k");
+
         return ngx_http_dynamo_rl_error(r, NGX_HTTP_BAD_REQUEST, "bad_body",
                                         "body is larger than 4k");
     }
@@ -260,6 +263,11 @@ ngx_http_dynamo_rl_gate_body(ngx_http_request_t *r)
 
                 ngx_memcpy(body + len, p, n);
                 len += n;
+                continue;
+            }
+
+            if (!cl->buf->in_file || cl->buf->file == NULL) {
+                /* an empty or special buffer, as with an empty body */
                 continue;
             }
 
