@@ -1,0 +1,483 @@
+#!/usr/bin/perl
+
+# (C) ngx_dynamo_rl_module developers
+
+# Tests for the Kubernetes manifests in examples/k8s/, without a cluster
+# or a network: every YAML document parses and names its apiVersion, kind
+# and metadata.name; the Services select the Deployment's pods and expose
+# exactly the rollout port (8080) and the admin port (9090); the probes
+# reach /healthz; the NetworkPolicy lets 9090 in only from orchestrators;
+# and the ConfigMap's nginx.conf, with loopback upstreams, the locally
+# built module and self-signed certificates, passes "nginx -t".
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Cwd qw/ abs_path /;
+use File::Basename qw/ dirname /;
+use POSIX ();
+use Test::More;
+
+use lib 't/lib';
+use Test::DynamoRL;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+my $REPO = abs_path(dirname(__FILE__) . '/..');
+my $K8S = "$REPO/examples/k8s";
+
+# the YAML parser: Debian's libyaml-libyaml-perl, installed when missing
+
+my $yaml_error = load_yaml();
+
+if ($yaml_error) {
+	plan(tests => 1);
+	fail('YAML::XS is needed to parse examples/k8s/*.yaml');
+	diag($yaml_error);
+	exit 1;
+}
+
+my $t = Test::DynamoRL->new();
+
+plan(tests => 81);
+
+###############################################################################
+
+# the selectors that README.md and networkpolicy.yaml document
+
+my %ROLLOUT_CLIENT = ('rl.example.com/rollout-client' => 'true');
+my %ORCHESTRATOR = ('rl.example.com/orchestrator' => 'true');
+
+my %API = (
+	ConfigMap => 'v1',
+	Service => 'v1',
+	Deployment => 'apps/v1',
+	NetworkPolicy => 'networking.k8s.io/v1',
+);
+
+# every document of every file
+
+my @files = sort glob("$K8S/*.yaml");
+my (@docs, %by_file);
+
+is_deeply([ map { s{.*/}{}r } @files ], [ qw/ configmap.yaml
+	deployment.yaml networkpolicy.yaml service-admin.yaml
+	service-rollout.yaml / ], 'the manifests');
+
+for my $file (@files) {
+	(my $name = $file) =~ s{.*/}{};
+
+	my @d = eval { YAML::XS::LoadFile($file) };
+	diag("$name: $@") if $@;
+
+	@d = grep { defined } @d;
+	ok(!$@ && @d, "$name: parses");
+
+	for my $doc (@d) {
+		push @docs, $doc;
+		push @{$by_file{$name}}, $doc;
+	}
+}
+
+my @bad = grep {
+	ref $_ ne 'HASH'
+	|| !defined $_->{apiVersion} || !length $_->{apiVersion}
+	|| !defined $_->{kind} || !length $_->{kind}
+	|| ref $_->{metadata} ne 'HASH'
+	|| !defined $_->{metadata}{name} || !length $_->{metadata}{name}
+} @docs;
+
+is(scalar @bad, 0, 'every document has apiVersion, kind and metadata.name');
+
+my @wrong = grep { ref $_ eq 'HASH' && defined $_->{kind}
+	&& (!defined $API{$_->{kind}}
+		|| ($_->{apiVersion} // '') ne $API{$_->{kind}}) } @docs;
+
+is(join(', ', map { "$_->{kind} $_->{apiVersion}" } @wrong), '',
+	'apiVersions served by Kubernetes 1.28+');
+
+my %ns = map { ($_->{metadata}{namespace} // '') => 1 } @docs;
+is(join(' ', sort keys %ns), 'dynamo', 'one namespace');
+
+my ($cm) = kind('configmap.yaml', 'ConfigMap');
+my ($dep) = kind('deployment.yaml', 'Deployment');
+my ($np) = kind('networkpolicy.yaml', 'NetworkPolicy');
+my ($rollout) = kind('service-rollout.yaml', 'Service');
+my ($admin) = kind('service-admin.yaml', 'Service');
+
+###############################################################################
+
+# the Deployment
+
+my $pod = $dep->{spec}{template} // {};
+my %labels = %{$pod->{metadata}{labels} // {}};
+my $spec = $pod->{spec} // {};
+my ($c) = @{$spec->{containers} // []};
+$c //= {};
+
+ok(%labels, 'deployment: pod labels');
+ok(subset($dep->{spec}{selector}{matchLabels}, \%labels),
+	'deployment: selector matches the pod labels');
+is(scalar @{$spec->{containers} // []}, 1, 'deployment: one container');
+like($c->{image} // '', qr/debian/i, 'deployment: a Debian-based image');
+
+my %cport = map { ($_->{name} // '') => $_->{containerPort} }
+	@{$c->{ports} // []};
+my %cnum = map { $_->{containerPort} => 1 } @{$c->{ports} // []};
+
+ok($cnum{8080} && $cnum{9090}, 'deployment: ports 8080 and 9090');
+is(join(' ', sort map { $_->{protocol} // 'TCP' } @{$c->{ports} // []}),
+	'TCP TCP TCP', 'deployment: TCP ports');
+
+my $sc = $spec->{securityContext} // {};
+my $csc = $c->{securityContext} // {};
+
+ok($sc->{runAsNonRoot} || $csc->{runAsNonRoot}, 'deployment: runAsNonRoot');
+ok(($sc->{runAsUser} // $csc->{runAsUser} // 0) > 0,
+	'deployment: a non-root uid');
+ok(defined $csc->{allowPrivilegeEscalation}
+	&& !$csc->{allowPrivilegeEscalation},
+	'deployment: no privilege escalation');
+ok($csc->{readOnlyRootFilesystem}, 'deployment: read-only root');
+is_deeply($csc->{capabilities}{drop}, [ 'ALL' ],
+	'deployment: capabilities dropped');
+
+ok($c->{resources}{requests}{cpu} && $c->{resources}{requests}{memory},
+	'deployment: resource requests');
+
+# probes on /healthz of a port that the configuration serves
+
+my %probe_port;
+
+for my $p (qw/ readinessProbe livenessProbe /) {
+	my $g = $c->{$p}{httpGet} // {};
+	my $port = container_port($g->{port});
+
+	is($g->{path}, '/healthz', "deployment: $p path");
+	ok($port && $port != 8080 && $port != 9090,
+		"deployment: $p on a port of its own");
+
+	$probe_port{$port // 0} = 1;
+}
+
+is(scalar keys %probe_port, 1, 'deployment: both probes on one port');
+
+# the ConfigMap is mounted where nginx reads it
+
+my %vol = map { $_->{name} => $_ } @{$spec->{volumes} // []};
+my ($mount) = grep { ($vol{$_->{name}}{configMap}{name} // '') eq
+	($cm->{metadata}{name} // '-') } @{$c->{volumeMounts} // []};
+
+ok($mount, 'deployment: the ConfigMap is mounted');
+
+my @cmd = (@{$c->{command} // []}, @{$c->{args} // []});
+my ($conf_path) = map { $cmd[$_ + 1] } grep { $cmd[$_] eq '-c' } 0 .. $#cmd;
+
+is($conf_path, ($mount->{mountPath} // '-') . '/nginx.conf',
+	'deployment: nginx -c names the mounted nginx.conf');
+ok(grep({ $_ eq 'daemon off;' } @cmd), 'deployment: daemon off');
+
+my %mounted = map { $_->{mountPath} => $_ } @{$c->{volumeMounts} // []};
+
+ok($mounted{'/tmp'} && $vol{$mounted{'/tmp'}{name}}{emptyDir},
+	'deployment: a writable /tmp');
+ok($mounted{'/etc/nginx/tls'} && $vol{$mounted{'/etc/nginx/tls'}{name}}
+	{secret}{secretName}, 'deployment: TLS from a Secret');
+
+###############################################################################
+
+# the Services
+
+service($rollout, 'rollout', 8080);
+service($admin, 'admin', 9090);
+
+isnt($rollout->{metadata}{name}, $admin->{metadata}{name},
+	'services: two names');
+
+###############################################################################
+
+# the NetworkPolicy
+
+ok(subset($np->{spec}{podSelector}{matchLabels}, \%labels),
+	'networkpolicy: selects the gateway pods');
+is(join(' ', sort @{$np->{spec}{policyTypes} // []}), 'Egress Ingress',
+	'networkpolicy: ingress and egress');
+
+my @in = @{$np->{spec}{ingress} // []};
+
+is(scalar(grep { !@{$_->{ports} // []} } @in), 0,
+	'networkpolicy: every ingress rule names its ports');
+is(scalar(grep { !@{$_->{from} // []} } @in), 0,
+	'networkpolicy: every ingress rule names its sources');
+
+my @in_ports = map { rule_ports($_) } @in;
+is(join(' ', sort { $a <=> $b } grep { /^\d+$/ } @in_ports), '8080 9090',
+	'networkpolicy: ingress to 8080 and 9090 only');
+
+for my $port (8080, 9090) {
+	my @rules = grep { my $r = $_; grep { $_ eq $port } rule_ports($r) } @in;
+	my @peers = map { @{$_->{from} // []} } @rules;
+	my $want = $port == 9090 ? \%ORCHESTRATOR : \%ROLLOUT_CLIENT;
+	my $who = $port == 9090 ? 'orchestrator' : 'rollout client';
+
+	is(scalar @peers, 1, "networkpolicy: $port from one peer");
+	ok((grep { only_pods($_, $want) } @peers) == @peers && @peers,
+		"networkpolicy: $port only from the $who selector");
+}
+
+ok(!grep({ $_->{namedPort} } map { @{$_->{ports} // []} } @in),
+	'networkpolicy: numeric ports');
+
+my @out = @{$np->{spec}{egress} // []};
+
+is(scalar(grep { !@{$_->{ports} // []} || !@{$_->{to} // []} } @out), 0,
+	'networkpolicy: every egress rule names destinations and ports');
+ok(!grep({ $_->{ipBlock} } map { @{$_->{to} // []} } @out),
+	'networkpolicy: no egress to address blocks');
+
+my %egress;
+
+for my $r (@out) {
+	for my $peer (@{$r->{to}}) {
+		my $sel = $peer->{podSelector}{matchLabels} // {};
+		my $key = join ',', map { "$_=$sel->{$_}" } sort keys %$sel;
+		$egress{$key}{($_->{protocol} // 'TCP') . "/$_->{port}"} = 1
+			for @{$r->{ports}};
+	}
+}
+
+is(join(' ', sort keys %{$egress{'nvidia.com/dynamo-component-type=frontend'}
+	// {}}), 'TCP/8000 TCP/8001',
+	'networkpolicy: egress to the frontend and the RL listener');
+is(scalar keys %{$egress{'nvidia.com/dynamo-component-type=worker'} // {}},
+	1, 'networkpolicy: egress to the workers\' system port');
+is(join(' ', sort keys %{$egress{'k8s-app=kube-dns'} // {}}),
+	'TCP/53 UDP/53', 'networkpolicy: DNS');
+is(scalar keys %egress, 3, 'networkpolicy: no other egress');
+
+###############################################################################
+
+# the ConfigMap's nginx.conf
+
+my $conf = $cm->{data}{'nginx.conf'} // '';
+(my $bare = $conf) =~ s/#.*//g;
+
+like($bare, qr{^load_module\s+/usr/lib/nginx/modules/
+	ngx_http_dynamo_rl_module\.so;}mx, 'nginx.conf: the module is loaded');
+
+my %servers = servers($bare);
+
+ok($servers{8080}, 'nginx.conf: a server on 8080');
+unlike($servers{8080} // '', qr/\bssl\b|dynamo_rl_plane\s+(?:admin|discovery)
+	|dynamo_rl_(?:gate_api|attempts_api|status|metrics)\b/x,
+	'nginx.conf: 8080 serves the request plane only');
+like($servers{8080} // '', qr/dynamo_rl_plane\s+request;/,
+	'nginx.conf: 8080 has the request plane');
+like($servers{8080} // '', qr/proxy_buffering\s+off;/,
+	'nginx.conf: 8080 does not buffer SSE');
+unlike($bare, qr/proxy_ignore_client_abort\s+on/,
+	'nginx.conf: client aborts reach Dynamo');
+
+like($servers{9090} // '', qr/^\s*listen\s+9090\s+ssl;/m,
+	'nginx.conf: 9090 is TLS');
+like($servers{9090} // '', qr/ssl_verify_client\s+on;/,
+	'nginx.conf: 9090 verifies client certificates');
+like($servers{9090} // '', qr/ssl_client_certificate\s+\S+;/,
+	'nginx.conf: 9090 has the clients\' CA');
+like($servers{9090} // '', qr/dynamo_rl_plane\s+admin;/,
+	'nginx.conf: 9090 has the admin plane');
+
+my ($health) = keys %probe_port;
+
+like($servers{$health} // '', qr/location\s+=\s+\/healthz\s*\{\s*return\s+200;/,
+	'nginx.conf: the probes\' port serves /healthz');
+unlike($servers{$health} // '', qr/dynamo_rl|proxy_pass/,
+	'nginx.conf: the probes\' port serves nothing else');
+
+# nginx -t, with loopback upstreams, the local build and test certificates
+
+my $d = $t->testdir();
+my $so = ($ENV{TEST_NGINX_MODULES} // "$REPO/build")
+	. '/ngx_http_dynamo_rl_module.so';
+$so = abs_path($so) // $so;
+
+my $local = $conf;
+my $n;
+
+$n = $local =~ s{^(load_module\s+)/usr/lib/nginx/modules/
+	(ngx_http_dynamo_rl_module\.so;)}{$1$so;}mx;
+is($n, 1, 'nginx -t: module path replaced');
+
+$n = $local =~ s{^(\s*server\s+)[A-Za-z][A-Za-z0-9.-]*(:\d+)}
+	{${1}127.0.0.1$2}mg;
+is($n, 2, 'nginx -t: two upstream servers on loopback');
+
+$n = $local =~ s{(?<![\w/])/tmp/}{%%TESTDIR%%/}g;
+ok($n >= 6, 'nginx -t: /tmp in the test directory');
+
+$n = $local =~ s{/etc/nginx/tls/}{%%TESTDIR%%/tls/}g;
+is($n, 3, 'nginx -t: certificate paths in the test directory');
+
+my $tls = certificates("$d/tls");
+is($tls, '', 'nginx -t: test certificates') or diag($tls);
+
+SKIP: {
+	skip("module not built: $so is missing", 3) unless -f $so;
+
+	my ($code, $out) = $t->nginx_t($local);
+	my $file = "$d/nginx-t.conf";
+
+	is($code, 0, 'nginx -t: exit code') or diag($out);
+	like($out, qr/^nginx: configuration file \Q$file\E test is successful$/m,
+		'nginx -t: test is successful');
+	unlike($out, qr/\[(?:emerg|alert|crit|error|warn)\]/,
+		'nginx -t: no messages') or diag($out);
+}
+
+###############################################################################
+
+sub load_yaml {
+	return '' if eval { require YAML::XS; 1 };
+
+	my $apt = "$REPO/util/apt-ensure";
+	my $out = `$apt libyaml-libyaml-perl 2>&1`;
+	my $rc = $?;
+
+	return '' if eval { require YAML::XS; 1 };
+
+	return "util/apt-ensure libyaml-libyaml-perl failed (status "
+		. ($rc >> 8) . "), install Debian's libyaml-libyaml-perl:\n$out"
+		if $rc;
+
+	return "YAML::XS does not load even after util/apt-ensure "
+		. "libyaml-libyaml-perl:\n$@$out";
+}
+
+sub kind {
+	my ($file, $kind) = @_;
+
+	my @d = grep { ($_->{kind} // '') eq $kind } @{$by_file{$file} // []};
+	is(scalar @d, 1, "$file: one $kind");
+
+	return $d[0] // {};
+}
+
+sub subset {
+	my ($small, $big) = @_;
+
+	return 0 unless ref $small eq 'HASH' && %$small;
+
+	for my $k (keys %$small) {
+		return 0 unless defined $big->{$k} && $big->{$k} eq $small->{$k};
+	}
+
+	return 1;
+}
+
+sub container_port {
+	my ($p) = @_;
+
+	return undef unless defined $p;
+	return $p if $p =~ /^\d+$/ && $cnum{$p};
+	return $cport{$p};
+}
+
+sub service {
+	my ($svc, $name, $port) = @_;
+
+	my $s = $svc->{spec} // {};
+	my @ports = @{$s->{ports} // []};
+
+	is($s->{type} // 'ClusterIP', 'ClusterIP', "$name service: ClusterIP");
+	ok(subset($s->{selector}, \%labels),
+		"$name service: selects the Deployment's pods");
+	is(join(' ', map { $_->{port} } @ports), $port,
+		"$name service: exactly port $port");
+	is(join(' ', map { container_port($_->{targetPort} // $_->{port})
+		// 'none' } @ports), $port,
+		"$name service: to container port $port");
+}
+
+sub rule_ports {
+	my ($rule) = @_;
+	return map { $_->{port} // 'any' } @{$rule->{ports} // []};
+}
+
+sub only_pods {
+	my ($peer, $want) = @_;
+
+	return 0 if grep { $_ ne 'podSelector' } keys %$peer;
+
+	my $sel = $peer->{podSelector} // {};
+	return 0 if $sel->{matchExpressions};
+
+	my $got = $sel->{matchLabels} // {};
+
+	return join(',', map { "$_=$got->{$_}" } sort keys %$got)
+		eq join(',', map { "$_=$want->{$_}" } sort keys %$want);
+}
+
+# server blocks by the port of their first "listen"
+
+sub servers {
+	my ($text) = @_;
+
+	my %s;
+
+	while ($text =~ /\bserver\s*\{/g) {
+		my $start = pos($text);
+		my ($depth, $i) = (1, $start);
+
+		while ($depth && $i < length $text) {
+			my $ch = substr($text, $i++, 1);
+			$depth++ if $ch eq '{';
+			$depth-- if $ch eq '}';
+		}
+
+		my $body = substr($text, $start, $i - $start);
+		$s{$1} = $body if $body =~ /^\s*listen\s+(?:[\d.]+:)?(\d+)/m;
+
+		pos($text) = $i;
+	}
+
+	return %s;
+}
+
+sub certificates {
+	my ($dir) = @_;
+
+	mkdir $dir;
+
+	my @req = ('openssl', 'req', '-x509', '-newkey', 'ec', '-pkeyopt',
+		'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1');
+
+	for ([ 'tls', '/CN=dynamo-rl-admin.dynamo.svc' ],
+		[ 'ca', '/CN=orchestrators CA' ])
+	{
+		my ($name, $subj) = @$_;
+
+		my $pid = open(my $fh, '-|') // return "cannot fork: $!";
+
+		if ($pid == 0) {
+			open STDERR, '>&', \*STDOUT;
+			{ exec @req, '-subj', $subj, '-keyout', "$dir/$name.key",
+				'-out', "$dir/$name.crt"; }
+			print "cannot exec openssl: $!\n";
+			POSIX::_exit(127);
+		}
+
+		my $out = join '', <$fh>;
+		close $fh;
+
+		return "openssl req for $name.crt failed:\n$out" if $?;
+	}
+
+	return '';
+}
+
+###############################################################################
