@@ -691,6 +691,12 @@ ngx_http_dynamo_rl_store(ngx_log_t *log, ngx_http_dynamo_rl_zone_t *zone,
         raw = ngx_slab_alloc_locked(zone->shpool, len ? len : 1);
     }
 
+    /* a current snapshot matters more than the oldest finished attempts */
+
+    while (raw == NULL && ngx_http_dynamo_rl_ledger_evict(zone) > 0) {
+        raw = ngx_slab_alloc_locked(zone->shpool, len ? len : 1);
+    }
+
     if (raw == NULL) {
         if (source == NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH) {
             sh->refresh_failed++;

@@ -183,6 +183,16 @@ ngx_http_dynamo_rl_ledger_expire(ngx_http_dynamo_rl_zone_t *zone,
 }
 
 
+/* under the mutex: room for a snapshot at the cost of finished records */
+
+ngx_uint_t
+ngx_http_dynamo_rl_ledger_evict(ngx_http_dynamo_rl_zone_t *zone)
+{
+    return ngx_http_dynamo_rl_ledger_expire(zone, ngx_http_dynamo_rl_now(),
+                                            1);
+}
+
+
 /*
  * NGX_OK: recorded as accepted; NGX_BUSY: the id is in the ledger, in
  * flight or finished; NGX_DECLINED: the zone is full of in-flight and

@@ -40,6 +40,7 @@ ngx_int_t ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 void ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
+ngx_uint_t ngx_http_dynamo_rl_ledger_evict(ngx_http_dynamo_rl_zone_t *zone);
 void ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx);
 ngx_int_t ngx_http_dynamo_rl_ledger_filter_init(ngx_conf_t *cf);
 char *ngx_http_dynamo_rl_attempts_api(ngx_conf_t *cf, ngx_command_t *cmd,

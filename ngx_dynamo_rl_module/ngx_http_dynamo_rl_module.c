@@ -1137,6 +1137,13 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 
     *h = ngx_http_dynamo_rl_preaccess_handler;
 
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PRECONTENT_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_dynamo_rl_precontent_handler;
+
     h = ngx_array_push(&cmcf->phases[NGX_HTTP_ACCESS_PHASE].handlers);
     if (h == NULL) {
         return NGX_ERROR;

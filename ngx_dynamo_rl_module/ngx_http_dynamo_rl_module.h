@@ -135,6 +135,7 @@ typedef struct {
     unsigned                        counted:1;
     unsigned                        logged:1;
     unsigned                        settled:1;
+    unsigned                        admitted:1;
     unsigned                        admin_inspect:1;
     unsigned                        admin_overflow:1;
     unsigned                        admin_error:1;

@@ -116,9 +116,42 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
                                        "request target is not canonical");
     }
 
+    return NGX_DECLINED;
+}
+
+
+/*
+ * PRECONTENT, request plane: the gate and the ledger act only on what
+ * allow/deny and auth let through, so that a refused client neither
+ * consumes nor probes attempt ids
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                       rc;
+    ngx_http_dynamo_rl_ctx_t       *ctx;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+
+    if (r != r->main) {
+        return NGX_DECLINED;
+    }
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
     if (drlcf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
         return NGX_DECLINED;
     }
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    if (ctx == NULL || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        || ctx->admitted)
+    {
+        return NGX_DECLINED;
+    }
+
+    ctx->admitted = 1;
 
     if (drlcf->gate) {
         rc = ngx_http_dynamo_rl_gate_check(r, ctx);
@@ -132,7 +165,7 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    /* the attempt is recorded last: nothing refused above is recorded */
+    /* the attempt is recorded last: nothing refused before is recorded */
 
     switch (ngx_http_dynamo_rl_ledger_add(r, ctx)) {
 

@@ -9,6 +9,7 @@
 
 
 ngx_int_t ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_dynamo_rl_deny(ngx_http_request_t *r,
     ngx_uint_t status, char *reason, char *message);
 ngx_int_t ngx_http_dynamo_rl_error(ngx_http_request_t *r,
