@@ -11,6 +11,9 @@
 #define NGX_HTTP_DYNAMO_RL_RETRY_AFTER  5
 
 
+static ngx_uint_t ngx_http_dynamo_rl_slot(void);
+static ngx_uint_t ngx_http_dynamo_rl_gate_in_flight(
+    ngx_http_dynamo_rl_shctx_t *sh);
 static ngx_int_t ngx_http_dynamo_rl_gate_handler(ngx_http_request_t *r);
 static void ngx_http_dynamo_rl_gate_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_gate_apply(ngx_http_request_t *r,
@@ -81,6 +84,102 @@ ngx_http_dynamo_rl_gate_check(ngx_http_request_t *r,
 }
 
 
+/* a request admitted to the request plane, until its response is done */
+
+void
+ngx_http_dynamo_rl_gate_enter(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    ngx_http_dynamo_rl_zone_t  *zone;
+
+    if (ctx->counted) {
+        return;
+    }
+
+    zone = ngx_http_dynamo_rl_get_zone(r);
+
+    ctx->counted = 1;
+    ctx->slot_zone = zone;
+
+    (void) ngx_atomic_fetch_add(
+                   &zone->sh->slot_requests[ngx_http_dynamo_rl_slot()], 1);
+}
+
+
+void
+ngx_http_dynamo_rl_gate_leave(ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    if (!ctx->counted) {
+        return;
+    }
+
+    ctx->counted = 0;
+
+    (void) ngx_atomic_fetch_add(
+                 &ctx->slot_zone->sh->slot_requests[ngx_http_dynamo_rl_slot()],
+                 -1);
+}
+
+
+/* the slot was left by a process that exited, however it exited */
+
+void
+ngx_http_dynamo_rl_gate_init_process(ngx_http_dynamo_rl_zone_t *zone)
+{
+    ngx_uint_t  slot;
+
+    slot = ngx_http_dynamo_rl_slot();
+
+    if (slot == NGX_HTTP_DYNAMO_RL_SLOTS - 1) {
+        /* shared by the highest slots: never reset, never checked */
+        return;
+    }
+
+    zone->sh->slot_requests[slot] = 0;
+    zone->sh->slot_pid[slot] = ngx_pid;
+}
+
+
+static ngx_uint_t
+ngx_http_dynamo_rl_slot(void)
+{
+    return ngx_min((ngx_uint_t) ngx_process_slot,
+                   NGX_HTTP_DYNAMO_RL_SLOTS - 1);
+}
+
+
+static ngx_uint_t
+ngx_http_dynamo_rl_gate_in_flight(ngx_http_dynamo_rl_shctx_t *sh)
+{
+    ngx_pid_t   pid;
+    ngx_uint_t  i, n, total;
+
+    total = 0;
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_SLOTS; i++) {
+        n = sh->slot_requests[i];
+
+        if (n == 0) {
+            continue;
+        }
+
+        pid = sh->slot_pid[i];
+
+        /* a worker killed with requests in flight never counts them out */
+
+        if (pid != 0 && pid != ngx_pid
+            && kill(pid, 0) == -1 && ngx_errno == NGX_ESRCH)
+        {
+            continue;
+        }
+
+        total += n;
+    }
+
+    return total;
+}
+
+
 void
 ngx_http_dynamo_rl_gate_state(ngx_http_dynamo_rl_zone_t *zone,
     ngx_http_dynamo_rl_gate_state_t *gs)
@@ -100,9 +199,9 @@ ngx_http_dynamo_rl_gate_state(ngx_http_dynamo_rl_zone_t *zone,
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    gs->in_flight = sh->in_flight_requests;
-    gs->expired = (gs->closed && gs->expires
-                   && gs->expires <= ngx_http_dynamo_rl_now());
+    gs->in_flight = ngx_http_dynamo_rl_gate_in_flight(sh);
+    gs->now = ngx_http_dynamo_rl_now();
+    gs->expired = (gs->closed && gs->expires && gs->expires <= gs->now);
 }
 
 
@@ -111,7 +210,7 @@ ngx_http_dynamo_rl_gate_json_len(ngx_http_dynamo_rl_gate_state_t *gs)
 {
     return sizeof("{\"state\":\"closed\",\"reason\":\"\",\"epoch\":,"
                   "\"in_flight\":,\"lease_expires\":\"\",\"expired\":false,"
-                  "\"changed\":\"\"}")
+                  "\"lease_remaining_ms\":,\"changed\":\"\"}") + NGX_INT64_LEN
            + gs->reason_len
            + ngx_escape_json(NULL, gs->reason, gs->reason_len)
            + 2 * NGX_INT_T_LEN + 2 * NGX_HTTP_DYNAMO_RL_ISO_LEN;
@@ -145,8 +244,17 @@ ngx_http_dynamo_rl_gate_json(u_char *p, ngx_http_dynamo_rl_gate_state_t *gs)
         p = ngx_cpymem(p, "null", 4);
     }
 
-    p = ngx_sprintf(p, ",\"expired\":%s,\"changed\":",
+    p = ngx_sprintf(p, ",\"expired\":%s,\"lease_remaining_ms\":",
                     gs->expired ? "true" : "false");
+
+    if (gs->closed && gs->expires) {
+        p = ngx_sprintf(p, "%uL", gs->expired ? 0 : gs->expires - gs->now);
+
+    } else {
+        p = ngx_cpymem(p, "null", 4);
+    }
+
+    p = ngx_cpymem(p, ",\"changed\":", sizeof(",\"changed\":") - 1);
 
     if (gs->changed) {
         *p++ = '"';
@@ -291,11 +399,25 @@ ngx_http_dynamo_rl_gate_body(ngx_http_request_t *r)
     }
 
     if (err == NULL
-        && ngx_http_dynamo_rl_json_gate(body, len, &req, &err) == NGX_OK
-        && ngx_http_dynamo_rl_gate_apply(r, &req, &err) == NGX_OK)
+        && ngx_http_dynamo_rl_json_gate(body, len, &req, &err) == NGX_OK)
     {
-        ngx_http_finalize_request(r, ngx_http_dynamo_rl_gate_send(r));
-        return;
+        rc = ngx_http_dynamo_rl_gate_apply(r, &req, &err);
+
+        if (rc == NGX_OK) {
+            ngx_http_finalize_request(r, ngx_http_dynamo_rl_gate_send(r));
+            return;
+        }
+
+        if (rc == NGX_BUSY) {
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "dynamo rl gate: epoch %ui is not current",
+                          req.epoch);
+
+            rc = ngx_http_dynamo_rl_error(r, NGX_HTTP_CONFLICT,
+                                          "epoch_mismatch", err);
+            ngx_http_finalize_request(r, rc);
+            return;
+        }
     }
 
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -320,6 +442,12 @@ ngx_http_dynamo_rl_gate_apply(ngx_http_request_t *r,
     now = ngx_http_dynamo_rl_now();
 
     ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (req->has_epoch && req->epoch != sh->gate_epoch) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        *err = "the gate changed since that epoch";
+        return NGX_BUSY;
+    }
 
     switch (req->action) {
 

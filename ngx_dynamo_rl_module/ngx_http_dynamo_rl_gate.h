@@ -15,6 +15,7 @@ typedef struct {
     ngx_uint_t                      epoch;
     ngx_uint_t                      in_flight;
     uint64_t                        expires;
+    uint64_t                        now;
     ngx_uint_t                      expired;
     time_t                          changed;
     size_t                          reason_len;
@@ -24,6 +25,10 @@ typedef struct {
 
 ngx_int_t ngx_http_dynamo_rl_gate_check(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
+void ngx_http_dynamo_rl_gate_enter(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx);
+void ngx_http_dynamo_rl_gate_leave(ngx_http_dynamo_rl_ctx_t *ctx);
+void ngx_http_dynamo_rl_gate_init_process(ngx_http_dynamo_rl_zone_t *zone);
 void ngx_http_dynamo_rl_gate_state(ngx_http_dynamo_rl_zone_t *zone,
     ngx_http_dynamo_rl_gate_state_t *gs);
 size_t ngx_http_dynamo_rl_gate_json_len(ngx_http_dynamo_rl_gate_state_t *gs);

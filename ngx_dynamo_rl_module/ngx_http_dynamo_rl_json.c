@@ -644,10 +644,10 @@ ngx_http_dynamo_rl_json_gate(u_char *p, size_t len,
 
     json_object_foreach(root, key, v) {
         if (ngx_strcmp(key, "action") != 0 && ngx_strcmp(key, "reason") != 0
-            && ngx_strcmp(key, "lease") != 0)
+            && ngx_strcmp(key, "lease") != 0 && ngx_strcmp(key, "epoch") != 0)
         {
-            *err = "unknown member: only \"action\", \"reason\" and "
-                   "\"lease\"";
+            *err = "unknown member: only \"action\", \"reason\", "
+                   "\"lease\" and \"epoch\"";
             goto invalid;
         }
     }
@@ -708,6 +708,20 @@ ngx_http_dynamo_rl_json_gate(u_char *p, size_t len,
                    "a week, on \"close\" or \"renew\"";
             goto invalid;
         }
+    }
+
+    /* "epoch": act only if the gate has not changed since it was read */
+
+    v = json_object_get(root, "epoch");
+
+    if (v != NULL) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0) {
+            *err = "\"epoch\" must be a non-negative integer";
+            goto invalid;
+        }
+
+        req->epoch = (ngx_uint_t) json_integer_value(v);
+        req->has_epoch = 1;
     }
 
     json_decref(root);

@@ -62,6 +62,8 @@ typedef struct {
 
 typedef struct {
     ngx_uint_t                      action;
+    ngx_uint_t                      epoch;
+    ngx_uint_t                      has_epoch;
     ngx_msec_t                      lease;         /* 0: none given */
     size_t                          reason_len;
     u_char                          reason[128];

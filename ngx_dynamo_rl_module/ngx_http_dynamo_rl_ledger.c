@@ -341,6 +341,8 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
 
     ctx->outcome = ngx_http_dynamo_rl_ledger_states[state];
 
+    ngx_http_dynamo_rl_gate_leave(ctx);
+
     if (lr == NULL) {
         /* dynamo_rl_ledger off: the verdict is for the access log only */
         return;

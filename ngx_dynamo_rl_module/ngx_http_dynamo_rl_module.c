@@ -363,11 +363,7 @@ ngx_http_dynamo_rl_cleanup(void *data)
     ngx_http_dynamo_rl_discovery_cleanup(ctx);
     ngx_http_dynamo_rl_ledger_abandon(ctx);
 
-    if (ctx->counted) {
-        ctx->counted = 0;
-        (void) ngx_atomic_fetch_add(&ctx->ledger_zone->sh->in_flight_requests,
-                                    -1);
-    }
+    ngx_http_dynamo_rl_gate_leave(ctx);
 }
 
 
@@ -1209,6 +1205,10 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
     }
 
     drmcf->rand_pos = NGX_HTTP_DYNAMO_RL_RAND_SIZE;
+
+    if (drmcf->shm_zone != NULL) {
+        ngx_http_dynamo_rl_gate_init_process(drmcf->shm_zone->data);
+    }
 
     /* the process's snapshot index is not cycle pool memory */
 

@@ -109,6 +109,7 @@ typedef struct {
     /* attempt ledger */
     void                           *node;
     ngx_http_dynamo_rl_zone_t      *ledger_zone;
+    ngx_http_dynamo_rl_zone_t      *slot_zone;
     ngx_msec_t                      ttl;
     ngx_http_dynamo_rl_sse_t        sse;
 

@@ -40,10 +40,9 @@ static ngx_str_t  ngx_http_dynamo_rl_routing_headers[] = {
 ngx_int_t
 ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
 {
-    ngx_int_t                        rc;
-    ngx_http_dynamo_rl_ctx_t        *ctx;
-    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
-    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+    ngx_int_t                       rc;
+    ngx_http_dynamo_rl_ctx_t       *ctx;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
 
     if (r != r->main) {
         return NGX_DECLINED;
@@ -68,19 +67,6 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
     ctx->plane = drlcf->plane;
     ctx->header = &drlcf->attempt_header;
 
-    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
-
-    if (drlcf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
-        && drmcf->shm_zone != NULL)
-    {
-        /* the gate's drain: every request-plane request until its end */
-
-        ctx->ledger_zone = drmcf->shm_zone->data;
-        ctx->counted = 1;
-
-        (void) ngx_atomic_fetch_add(
-                          &ctx->ledger_zone->sh->in_flight_requests, 1);
-    }
 
     if (drlcf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
         rc = ngx_http_dynamo_rl_attempt(r, ctx, drlcf);
@@ -162,7 +148,7 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
     }
 
     if (!drlcf->ledger) {
-        return NGX_DECLINED;
+        goto admitted;
     }
 
     /* the attempt is recorded last: nothing refused before is recorded */
@@ -170,7 +156,7 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
     switch (ngx_http_dynamo_rl_ledger_add(r, ctx)) {
 
     case NGX_OK:
-        return NGX_DECLINED;
+        goto admitted;
 
     case NGX_BUSY:
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -187,6 +173,16 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
                                        "ledger_full",
                                        "attempt ledger is full");
     }
+
+admitted:
+
+    /* the gate's drain counts it until its response is done */
+
+    if (drlcf->gate || drlcf->ledger) {
+        ngx_http_dynamo_rl_gate_enter(r, ctx);
+    }
+
+    return NGX_DECLINED;
 }
 
 
@@ -221,6 +217,7 @@ ngx_http_dynamo_rl_error(ngx_http_request_t *r, ngx_uint_t status,
     size_t                     len, size;
     uintptr_t                  esc;
     ngx_str_t                  body, type;
+    ngx_table_elt_t           *h;
     ngx_http_dynamo_rl_ctx_t  *ctx;
 
     ctx = ngx_http_dynamo_rl_get_ctx(r);
@@ -229,6 +226,20 @@ ngx_http_dynamo_rl_error(ngx_http_request_t *r, ngx_uint_t status,
         ctx->deny_reason.data = (u_char *) reason;
         ctx->deny_reason.len = ngx_strlen(reason);
         ngx_str_set(&ctx->outcome, "rejected");
+    }
+
+    if (ctx != NULL && ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
+
+        /* the flat shape has no reason: a client tells ours from Dynamo's */
+
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "X-Dynamo-RL-Reason");
+        h->value = ctx->deny_reason;
     }
 
     ngx_http_dynamo_rl_status_type(status, &type);

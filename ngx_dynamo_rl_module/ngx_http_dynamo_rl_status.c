@@ -200,10 +200,7 @@ ngx_http_dynamo_rl_account(ngx_http_request_t *r,
     zone = drmcf->shm_zone->data;
     sh = zone->sh;
 
-    if (ctx->counted) {
-        ctx->counted = 0;
-        (void) ngx_atomic_fetch_add(&sh->in_flight_requests, -1);
-    }
+    ngx_http_dynamo_rl_gate_leave(ctx);
 
     plane = ctx->plane - NGX_HTTP_DYNAMO_RL_PLANE_REQUEST;
     outcome = ngx_http_dynamo_rl_outcome(ctx);

@@ -9,7 +9,7 @@
 
 
 /* bumped whenever the layout of the shared context changes */
-#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  2
+#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  3
 
 #define NGX_HTTP_DYNAMO_RL_PLANES        3     /* request, discovery, admin */
 #define NGX_HTTP_DYNAMO_RL_OUTCOMES      4
@@ -17,6 +17,9 @@
 #define NGX_HTTP_DYNAMO_RL_BUCKETS       14
 #define NGX_HTTP_DYNAMO_RL_RECENT        16
 #define NGX_HTTP_DYNAMO_RL_GATE_REASON   128
+
+/* process slots tracked one by one; higher slots share the last one */
+#define NGX_HTTP_DYNAMO_RL_SLOTS         256
 
 
 /* a denial, for the dashboard: fixed codes only, no request data */
@@ -69,8 +72,14 @@ typedef struct {
     size_t                          gate_reason_len;
     u_char                          gate_reason[NGX_HTTP_DYNAMO_RL_GATE_REASON];
 
+    /*
+     * request-plane requests in progress, per worker process slot, so
+     * that a process that died does not hold the drain forever
+     */
+    ngx_atomic_t                    slot_requests[NGX_HTTP_DYNAMO_RL_SLOTS];
+    ngx_pid_t                       slot_pid[NGX_HTTP_DYNAMO_RL_SLOTS];
+
     /* counters, updated without the mutex */
-    ngx_atomic_t                    in_flight_requests;
     ngx_atomic_t                    requests[NGX_HTTP_DYNAMO_RL_PLANES]
                                             [NGX_HTTP_DYNAMO_RL_OUTCOMES];
     ngx_atomic_t                    denials[NGX_HTTP_DYNAMO_RL_PLANES]
