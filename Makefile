@@ -32,7 +32,8 @@ PROVE      ?= prove
 PROVE_OPTS ?=
 FUZZ_TIME  ?= 60
 
-.PHONY: all build deps run-deps unit-tests valgrind deb test-deps run test unit fuzz fuzz-smoke lint \
+.PHONY: all build deps run-deps unit-tests valgrind deb bench \
+        bench-snapshot bench-admin test-deps run test unit fuzz fuzz-smoke lint \
         cppcheck check asan clean
 
 all: build
@@ -149,6 +150,20 @@ run: run-deps build
 
 deb:
 	util/build-deb
+
+# benchmarks, never part of make test: see bench/README.md
+
+$(BUILD)/snapshot-bench: bench/snapshot_bench.c $(PURE) $(SRCDIR)/*.h \
+        $(NGX_BUILD)/objs/Makefile
+	$(CC) -g -O2 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) -ljansson
+
+bench-snapshot: $(BUILD)/snapshot-bench
+	taskset -c 0 $<
+
+bench-admin: build $(BUILD)/snapshot-bench
+	bench/admin.sh
+
+bench: bench-snapshot bench-admin
 
 clean:
 	rm -rf $(BUILD)

@@ -29,8 +29,9 @@
  *       index lookup, the namespace scope, the state, the byte-exact
  *       route match and the copy of system_url and engine path.
  *
- * (a), (a') and (b) run interleaved, A A' B A A' B, for each size; (c) interleaves
- * all the sizes in each round.  Ratios are medians of per-round ratios.
+ * (a), (a') and (b) run interleaved, A A' B A A' B, for each size; (c)
+ * interleaves all the sizes in each round.  Ratios are medians of
+ * per-round ratios.
  *
  *     snapshot-bench                      the whole table
  *     snapshot-bench quick                fewer rounds (a smoke run)

@@ -38,6 +38,7 @@ typedef struct {
 typedef struct {
     ngx_http_dynamo_rl_worker_t    *workers;     /* document order */
     ngx_http_dynamo_rl_worker_t   **sorted;      /* by id, with an id */
+    uint64_t                       *ids;         /* sorted[i]->id, packed */
     ngx_uint_t                      nworkers;
     ngx_uint_t                      nsorted;
     ngx_uint_t                      nelts;       /* "workers" elements */
