@@ -65,6 +65,13 @@ $(NGX_BUILD)/objs/Makefile: config
 $(MODULE): $(NGX_BUILD)/objs/Makefile $(SOURCES)
 	$(MAKE) -C $(NGX_BUILD) -f objs/Makefile modules
 	cp $(NGX_BUILD)/objs/ngx_http_dynamo_rl_module.so $@.tmp
+	@# a symbol left undefined shows only when nginx loads the module
+	@printf 'load_module %s;\nevents {}\nhttp {}\n' $@.tmp \
+	    > $(BUILD)/load-test.conf
+	@$(if $(findstring address,$(EXTRA_CC_OPT)),\
+	    ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD=$(ASAN_LIB)) \
+	    $(NGX_BIN) -q -t -p $(BUILD)/ -c $(BUILD)/load-test.conf \
+	    -e $(BUILD)/load-test.log || { rm -f $@.tmp; exit 1; }
 	mv $@.tmp $@
 
 # C unit tests and fuzz harnesses compile the pure parsers against the

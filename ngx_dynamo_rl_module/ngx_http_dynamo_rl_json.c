@@ -603,3 +603,166 @@ ngx_http_dynamo_rl_cmp_workers(const void *one, const void *two)
 
     return a < b ? -1 : (a > b);
 }
+
+
+/*
+ * the gate API's body: {"action":"close","reason":"...","lease":"120s"},
+ * {"action":"renew"[,"lease":...]} or {"action":"open"}; nothing else
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_json_gate(u_char *p, size_t len,
+    ngx_http_dynamo_rl_gate_req_t *req, char **err)
+{
+    json_t       *root, *v;
+    size_t        n;
+    const char   *key, *s;
+    json_error_t  jerr;
+
+    ngx_memzero(req, sizeof(ngx_http_dynamo_rl_gate_req_t));
+
+    root = json_loadb((char *) p, len, JSON_REJECT_DUPLICATES, &jerr);
+
+    if (root == NULL) {
+        *err = "body is not valid JSON";
+        return NGX_DECLINED;
+    }
+
+    if (!json_is_object(root)) {
+        *err = "body is not a JSON object";
+        goto invalid;
+    }
+
+    json_object_foreach(root, key, v) {
+        if (ngx_strcmp(key, "action") != 0 && ngx_strcmp(key, "reason") != 0
+            && ngx_strcmp(key, "lease") != 0 && ngx_strcmp(key, "epoch") != 0)
+        {
+            *err = "unknown member: only \"action\", \"reason\", "
+                   "\"lease\" and \"epoch\"";
+            goto invalid;
+        }
+    }
+
+    v = json_object_get(root, "action");
+
+    if (v == NULL || !json_is_string(v)) {
+        *err = "\"action\" must be \"close\", \"renew\" or \"open\"";
+        goto invalid;
+    }
+
+    s = json_string_value(v);
+
+    if (ngx_strcmp(s, "close") == 0) {
+        req->action = NGX_HTTP_DYNAMO_RL_GATE_CLOSE;
+
+    } else if (ngx_strcmp(s, "renew") == 0) {
+        req->action = NGX_HTTP_DYNAMO_RL_GATE_RENEW;
+
+    } else if (ngx_strcmp(s, "open") == 0) {
+        req->action = NGX_HTTP_DYNAMO_RL_GATE_OPEN;
+
+    } else {
+        *err = "\"action\" must be \"close\", \"renew\" or \"open\"";
+        goto invalid;
+    }
+
+    v = json_object_get(root, "reason");
+
+    if (req->action == NGX_HTTP_DYNAMO_RL_GATE_CLOSE) {
+        if (v == NULL || !json_is_string(v) || json_string_length(v) == 0
+            || json_string_length(v) > sizeof(req->reason))
+        {
+            *err = "\"close\" needs a \"reason\" of 1 to 128 bytes";
+            goto invalid;
+        }
+
+        n = json_string_length(v);
+        ngx_memcpy(req->reason, json_string_value(v), n);
+        req->reason_len = n;
+
+    } else if (v != NULL) {
+        *err = "only \"close\" takes a \"reason\"";
+        goto invalid;
+    }
+
+    v = json_object_get(root, "lease");
+
+    if (v != NULL) {
+        if (req->action == NGX_HTTP_DYNAMO_RL_GATE_OPEN
+            || !json_is_string(v)
+            || ngx_http_dynamo_rl_parse_lease((u_char *) json_string_value(v),
+                                              json_string_length(v),
+                                              &req->lease)
+               != NGX_OK)
+        {
+            *err = "\"lease\" must be a time such as \"120s\", at most "
+                   "a week, on \"close\" or \"renew\"";
+            goto invalid;
+        }
+    }
+
+    /* "epoch": act only if the gate has not changed since it was read */
+
+    v = json_object_get(root, "epoch");
+
+    if (v != NULL) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0) {
+            *err = "\"epoch\" must be a non-negative integer";
+            goto invalid;
+        }
+
+        req->epoch = (ngx_uint_t) json_integer_value(v);
+        req->has_epoch = 1;
+    }
+
+    json_decref(root);
+
+    return NGX_OK;
+
+invalid:
+
+    json_decref(root);
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * a worker's logical failure inside HTTP 200: {"status":"error"} (vLLM)
+ * or {"success":false} (SGLang); NGX_OK means an error was found
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_json_admin_error(u_char *p, size_t len)
+{
+    json_t     *root, *v;
+    ngx_int_t   rc;
+
+    root = json_loadb((char *) p, len, 0, NULL);
+
+    if (root == NULL) {
+        return NGX_DECLINED;
+    }
+
+    rc = NGX_DECLINED;
+
+    if (json_is_object(root)) {
+        v = json_object_get(root, "status");
+
+        if (v != NULL && json_is_string(v)
+            && ngx_strcmp(json_string_value(v), "error") == 0)
+        {
+            rc = NGX_OK;
+        }
+
+        v = json_object_get(root, "success");
+
+        if (v != NULL && json_is_false(v)) {
+            rc = NGX_OK;
+        }
+    }
+
+    json_decref(root);
+
+    return rc;
+}
