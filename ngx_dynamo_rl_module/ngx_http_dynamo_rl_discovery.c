@@ -11,7 +11,8 @@ static ngx_int_t ngx_http_dynamo_rl_refresh(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 static ngx_int_t ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
-static void ngx_http_dynamo_rl_flight_end(ngx_http_dynamo_rl_zone_t *zone);
+static void ngx_http_dynamo_rl_flight_end(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_uint_t abandoned);
 static void ngx_http_dynamo_rl_wait_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_build(ngx_http_request_t *r, u_char *doc,
     size_t len, ngx_pool_t **pool, ngx_http_dynamo_rl_index_t **index,
@@ -340,7 +341,7 @@ ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
         ctx->zone = zone;
 
         if (ngx_http_dynamo_rl_refresh(r, ctx, drlcf) != NGX_OK) {
-            ngx_http_dynamo_rl_flight_end(zone);
+            ngx_http_dynamo_rl_flight_end(zone, 0);
             ctx->zone = NULL;
             ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_FAILED;
             return NGX_ERROR;
@@ -492,6 +493,19 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
     drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
     drlcf = ngx_http_get_module_loc_conf(r->parent, ngx_http_dynamo_rl_module);
 
+    if (rc == NGX_HTTP_CLIENT_CLOSED_REQUEST || r->connection->error) {
+
+        /* the admin call went away: no verdict on the listener */
+
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "discovery refresh from \"%V\" abandoned: "
+                      "the client closed the connection", &drlcf->discovery);
+
+        ngx_http_dynamo_rl_flight_end(zone, 1);
+
+        return rc;
+    }
+
     if (rc != NGX_OK || r->headers_out.status != NGX_HTTP_OK) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "discovery refresh from \"%V\" failed: status %ui",
@@ -550,25 +564,34 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
 
 failed:
 
-    ngx_http_dynamo_rl_flight_end(zone);
+    ngx_http_dynamo_rl_flight_end(zone, 0);
 
     return rc;
 }
 
 
-/* a flight that ended without storing a snapshot */
+/*
+ * a flight that ended without storing a snapshot; an abandoned one (its
+ * request went away) is no verdict on the listener: a waiter takes over
+ */
 
 static void
-ngx_http_dynamo_rl_flight_end(ngx_http_dynamo_rl_zone_t *zone)
+ngx_http_dynamo_rl_flight_end(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_uint_t abandoned)
 {
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     if (zone->sh->updating && zone->sh->updater == ngx_pid) {
         zone->sh->updating = 0;
-        zone->sh->flights++;
+
+        if (!abandoned) {
+            zone->sh->flights++;
+        }
     }
 
-    zone->sh->refresh_failed++;
+    if (!abandoned) {
+        zone->sh->refresh_failed++;
+    }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
@@ -582,7 +605,7 @@ ngx_http_dynamo_rl_discovery_cleanup(ngx_http_dynamo_rl_ctx_t *ctx)
     if (ctx->zone != NULL
         && ctx->refresh == NGX_HTTP_DYNAMO_RL_REFRESH_RUNNING)
     {
-        ngx_http_dynamo_rl_flight_end(ctx->zone);
+        ngx_http_dynamo_rl_flight_end(ctx->zone, 1);
         ctx->zone = NULL;
     }
 }
@@ -698,9 +721,7 @@ ngx_http_dynamo_rl_store(ngx_log_t *log, ngx_http_dynamo_rl_zone_t *zone,
     }
 
     if (raw == NULL) {
-        if (source == NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH) {
-            sh->refresh_failed++;
-        }
+        /* a refresh is counted as failed where its flight ends */
 
         if (sh->updating && sh->updater == ngx_pid
             && source == NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH)
@@ -919,13 +940,18 @@ ngx_http_dynamo_rl_discovery_header_filter(ngx_http_request_t *r)
     r->gzip_ok = 0;
 
     if (r->method == NGX_HTTP_HEAD || r->header_only) {
-        /* nothing to validate: the listener's headers pass */
+        /* nothing to validate: the listener's headers pass, if it is 200 */
 
         if (r->headers_out.status == NGX_HTTP_OK) {
             ngx_str_set(&ctx->outcome, "ok");
 
         } else {
             ngx_str_set(&ctx->outcome, "invalid");
+            ngx_str_set(&ctx->deny_reason, "discovery_invalid");
+
+            r->headers_out.status = NGX_HTTP_BAD_GATEWAY;
+            r->headers_out.status_line.len = 0;
+            ngx_http_clear_content_length(r);
         }
 
         return ngx_http_next_header_filter(r);

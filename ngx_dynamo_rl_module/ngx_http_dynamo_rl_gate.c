@@ -22,8 +22,9 @@ static ngx_int_t ngx_http_dynamo_rl_gate_send(ngx_http_request_t *r);
 
 
 /*
- * PREACCESS, request plane: while the gate is closed, new generation gets
- * 503 with Retry-After and is not recorded; the gate never authorises
+ * PRECONTENT, request plane, after access control: while the gate is
+ * closed, new generation gets 503 with Retry-After and is not recorded;
+ * the gate never authorises
  */
 
 ngx_int_t

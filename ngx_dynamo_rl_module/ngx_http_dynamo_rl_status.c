@@ -43,7 +43,8 @@ typedef struct {
 
 
 static ngx_uint_t ngx_http_dynamo_rl_reason(ngx_str_t *reason);
-static ngx_uint_t ngx_http_dynamo_rl_outcome(ngx_http_dynamo_rl_ctx_t *ctx);
+static ngx_uint_t ngx_http_dynamo_rl_outcome(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx);
 static void ngx_http_dynamo_rl_report(ngx_http_request_t *r,
     ngx_http_dynamo_rl_report_t *rp);
 static ngx_int_t ngx_http_dynamo_rl_status_handler(ngx_http_request_t *r);
@@ -203,7 +204,7 @@ ngx_http_dynamo_rl_account(ngx_http_request_t *r,
     ngx_http_dynamo_rl_gate_leave(ctx);
 
     plane = ctx->plane - NGX_HTTP_DYNAMO_RL_PLANE_REQUEST;
-    outcome = ngx_http_dynamo_rl_outcome(ctx);
+    outcome = ngx_http_dynamo_rl_outcome(r, ctx);
 
     (void) ngx_atomic_fetch_add(&sh->requests[plane][outcome], 1);
 
@@ -268,7 +269,8 @@ ngx_http_dynamo_rl_reason(ngx_str_t *reason)
 
 
 static ngx_uint_t
-ngx_http_dynamo_rl_outcome(ngx_http_dynamo_rl_ctx_t *ctx)
+ngx_http_dynamo_rl_outcome(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx)
 {
     ngx_uint_t  i, plane;
 
@@ -283,7 +285,7 @@ ngx_http_dynamo_rl_outcome(ngx_http_dynamo_rl_ctx_t *ctx)
 
     plane = ctx->plane - NGX_HTTP_DYNAMO_RL_PLANE_REQUEST;
 
-    for (i = 0; i < NGX_HTTP_DYNAMO_RL_OUTCOMES; i++) {
+    for (i = 0; ctx->outcome.len && i < NGX_HTTP_DYNAMO_RL_OUTCOMES; i++) {
         if (ngx_http_dynamo_rl_outcome_names[plane][i].len
             == ctx->outcome.len
             && ngx_strncmp(ngx_http_dynamo_rl_outcome_names[plane][i].data,
@@ -294,9 +296,12 @@ ngx_http_dynamo_rl_outcome(ngx_http_dynamo_rl_ctx_t *ctx)
         }
     }
 
-    /* no verdict: the request ended before one could be reached */
+    /*
+     * no verdict: refused before the module decided (allow/deny, auth),
+     * or ended before one could be reached
+     */
 
-    return 1;
+    return r->headers_out.status >= NGX_HTTP_BAD_REQUEST ? 3 : 1;
 }
 
 
