@@ -635,13 +635,25 @@ ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r, u_char *p)
             continue;
         }
 
+        /* ambiguous as the admin plane sees it: twice in this scope */
+
         dup = 0;
 
         if (w->has_id) {
             wp = ngx_http_dynamo_rl_index_find(index, w->id);
 
-            dup = (wp + 1 < index->sorted + index->nsorted
-                   && wp[1]->id == w->id);
+            for ( /* void */ ;
+                 wp < index->sorted + index->nsorted && (*wp)->id == w->id;
+                 wp++)
+            {
+                if (ngx_http_dynamo_rl_in_scope(drlcf, &(*wp)->namespace)
+                    == NGX_OK)
+                {
+                    dup++;
+                }
+            }
+
+            dup = (dup > 1);
         }
 
         switch (w->state) {
