@@ -31,6 +31,7 @@ RUN_DEBS   := $(BUILD_DEBS) curl perl
 PROVE      ?= prove
 PROVE_OPTS ?=
 FUZZ_TIME  ?= 60
+FUZZ_SMOKE_TIME ?= 30
 
 .PHONY: all build deps run-deps unit-tests valgrind deb bench \
         bench-snapshot bench-admin test-deps run test unit fuzz fuzz-smoke lint \
@@ -113,7 +114,7 @@ fuzz: $(FUZZERS)
 	done
 
 fuzz-smoke:
-	$(MAKE) fuzz FUZZ_TIME=5
+	$(MAKE) fuzz FUZZ_TIME=$(FUZZ_SMOKE_TIME)
 
 test: test-deps build $(UNITS) $(FUZZERS)
 	$(MAKE) fuzz-smoke
