@@ -1,0 +1,276 @@
+#!/usr/bin/perl
+
+# (C) ngx_dynamo_rl_module developers
+
+# Tests for reloads (SIGHUP): the dynamo_rl zone and its discovery snapshot
+# survive, so that the new worker processes allow admin calls from the
+# snapshot taken before the reload, without fetching the document again,
+# with one worker process or two.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use JSON::PP;
+use Math::BigInt;
+
+use lib 't/lib';
+use Test::DynamoRL;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+$SIG{ALRM} = sub { die "test timed out\n" };
+alarm(120);
+
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(22);
+
+$t->write_file_expand('nginx.conf', nginx_conf(1, 'one'));
+$t->run_fake_dynamo();
+$t->run();
+
+###############################################################################
+
+my $JS = JSON::PP->new->canonical->allow_bignum;
+
+my $W = '/v1/rl/workers';
+my $ID = '18446744073709551615';
+
+# the snapshot: worker $ID, taken by an admin call
+
+$t->fake_set('discovery.json', doc($ID));
+
+my $r = admin("$W/$ID/engine/liveness_probe");
+is($r->{status}, 200, 'before reload: allowed');
+is(fetches(), 1, 'before reload: one fetch');
+
+my $gen = $r->{log}{generation};
+my $pid = $r->{log}{pid};
+
+like($gen, qr/^[1-9]\d*$/, 'before reload: snapshot generation');
+
+# from now on, a fetch would deny the call
+
+$t->fake_set('discovery.json', doc('42'));
+
+$t->write_file_expand('nginx.conf', nginx_conf(1, 'two'));
+$t->reload();
+
+ok(!$t->reload_failed(), 'reload: accepted');
+is(parse_response(http_get('/version'))->{body}, 'two',
+	'reload: new configuration');
+
+$r = admin("$W/$ID/engine/liveness_probe");
+is($r->{status}, 200, 'after reload: allowed from the old snapshot');
+is(fetches(), 1, 'after reload: no fetch');
+is($r->{log}{generation}, $gen, 'after reload: same generation');
+isnt($r->{log}{pid}, $pid, 'after reload: a new worker process');
+is(join(' ', map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
+	'2 /engine/liveness_probe', 'after reload: forwarded');
+
+$r = admin("$W/42/engine/liveness_probe");
+is(join(' ', $r->{status}, $r->{json}{error} // ''), '404 unknown_worker',
+	'after reload: the old snapshot, not the new document');
+
+# a reload to two worker processes: both rebuild their index from the zone
+
+$t->write_file_expand('nginx.conf', nginx_conf(2, 'three'));
+$t->reload();
+
+ok(!$t->reload_failed(), 'two processes: reload accepted');
+
+my @res = concurrent(map { "$W/$ID/engine/liveness_probe" } 1 .. 16);
+
+is(join(' ', map { $_->{status} } @res), join(' ', (200) x 16),
+	'two processes: all allowed');
+is(fetches(), 1, 'two processes: no fetch');
+
+my %pids = map { $_->{pid} => 1 } grep { $_->{port} eq port(8083) }
+	access_log();
+
+is(scalar keys %pids, 2, 'two processes: both served calls');
+is(join(' ', sort { $a <=> $b } keys %{{ map { $_->{generation} => 1 }
+	grep { $_->{port} eq port(8083) } access_log() }}), $gen,
+	'two processes: same generation');
+
+# the valid=0 location refreshes and sees the new document, which then
+# becomes the snapshot for all
+
+$r = admin("$W/$ID/engine/liveness_probe", port => 8084);
+is(join(' ', $r->{status}, $r->{json}{error} // ''), '404 unknown_worker',
+	'refresh: new document');
+is(fetches(), 2, 'refresh: one fetch');
+cmp_ok($r->{log}{generation}, '>', $gen, 'refresh: next generation');
+
+$r = admin("$W/42/engine/liveness_probe");
+is($r->{status}, 200, 'refresh: new snapshot used by valid=60s');
+
+# a reload that changes nothing of the zone keeps that snapshot too
+
+$t->write_file_expand('nginx.conf', nginx_conf(2, 'four'));
+$t->reload();
+
+$r = admin("$W/42/engine/liveness_probe");
+is($r->{status}, 200, 'second reload: allowed');
+is(fetches(), 2, 'second reload: no fetch');
+
+###############################################################################
+
+alarm(0);
+
+###############################################################################
+
+sub nginx_conf {
+	my ($workers, $version) = @_;
+
+	return <<"EOF";
+
+%%TEST_GLOBALS%%
+
+worker_processes $workers;
+
+events {
+}
+
+http {
+    %%TEST_GLOBALS_HTTP%%
+
+    dynamo_rl_zone zone=rl:1m;
+
+    log_format rl escape=json '{"t":"\$http_x_test","status":"\$status",'
+        '"port":"\$server_port","pid":"\$pid",'
+        '"deny":"\$dynamo_rl_deny_reason",'
+        '"generation":"\$dynamo_rl_snapshot_generation"}';
+
+    access_log %%TESTDIR%%/rl.log rl;
+
+    upstream rl_listener {
+        server 127.0.0.1:8082;
+    }
+
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+
+    server {
+        listen       127.0.0.1:8080;
+        listen       127.0.0.1:8083 reuseport;
+        server_name  localhost;
+
+        location = /version {
+            return 200 "$version";
+        }
+
+        location /v1/rl/workers/ {
+            dynamo_rl_plane admin;
+            dynamo_rl_discovery /_rl_discovery valid=60s;
+
+            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
+            proxy_next_upstream off;
+        }
+
+        location = /_rl_discovery {
+            internal;
+            proxy_pass http://rl_listener/v1/rl/workers;
+            subrequest_output_buffer_size 1m;
+        }
+    }
+
+    server {
+        listen       127.0.0.1:8084;
+        server_name  localhost;
+
+        location /v1/rl/workers/ {
+            dynamo_rl_plane admin;
+            dynamo_rl_discovery /_rl_discovery valid=0;
+
+            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
+            proxy_next_upstream off;
+        }
+
+        location = /_rl_discovery {
+            internal;
+            proxy_pass http://rl_listener/v1/rl/workers;
+            subrequest_output_buffer_size 1m;
+        }
+    }
+}
+
+EOF
+}
+
+# a document with one worker, on fake worker 2
+
+sub doc {
+	my ($id) = @_;
+
+	return '{"protocol_version":1,"namespace":"dynamo","workers":['
+		. $JS->encode({
+			namespace => 'dynamo',
+			component => 'backend',
+			endpoint => 'rl',
+			instance_id => Math::BigInt->new($id),
+			transport => { tcp => "127.0.0.1:9999/$id/rl" },
+			request_plane_url => 'dyn://dynamo.backend.rl',
+			system_url => 'http://127.0.0.1:' . port(8093),
+			routes => [ 'liveness_probe' ],
+		}) . ']}';
+}
+
+my $SEQ;
+
+sub admin {
+	my ($path, %o) = @_;
+
+	my $seq = ++$SEQ;
+	my $port = port($o{port} // 8080);
+
+	my $before = scalar @{$t->fake_records('worker-2')};
+
+	my $res = parse_response(http("POST $path HTTP/1.1\r\n"
+		. "Host: localhost\r\nConnection: close\r\nX-Test: $seq\r\n"
+		. "Content-Type: application/json\r\nContent-Length: 2\r\n"
+		. "\r\n{}", PeerAddr => "127.0.0.1:$port"))
+		// { status => 0, headers => {}, body => '' };
+
+	$res->{json} = eval { decode_json($res->{body}) } // {};
+	$res->{json} = {} unless ref $res->{json} eq 'HASH';
+
+	$res->{log} = $t->wait_for(sub {
+		(grep { $_->{t} eq $seq } access_log())[0];
+	}, 5) // {};
+
+	my $recs = $t->fake_records('worker-2');
+	$res->{fwd} = [ @$recs[$before .. $#$recs] ];
+
+	return $res;
+}
+
+sub concurrent {
+	my (@paths) = @_;
+
+	my @s = map {
+		http("POST $_ HTTP/1.1\r\nHost: localhost\r\n"
+			. "Connection: close\r\n"
+			. "Content-Type: application/json\r\n"
+			. "Content-Length: 2\r\n\r\n{}",
+			PeerAddr => '127.0.0.1:' . port(8083), start => 1)
+	} @paths;
+
+	return map { parse_response(http_end($_)) // { status => 0 } } @s;
+}
+
+sub fetches {
+	return scalar @{$t->fake_records('listener')};
+}
+
+sub access_log {
+	my $text = eval { $t->read_file('rl.log') } // '';
+	return map { $JS->decode($_) } grep { /\S/ } split /\n/, $text;
+}
+
+###############################################################################
