@@ -848,7 +848,7 @@ sub http_end {
 sub parse_response {
 	my ($raw) = @_;
 
-	return undef unless defined $raw;
+	return undef unless defined $raw && length $raw;
 
 	my ($head, $body) = split /\r\n\r\n/, $raw, 2;
 	my ($status_line, @lines) = split /\r\n/, $head;
