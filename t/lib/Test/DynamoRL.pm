@@ -537,6 +537,7 @@ sub _finish {
 	my @errors;
 
 	for my $path ("$d/error.log", "$d/stderr", glob("$d/asan.*")) {
+		next unless -f $path;
 		(my $name = $path) =~ s{.*/}{};
 		push @errors, map { "$name: $_" } _sanitizer_lines(
 			$self->read_file($name) // '');
