@@ -33,7 +33,7 @@ PROVE_OPTS ?=
 FUZZ_TIME  ?= 60
 FUZZ_SMOKE_TIME ?= 30
 
-.PHONY: all build deps run-deps unit-tests valgrind deb bench \
+.PHONY: all build deps run-deps unit-tests valgrind deb bench nginx-tests soak \
         bench-snapshot bench-admin test-deps run test unit fuzz fuzz-smoke lint \
         cppcheck check asan clean
 
@@ -172,6 +172,25 @@ bench-admin: build $(BUILD)/snapshot-bench
 	bench/admin.sh
 
 bench: bench-snapshot bench-admin
+
+# nginx's own proxy and upstream tests (nginx/nginx-tests at the pinned
+# commit, never committed here) with and without the module, compared
+# file by file: make nginx-tests NGINX_TESTS=<checkout>
+
+NGINX_TESTS_DEBS := $(BUILD_DEBS) libnginx-mod-http-perl \
+                    libio-socket-ssl-perl libprotocol-websocket-perl \
+                    libcache-memcached-perl libcache-memcached-fast-perl \
+                    memcached
+
+nginx-tests: build
+	@util/apt-ensure $(NGINX_TESTS_DEBS)
+	NGINX_TESTS='$(NGINX_TESTS)' util/nginx-tests
+
+# a bounded soak, loopback only (SOAK_SECONDS, default 600); never part of
+# make test; figures in bench/results-soak.md
+
+soak: run-deps build
+	SOAK_SECONDS='$(SOAK_SECONDS)' bench/soak.sh
 
 clean:
 	rm -rf $(BUILD)
