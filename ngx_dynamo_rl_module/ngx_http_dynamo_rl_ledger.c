@@ -7,8 +7,6 @@
 #include "ngx_http_dynamo_rl_module.h"
 
 
-static void ngx_http_dynamo_rl_ledger_insert(ngx_rbtree_node_t *temp,
-    ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
 static ngx_http_dynamo_rl_node_t *ngx_http_dynamo_rl_ledger_lookup(
     ngx_http_dynamo_rl_shctx_t *sh, ngx_uint_t hash, u_char *id, size_t len);
 static void ngx_http_dynamo_rl_ledger_delete(ngx_http_dynamo_rl_zone_t *zone,
@@ -38,49 +36,23 @@ static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
 
-void
-ngx_http_dynamo_rl_ledger_init(ngx_http_dynamo_rl_shctx_t *sh)
+/* one bucket for about every four records the zone can hold */
+
+ngx_int_t
+ngx_http_dynamo_rl_ledger_init(ngx_http_dynamo_rl_zone_t *zone, size_t size)
 {
-    sh->rbtree.insert = ngx_http_dynamo_rl_ledger_insert;
-}
+    ngx_uint_t  n;
 
+    for (n = 64; n * 512 < size; n *= 2) { /* void */ }
 
-static void
-ngx_http_dynamo_rl_ledger_insert(ngx_rbtree_node_t *temp,
-    ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel)
-{
-    ngx_rbtree_node_t          **p;
-    ngx_http_dynamo_rl_node_t   *lr, *lrt;
-
-    for ( ;; ) {
-
-        if (node->key < temp->key) {
-            p = &temp->left;
-
-        } else if (node->key > temp->key) {
-            p = &temp->right;
-
-        } else { /* node->key == temp->key */
-
-            lr = (ngx_http_dynamo_rl_node_t *) &node->color;
-            lrt = (ngx_http_dynamo_rl_node_t *) &temp->color;
-
-            p = (ngx_memn2cmp(lr->id, lrt->id, lr->len, lrt->len) < 0)
-                ? &temp->left : &temp->right;
-        }
-
-        if (*p == sentinel) {
-            break;
-        }
-
-        temp = *p;
+    zone->sh->buckets = ngx_slab_calloc(zone->shpool, n * sizeof(void *));
+    if (zone->sh->buckets == NULL) {
+        return NGX_ERROR;
     }
 
-    *p = node;
-    node->parent = temp;
-    node->left = sentinel;
-    node->right = sentinel;
-    ngx_rbt_red(node);
+    zone->sh->mask = n - 1;
+
+    return NGX_OK;
 }
 
 
@@ -88,36 +60,14 @@ static ngx_http_dynamo_rl_node_t *
 ngx_http_dynamo_rl_ledger_lookup(ngx_http_dynamo_rl_shctx_t *sh,
     ngx_uint_t hash, u_char *id, size_t len)
 {
-    ngx_int_t                   rc;
-    ngx_rbtree_node_t          *node, *sentinel;
     ngx_http_dynamo_rl_node_t  *lr;
 
-    node = sh->rbtree.root;
-    sentinel = sh->rbtree.sentinel;
-
-    while (node != sentinel) {
-
-        if (hash < node->key) {
-            node = node->left;
-            continue;
-        }
-
-        if (hash > node->key) {
-            node = node->right;
-            continue;
-        }
-
-        /* hash == node->key */
-
-        lr = (ngx_http_dynamo_rl_node_t *) &node->color;
-
-        rc = ngx_memn2cmp(id, lr->id, len, (size_t) lr->len);
-
-        if (rc == 0) {
+    for (lr = sh->buckets[hash & sh->mask]; lr; lr = lr->next) {
+        if (lr->hash == hash && lr->len == len
+            && ngx_memcmp(lr->id, id, len) == 0)
+        {
             return lr;
         }
-
-        node = (rc < 0) ? node->left : node->right;
     }
 
     return NULL;
@@ -128,14 +78,20 @@ static void
 ngx_http_dynamo_rl_ledger_delete(ngx_http_dynamo_rl_zone_t *zone,
     ngx_http_dynamo_rl_node_t *lr)
 {
-    ngx_rbtree_node_t  *node;
+    ngx_http_dynamo_rl_node_t  **p;
 
-    node = (ngx_rbtree_node_t *)
-               ((u_char *) lr - offsetof(ngx_rbtree_node_t, color));
+    for (p = (ngx_http_dynamo_rl_node_t **)
+             &zone->sh->buckets[lr->hash & zone->sh->mask];
+         *p != lr;
+         p = &(*p)->next)
+    {
+        /* void */
+    }
+
+    *p = lr->next;
 
     ngx_queue_remove(&lr->queue);
-    ngx_rbtree_delete(&zone->sh->rbtree, node);
-    ngx_slab_free_locked(zone->shpool, node);
+    ngx_slab_free_locked(zone->shpool, lr);
 
     zone->sh->records--;
 }
@@ -206,7 +162,6 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     size_t                           size;
     uint64_t                         now;
     ngx_uint_t                       hash;
-    ngx_rbtree_node_t               *node;
     ngx_http_dynamo_rl_node_t       *lr;
     ngx_http_dynamo_rl_zone_t       *zone;
     ngx_http_dynamo_rl_loc_conf_t   *drlcf;
@@ -220,9 +175,7 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     hash = ngx_crc32_short(ctx->attempt_id.data, ctx->attempt_id.len);
     now = ngx_http_dynamo_rl_now();
 
-    size = offsetof(ngx_rbtree_node_t, color)
-           + offsetof(ngx_http_dynamo_rl_node_t, id)
-           + ctx->attempt_id.len;
+    size = offsetof(ngx_http_dynamo_rl_node_t, id) + ctx->attempt_id.len;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
@@ -245,9 +198,9 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
         ngx_http_dynamo_rl_ledger_delete(zone, lr);
     }
 
-    node = ngx_slab_alloc_locked(zone->shpool, size);
+    lr = ngx_slab_alloc_locked(zone->shpool, size);
 
-    while (node == NULL) {
+    while (lr == NULL) {
         if (ngx_http_dynamo_rl_ledger_expire(zone, now, 1) == 0) {
             zone->sh->exhausted++;
             ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -260,13 +213,10 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
             return NGX_DECLINED;
         }
 
-        node = ngx_slab_alloc_locked(zone->shpool, size);
+        lr = ngx_slab_alloc_locked(zone->shpool, size);
     }
 
-    node->key = hash;
-
-    lr = (ngx_http_dynamo_rl_node_t *) &node->color;
-
+    lr->hash = (uint32_t) hash;
     lr->state = NGX_HTTP_DYNAMO_RL_ACCEPTED;
     lr->stream = 0;
     lr->len = (u_char) ctx->attempt_id.len;
@@ -278,7 +228,9 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
 
     ngx_memcpy(lr->id, ctx->attempt_id.data, ctx->attempt_id.len);
 
-    ngx_rbtree_insert(&zone->sh->rbtree, node);
+    lr->next = zone->sh->buckets[hash & zone->sh->mask];
+    zone->sh->buckets[hash & zone->sh->mask] = lr;
+
     ngx_queue_init(&lr->queue);
 
     zone->sh->records++;

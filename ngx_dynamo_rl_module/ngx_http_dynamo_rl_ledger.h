@@ -15,27 +15,34 @@
 #define NGX_HTTP_DYNAMO_RL_CANCELED   5
 
 
-/* an attempt record, laid over ngx_rbtree_node_t from its color */
+/*
+ * an attempt record: one 128-byte slab slot with ids up to 56 bytes, in a
+ * hash index of the zone (a tree walk missed the cache at every level)
+ */
 
-typedef struct {
-    u_char                          color;
-    u_char                          state;
-    u_char                          stream;
-    u_char                          len;
-    u_short                         status;
+typedef struct ngx_http_dynamo_rl_node_s  ngx_http_dynamo_rl_node_t;
+
+struct ngx_http_dynamo_rl_node_s {
+    ngx_http_dynamo_rl_node_t      *next;
     ngx_queue_t                     queue;
     uint64_t                        bytes;
     uint64_t                        started;   /* ms since the epoch */
     uint64_t                        ended;
     uint64_t                        expires;
+    uint32_t                        hash;
+    u_short                         status;
+    u_char                          state;
+    u_char                          stream;
+    u_char                          len;
     u_char                          id[1];
-} ngx_http_dynamo_rl_node_t;
+};
 
 
 extern ngx_str_t  ngx_http_dynamo_rl_ledger_states[];
 
 
-void ngx_http_dynamo_rl_ledger_init(ngx_http_dynamo_rl_shctx_t *sh);
+ngx_int_t ngx_http_dynamo_rl_ledger_init(ngx_http_dynamo_rl_zone_t *zone,
+    size_t size);
 ngx_int_t ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 void ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,

@@ -128,9 +128,6 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         zone->sh = ozone->sh;
         zone->shpool = ozone->shpool;
 
-        /* the tree's insert function is this module's, wherever loaded */
-        ngx_http_dynamo_rl_ledger_init(zone->sh);
-
         return NGX_OK;
     }
 
@@ -150,9 +147,11 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     zone->sh->version = NGX_HTTP_DYNAMO_RL_ZONE_VERSION;
 
-    ngx_rbtree_init(&zone->sh->rbtree, &zone->sh->sentinel, NULL);
     ngx_queue_init(&zone->sh->finished);
-    ngx_http_dynamo_rl_ledger_init(zone->sh);
+
+    if (ngx_http_dynamo_rl_ledger_init(zone, shm_zone->shm.size) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     zone->shpool->data = zone->sh;
 

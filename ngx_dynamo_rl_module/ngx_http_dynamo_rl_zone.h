@@ -9,7 +9,7 @@
 
 
 /* bumped whenever the layout of the shared context changes */
-#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  3
+#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  4
 
 #define NGX_HTTP_DYNAMO_RL_PLANES        3     /* request, discovery, admin */
 #define NGX_HTTP_DYNAMO_RL_OUTCOMES      4
@@ -19,7 +19,7 @@
 #define NGX_HTTP_DYNAMO_RL_GATE_REASON   128
 
 /* process slots tracked one by one; higher slots share the last one */
-#define NGX_HTTP_DYNAMO_RL_SLOTS         256
+#define NGX_HTTP_DYNAMO_RL_SLOTS         64
 
 
 /* a denial, for the dashboard: fixed codes only, no request data */
@@ -52,9 +52,9 @@ typedef struct {
     ngx_atomic_uint_t               refresh_ok;
     ngx_atomic_uint_t               refresh_failed;
 
-    /* the attempt ledger: finished records in LRU order, newest first */
-    ngx_rbtree_t                    rbtree;
-    ngx_rbtree_node_t               sentinel;
+    /* the attempt ledger: a hash index, finished records newest first */
+    void                          **buckets;
+    ngx_uint_t                      mask;
     ngx_queue_t                     finished;
     ngx_uint_t                      records;
     ngx_uint_t                      in_flight;
