@@ -1,0 +1,1006 @@
+#!/bin/bash
+# bench/request.sh: the request plane end to end, with real nginx, on
+# loopback (issue 7, and issue 4's "Performance").
+#
+# A fast upstream on the load generator's CPU: nginx "return 200" with a
+# fixed ~600-byte OpenAI-shaped completion for POST /v1/completions, and a
+# second nginx whose SSE route (bench/lua/sse.lua) writes N events at a
+# fixed pace, each stamped with its send time.  Four gateways, each
+# "worker_processes 1" and pinned to the gateway CPU, identical but for the
+# policy in their /v1/ locations (proxy_pass to an upstream block with
+# keepalive, proxy_buffering off, proxy_request_buffering off):
+#
+#   plain               no policy, and no dynamo_rl module loaded;
+#   module              dynamo_rl_plane request, ledger and gate on (the
+#                       defaults), dynamo_rl_zone rl:8m, attempt ttl 10m;
+#   module-ledger-off   the same with "dynamo_rl_ledger off;
+#                       dynamo_rl_gate off;";
+#   lua                 the attempt-id policy in lua-nginx-module
+#                       (bench/lua/attempt.lua), no dynamo_rl module.
+#
+# One interleaved series: each round runs, in this order, wrk (-t1 -c16
+# --latency, POST /v1/completions, bench/wrk-request.lua) against plain,
+# module (minted ids), module-client-id (a unique client id per request),
+# module-ledger-off, lua, lua-client-id and direct (the upstream itself);
+# h2load (h2c, -c16 -m1) against plain and module; then SSE streams
+# (bench/sse_client.py) straight to the upstream and through each gateway.
+# After the rounds: a fresh 8 MB zone is filled with 128-byte client ids,
+# the worker RSS is read, and with PROFILE=1 perf samples each gateway.
+#
+#     bench/request.sh                 8 rounds of 3 s runs, about 6 min
+#     ROUNDS=3 bench/request.sh        about 2.5 minutes
+#     PROFILE=1 bench/request.sh       + perf record of each gateway worker
+#     SMOKE=1 bench/request.sh         1 round of 1 s runs: a smoke test
+#     HTTP=0 bench/request.sh          the SSE series only
+#     QUIET_WAIT=300 bench/request.sh  first wait up to 5 min for a quiet
+#                                      machine (others' processes < 20%)
+#     VARIANTS="plain module" SSE_VARIANTS="" PROFILE_VARIANTS="module" ...
+#                                      a subset (labels as in the tables)
+#
+# Prints a markdown report (OUT=file writes it there too).
+
+set -eu
+set -o pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+nginx=${NGX_BIN:-/usr/sbin/nginx}
+module=${MODULE:-$top/build/ngx_http_dynamo_rl_module.so}
+modules_dir=${NGX_MODULES:-/usr/lib/nginx/modules}
+python=${PYTHON:-/usr/bin/python3}
+
+if [ -n "${SMOKE:-}" ]; then
+    : "${ROUNDS:=1}" "${DURATION:=1}" "${WARMUP:=1}" "${SSE_EVENTS:=20}"
+    : "${FILL_SECONDS:=1}" "${FILL_TRIES:=1}" "${WARMUP_TRIES:=1}"
+fi
+
+rounds=${ROUNDS:-8}
+duration=${DURATION:-3}
+warmup=${WARMUP:-2}
+warmup_tries=${WARMUP_TRIES:-6}
+conns=${CONNECTIONS:-16}
+h2=${H2:-1}
+sse_streams=${SSE_STREAMS:-4}
+sse_events=${SSE_EVENTS:-250}
+sse_ms=${SSE_MS:-4}
+sse_rt=${SSE_RT:-1}
+zone_size=${ZONE:-8m}
+fill_seconds=${FILL_SECONDS:-3}
+fill_tries=${FILL_TRIES:-5}
+profile=${PROFILE:-0}
+gw_cpu=${GATEWAY_CPU:-0}
+load_cpu=${LOAD_CPU:-1}
+out_file=${OUT:-}
+
+prefix=$(mktemp -d /tmp/dynamo-rl-bench-req.XXXXXX)
+chmod 755 "$prefix"
+client_pid=
+instances="up sse plain module ledgeroff lua fill"
+
+cleanup() {
+    trap - INT TERM EXIT
+    if [ -n "$client_pid" ]; then
+        # /usr/bin/time and the client it runs
+        for c in $(ps -o pid= --ppid "$client_pid" 2>/dev/null); do
+            kill -TERM "$c" 2>/dev/null || true
+        done
+        kill -TERM "$client_pid" 2>/dev/null || true
+        wait "$client_pid" 2>/dev/null || true
+    fi
+    for d in $instances; do
+        if [ -f "$prefix/$d/nginx.pid" ]; then
+            kill -TERM "$(cat "$prefix/$d/nginx.pid")" 2>/dev/null || true
+        fi
+    done
+    for d in $instances; do
+        i=0
+        while [ -f "$prefix/$d/nginx.pid" ] && [ $i -lt 50 ]; do
+            sleep 0.1; i=$((i + 1))
+        done
+    done
+    if [ -n "${KEEP:-}" ]; then
+        echo "logs kept in $prefix" >&2
+    else
+        rm -rf "$prefix"
+    fi
+}
+
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
+trap 'echo "request.sh: failed at line $LINENO" >&2' ERR
+
+die() {
+    echo "request.sh: $*" >&2
+    exit 1
+}
+
+for t in wrk taskset curl /usr/bin/time "$python" "$nginx"; do
+    command -v "$t" > /dev/null || die "$t is missing"
+done
+
+if [ "$h2" = 1 ] && ! command -v h2load > /dev/null; then
+    die "h2load is missing (apt-get install -y nghttp2-client, or H2=0)"
+fi
+
+[ -f "$module" ] || die "$module is missing: run make"
+
+for m in ndk_http_module.so ngx_http_lua_module.so; do
+    [ -f "$modules_dir/$m" ] || die "$modules_dir/$m is missing:" \
+        "apt-get install -y libnginx-mod-http-lua libnginx-mod-http-ndk"
+done
+
+if [ "$(nproc)" -lt 2 ] && [ "$gw_cpu" != "$load_cpu" ]; then
+    die "needs 2 CPUs (or GATEWAY_CPU=LOAD_CPU)"
+fi
+
+# thirteen free loopback ports
+
+port_free() {
+    ! ss -Hltn "sport = :$1" | grep -q .
+}
+
+for try in $(seq 1 20); do
+    base=$((20000 + (RANDOM % 400) * 20))
+    ok=1
+    for p in $(seq "$base" $((base + 12))); do
+        port_free "$p" || { ok=0; break; }
+    done
+    [ $ok = 0 ] || break
+    [ "$try" -lt 20 ] || die "no free ports"
+done
+
+up_port=$base
+sse_port=$((base + 1))
+plain_port=$((base + 2))
+plain_h2_port=$((base + 3))
+module_port=$((base + 4))
+module_h2_port=$((base + 5))
+module_api=$((base + 6))
+ledgeroff_port=$((base + 7))
+ledgeroff_api=$((base + 8))
+lua_port=$((base + 9))
+lua_api=$((base + 10))
+fill_port=$((base + 11))
+fill_api=$((base + 12))
+
+# private copies: others may rebuild build/ or edit bench/ meanwhile, and
+# the workers (nobody) read the Lua files
+
+cp "$module" "$prefix/module.so"
+module_time=$(date -u -r "$module" '+%H:%M:%S')
+mkdir -p "$prefix/lua" "$prefix/out"
+cp "$top/bench/lua/attempt.lua" "$top/bench/lua/sse.lua" "$prefix/lua/"
+cp "$top/bench/wrk-request.lua" "$top/bench/sse_client.py" "$prefix/"
+chmod -R a+rX "$prefix"
+
+for d in $instances; do
+    mkdir -p "$prefix/$d"
+done
+
+temp_paths() {
+    for t in client_body proxy fastcgi uwsgi scgi; do
+        echo "    ${t}_temp_path $1/${t}_temp;"
+    done
+}
+
+head_conf() {
+    # head_conf dir: the lines every instance shares
+    cat <<EOF
+worker_processes  1;
+pid               $prefix/$1/nginx.pid;
+error_log         $prefix/$1/error.log warn;
+
+events {
+    worker_connections  4096;
+}
+EOF
+}
+
+# ~600 bytes, the shape of an OpenAI /v1/completions response
+completion='{"id":"cmpl-8c1f6b0e2d4a4e0f9a7b3c5d1e2f3a4b","object":"text_completion","created":1732890000,"model":"Qwen/Qwen3-0.6B-Instruct","choices":[{"index":0,"text":" Hello! It is nice to meet you. I am a small language model served by Dynamo behind an nginx gateway, and this fixed completion stands in for generated text so that the benchmark measures the gateway rather than the model. Each response carries the same bytes, whatever the prompt said.","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":64,"total_tokens":72},"system_fingerprint":"fp_bench_0001"}'
+
+cat > "$prefix/up/nginx.conf" <<EOF
+$(head_conf up)
+
+http {
+$(temp_paths "$prefix/up")
+    access_log  off;
+    keepalive_requests  1000000;
+
+    server {
+        listen  127.0.0.1:$up_port reuseport backlog=4096;
+
+        location = /v1/completions {
+            default_type  application/json;
+            return 200 '$completion';
+        }
+
+        # what the upstream received: the sanity checks read it
+        location = /v1/echo {
+            default_type  text/plain;
+            return 200 "\$http_x_dynamo_attempt_id|\$http_x_request_id|\$http_x_bench_nonce";
+        }
+    }
+}
+EOF
+
+cat > "$prefix/sse/nginx.conf" <<EOF
+load_module  $modules_dir/ndk_http_module.so;
+load_module  $modules_dir/ngx_http_lua_module.so;
+
+$(head_conf sse)
+
+http {
+$(temp_paths "$prefix/sse")
+    access_log  off;
+    keepalive_requests  1000000;
+    lua_package_path  "$prefix/lua/?.lua;;";
+
+    server {
+        listen  127.0.0.1:$sse_port reuseport backlog=4096;
+
+        location = /v1/chat/completions {
+            content_by_lua_file  $prefix/lua/sse.lua;
+        }
+    }
+}
+EOF
+
+policy() {
+    # policy kind: the lines of a /v1/ location
+    case $1 in
+    plain)
+        ;;
+    module|fill)
+        echo "            dynamo_rl_plane  request;" ;;
+    ledgeroff)
+        echo "            dynamo_rl_plane  request;"
+        echo "            dynamo_rl_ledger off;"
+        echo "            dynamo_rl_gate   off;" ;;
+    lua)
+        cat <<'EOF'
+            set  $attempt_id  "";
+            access_by_lua_block  { require("attempt").access() }
+            log_by_lua_block     { require("attempt").log() }
+
+            proxy_set_header   Connection "";
+            proxy_set_header   X-Dynamo-Attempt-Id $attempt_id;
+            proxy_set_header   X-Request-Id $attempt_id;
+            proxy_hide_header  X-Dynamo-Attempt-Id;
+            add_header         X-Dynamo-Attempt-Id $attempt_id always;
+EOF
+        ;;
+    esac
+}
+
+gateway_conf() {
+    # gateway_conf kind port h2port apiport
+    kind=$1
+    case $kind in
+    module|ledgeroff|fill)
+        echo "load_module  $prefix/module.so;" ;;
+    lua)
+        echo "load_module  $modules_dir/ndk_http_module.so;"
+        echo "load_module  $modules_dir/ngx_http_lua_module.so;" ;;
+    esac
+    echo
+    head_conf "$kind"
+    cat <<EOF
+
+http {
+$(temp_paths "$prefix/$kind")
+    # the policy's cost, not the log's
+    access_log  off;
+    keepalive_requests  1000000;
+
+EOF
+    case $kind in
+    module|ledgeroff|fill)
+        cat <<EOF
+    dynamo_rl_zone         zone=rl:$zone_size;
+    dynamo_rl_attempt_ttl  10m;
+
+EOF
+        ;;
+    lua)
+        cat <<EOF
+    lua_package_path  "$prefix/lua/?.lua;;";
+    lua_shared_dict   dynamo_rl 1m;
+    init_by_lua_block { require("attempt") }
+
+EOF
+        ;;
+    esac
+    cat <<EOF
+    upstream completions {
+        server              127.0.0.1:$up_port;
+        keepalive           32;
+        keepalive_requests  1000000;
+    }
+
+    upstream sse {
+        server              127.0.0.1:$sse_port;
+        keepalive           32;
+        keepalive_requests  1000000;
+    }
+
+    server {
+        listen  127.0.0.1:$2 backlog=4096;
+EOF
+    [ -z "$3" ] || echo "        listen  127.0.0.1:$3 http2 backlog=4096;"
+    cat <<EOF
+
+        proxy_http_version       1.1;
+        proxy_set_header         Connection "";
+        proxy_buffering          off;
+        proxy_request_buffering  off;
+
+        location /v1/ {
+$(policy "$kind")
+            proxy_pass  http://completions;
+        }
+
+        location /v1/chat/ {
+$(policy "$kind")
+            proxy_pass  http://sse;
+        }
+    }
+EOF
+    if [ -n "$4" ]; then
+        echo
+        echo "    server {"
+        echo "        listen  127.0.0.1:$4;"
+        case $kind in
+        lua)
+            cat <<'EOF'
+
+        location = /lua/in_flight {
+            default_type  text/plain;
+            content_by_lua_block {
+                ngx.print(ngx.shared.dynamo_rl:get("in_flight") or 0)
+            }
+        }
+EOF
+            ;;
+        *)
+            cat <<'EOF'
+
+        location = /rl/status {
+            dynamo_rl_status;
+        }
+
+        location /rl/attempts/ {
+            dynamo_rl_attempts_api;
+        }
+EOF
+            ;;
+        esac
+        echo "    }"
+    fi
+    echo "}"
+}
+
+if [ "$h2" = 1 ]; then
+    gateway_conf plain "$plain_port" "$plain_h2_port" "" \
+        > "$prefix/plain/nginx.conf"
+    gateway_conf module "$module_port" "$module_h2_port" "$module_api" \
+        > "$prefix/module/nginx.conf"
+else
+    gateway_conf plain "$plain_port" "" "" > "$prefix/plain/nginx.conf"
+    gateway_conf module "$module_port" "" "$module_api" \
+        > "$prefix/module/nginx.conf"
+fi
+gateway_conf ledgeroff "$ledgeroff_port" "" "$ledgeroff_api" \
+    > "$prefix/ledgeroff/nginx.conf"
+gateway_conf lua "$lua_port" "" "$lua_api" > "$prefix/lua/nginx.conf"
+gateway_conf fill "$fill_port" "" "$fill_api" > "$prefix/fill/nginx.conf"
+
+start() {
+    # start dir cpu
+    taskset -c "$2" "$nginx" -p "$prefix/$1/" -c "$prefix/$1/nginx.conf" \
+        -e "$prefix/$1/error.log" \
+        || { cat "$prefix/$1/error.log" >&2; die "$1 did not start"; }
+}
+
+start up "$load_cpu"
+start sse "$load_cpu"
+for g in plain module ledgeroff lua fill; do
+    start "$g" "$gw_cpu"
+done
+
+wait_for() {
+    i=0
+    until (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -le 100 ] || die "nothing listens on 127.0.0.1:$1"
+        sleep 0.1
+    done
+}
+
+for p in $(seq "$base" $((base + 12))); do
+    if [ "$h2" != 1 ] && { [ "$p" = "$plain_h2_port" ] \
+                          || [ "$p" = "$module_h2_port" ]; }; then
+        continue
+    fi
+    wait_for "$p"
+done
+
+worker_of() {
+    ps -o pid= --ppid "$(cat "$prefix/$1/nginx.pid")" | tr -d ' '
+}
+
+pids_of() {
+    m=$(cat "$prefix/$1/nginx.pid")
+    echo "$m $(ps -o pid= --ppid "$m" | tr '\n' ' ')"
+}
+
+up_w=$(worker_of up)
+sse_w=$(worker_of sse)
+plain_w=$(worker_of plain)
+module_w=$(worker_of module)
+ledgeroff_w=$(worker_of ledgeroff)
+lua_w=$(worker_of lua)
+fill_w=$(worker_of fill)
+ours=""
+for d in $instances; do
+    ours="$ours $(pids_of "$d")"
+done
+
+# ---------------------------------------------------------------------
+# sanity: every gateway forwards; the policy gateways mint or keep the id,
+# give it to the upstream under both names and to the client; invalid ids
+# get 400; the ledger refuses a duplicate, and records an SSE attempt
+# through [DONE] as succeeded
+
+uuid7='^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$'
+tag=$(date +%s)-$$
+
+post() {
+    # post port path [header]: "status|X-Dynamo-Attempt-Id|body"
+    curl -s -D "$prefix/h" -o "$prefix/b" -w '%{http_code}' -X POST \
+        -H 'Content-Type: application/json' ${3:+-H "$3"} \
+        -d '{"model":"bench","prompt":"hi"}' \
+        "http://127.0.0.1:$1$2" > "$prefix/s" || true
+    id=$(awk 'tolower($1) == "x-dynamo-attempt-id:" { print $2 }' \
+         "$prefix/h" | tr -d '\r')
+    echo "$(cat "$prefix/s")|$id|$(cat "$prefix/b")"
+}
+
+for g in "direct $up_port" "plain $plain_port" "module $module_port" \
+         "module-ledger-off $ledgeroff_port" "lua $lua_port"
+do
+    set -- $g
+    r=$(post "$2" /v1/completions)
+    [ "${r%%|*}" = 200 ] && [ "${#r}" -gt 550 ] \
+        || die "$1: /v1/completions gave: $r"
+done
+
+for g in "module $module_port" "module-ledger-off $ledgeroff_port" \
+         "lua $lua_port"
+do
+    set -- $g
+    r=$(post "$2" /v1/echo)
+    IFS='|' read -r st id e1 e2 _ <<< "$r"
+    [ "$st" = 200 ] && [[ $id =~ $uuid7 ]] && [ "$e1" = "$id" ] \
+        && [ "$e2" = "$id" ] || die "$1: a minted id gave: $r"
+    cid=sanity-$tag-$1
+    r=$(post "$2" /v1/echo "X-Dynamo-Attempt-Id: $cid")
+    IFS='|' read -r st id e1 e2 _ <<< "$r"
+    [ "$st" = 200 ] && [ "$id" = "$cid" ] && [ "$e1" = "$cid" ] \
+        && [ "$e2" = "$cid" ] || die "$1: a client id gave: $r"
+    r=$(post "$2" /v1/completions "X-Dynamo-Attempt-Id: bad/id")
+    [ "${r%%|*}" = 400 ] || die "$1: an invalid id gave: $r"
+    r=$(post "$2" /v1/completions "X-Dynamo-Attempt-Id: $cid")
+    case $1 in
+    module) [ "${r%%|*}" = 409 ] || die "$1: a duplicate gave: $r" ;;
+    *) [ "${r%%|*}" = 200 ] || die "$1: a repeated id gave: $r" ;;
+    esac
+done
+
+r=$(post "$plain_port" /v1/echo "X-Dynamo-Attempt-Id: plain-$tag")
+[ "$r" = "200||plain-$tag||" ] || die "plain: the echo gave: $r"
+
+sid=sse-$tag
+curl -s -N -X POST -H 'Content-Type: application/json' \
+    -H "X-Dynamo-Attempt-Id: $sid" -d '{"stream":true}' \
+    "http://127.0.0.1:$module_port/v1/chat/completions?n=5&ms=2" \
+    > "$prefix/sse.out"
+grep -q '^data: \[DONE\]' "$prefix/sse.out" \
+    && [ "$(grep -c '"t":' "$prefix/sse.out")" = 5 ] \
+    || die "the SSE route through module gave: $(cat "$prefix/sse.out")"
+r=$(curl -s "http://127.0.0.1:$module_api/rl/attempts/$sid")
+case $r in
+*'"state":"succeeded"'*'"stream":true'*) ;;
+*) die "the ledger's record of an SSE attempt: $r" ;;
+esac
+
+# ---------------------------------------------------------------------
+# measurement helpers, as in bench/admin.sh
+
+cpu_busy() {
+    # cpu_busy name: busy jiffies (user nice system irq softirq steal)
+    awk -v c="$1" '$1 == c { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat
+}
+
+cpu_field() {
+    # cpu_field first last: the sum of those columns of the "cpu" line,
+    # 2-4 user nice system (what processes are charged), 7-8 irq softirq
+    # (loopback's packets, ours included), 9 steal
+    awk -v a="$1" -v b="$2" '$1 == "cpu" {
+        s = 0; for (i = a; i <= b; i++) s += $i; print s }' /proc/stat
+}
+
+proc_jiffies() {
+    # proc_jiffies pid...: utime + stime of those alive
+    s=0
+    for p in "$@"; do
+        v=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null \
+            | awk '{ print $12 + $13 }') || v=0
+        s=$((s + ${v:-0}))
+    done
+    echo $s
+}
+
+hz=$(getconf CLK_TCK)
+
+to_us() {
+    # wrk's "123.45us", "1.23ms", "1.00s" to microseconds
+    awk -v v="$1" 'BEGIN {
+        n = v + 0
+        if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000;
+        else if (v ~ /s$/) print n * 1000000; else print n }'
+}
+
+run_client() {
+    # run_client out command...: pinned, its CPU time in out.time
+    o=$1; shift
+    taskset -c "$load_cpu" /usr/bin/time -f '%U %S' -o "$o.time" "$@" \
+        > "$o" 2>&1 &
+    client_pid=$!
+    wait "$client_pid" || { client_pid=; return 1; }
+    client_pid=
+}
+
+wrk_run() {
+    # wrk_run port seconds out mode tag [idlen]
+    run_client "$3" wrk -t1 -c"$conns" -d"$2"s --latency \
+        -s "$prefix/wrk-request.lua" "http://127.0.0.1:$1/" \
+        -- "$4" "$5" ${6:-}
+}
+
+h2_run() {
+    # h2_run port seconds out
+    run_client "$3" h2load -t1 -c"$conns" -m1 -D "$2" \
+        -d "$prefix/body.json" -H 'content-type: application/json' \
+        "http://127.0.0.1:$1/v1/completions"
+}
+
+echo '{"model":"bench","prompt":"Say hello","max_tokens":64}' \
+    > "$prefix/body.json"
+
+wrk_ok() {
+    ! grep -q -e Non-2xx -e 'Socket errors' "$1" \
+        && grep -q '^Requests/sec:' "$1"
+}
+
+h2_ok() {
+    grep -q ' 0 failed, 0 errored, 0 timeout' "$1" \
+        && grep -q '^finished in' "$1"
+}
+
+zone_json() {
+    # zone_json port: the ledger object of /rl/status
+    curl -s "http://127.0.0.1:$1/rl/status" \
+        | grep -o '"ledger":{[^}]*}'
+}
+
+zone_field() {
+    # zone_field json name
+    echo "$1" | grep -o "\"$2\":[0-9]*" | cut -d: -f2
+}
+
+# QUIET_WAIT=seconds: first wait, that long at most, for 3 s in which the
+# other processes use under 20% of one CPU (the machine may be shared)
+
+quiet_window=3
+[ -z "${SMOKE:-}" ] || quiet_window=1
+
+other_now() {
+    # other_now: other processes' CPU over a few seconds, in % of one CPU
+    a0=$(cpu_field 2 4); o0=$(proc_jiffies $ours)
+    sleep "$quiet_window"
+    a1=$(cpu_field 2 4); o1=$(proc_jiffies $ours)
+    echo $(( ((a1 - a0) - (o1 - o0)) * 100 / (quiet_window * hz) ))
+}
+
+waited=0
+other_before=$(other_now)
+while [ "$other_before" -ge 20 ] && [ "$waited" -lt "${QUIET_WAIT:-0}" ]; do
+    echo "request.sh: other processes use ${other_before}% of a CPU," \
+         "waiting" >&2
+    sleep 7
+    waited=$((waited + 10))
+    other_before=$(other_now)
+done
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+t_start=$(date +%s)
+
+# ---------------------------------------------------------------------
+# warm-up: every gateway, and the module's zone until it is full (records
+# evicted), so that every round sees the ledger's steady state
+
+warm() {
+    # warm label port: wrk for WARMUP seconds, three tries
+    for try in 1 2 3; do
+        wrk_run "$2" "$warmup" "$prefix/out/warmup-$1" nonce \
+            "w$tag-$1-$try-$RANDOM" || die "wrk failed"
+        ! grep -q Non-2xx "$prefix/out/warmup-$1" \
+            || { cat "$prefix/out/warmup-$1" >&2;
+                 die "the warm-up of $1 had non-2xx responses"; }
+        wrk_ok "$prefix/out/warmup-$1" && return 0
+        echo "request.sh: the warm-up of $1 had errors, again" >&2
+    done
+    cat "$prefix/out/warmup-$1" >&2
+    die "the warm-up of $1 had errors three times"
+}
+
+for g in "plain $plain_port" "module-ledger-off $ledgeroff_port" \
+         "lua $lua_port" "direct $up_port"
+do
+    set -- $g
+    warm "$1" "$2"
+done
+
+for i in $(seq 1 "$warmup_tries"); do
+    warm module "$module_port"
+    z=$(zone_json "$module_api")
+    [ "$(zone_field "$z" evictions)" = 0 ] || break
+done
+
+zone_warm=$(zone_json "$module_api")
+
+if [ "$h2" = 1 ]; then
+    for p in $plain_h2_port $module_h2_port; do
+        h2_run "$p" 1 "$prefix/out/warmup-h2" || die "h2load failed"
+        h2_ok "$prefix/out/warmup-h2" || { cat "$prefix/out/warmup-h2" >&2;
+                                           die "the h2 warm-up had errors"; }
+    done
+fi
+
+for port in $sse_port $plain_port $module_port $ledgeroff_port $lua_port; do
+    run_client "$prefix/out/warmup-sse" "$python" "$prefix/sse_client.py" \
+        run 127.0.0.1 "$port" "$sse_streams" 10 2 "$prefix/out/warmup-sse.d" \
+        || { cat "$prefix/out/warmup-sse" >&2; die "the SSE warm-up failed"; }
+done
+
+# ---------------------------------------------------------------------
+# the series
+
+results=$prefix/results
+sse_results=$prefix/sse-results
+: > "$results"
+: > "$sse_results"
+
+variants="plain module module-client-id module-ledger-off lua lua-client-id"
+variants="$variants direct"
+[ "$h2" != 1 ] || variants="$variants plain-h2 module-h2"
+[ "${HTTP:-1}" = 1 ] || variants=""
+variants=${VARIANTS-$variants}
+sse_variants=${SSE_VARIANTS-direct plain module module-ledger-off lua}
+
+sse_chrt=
+[ "$sse_rt" != 1 ] || sse_chrt="chrt -f 1"
+
+rt_workers() {
+    # rt_workers fifo|other: the SSE path's workers
+    for w in $sse_w $plain_w $module_w $ledgeroff_w $lua_w; do
+        if [ "$1" = fifo ]; then
+            chrt -f -p 1 "$w" > /dev/null
+        else
+            chrt -o -p 0 "$w" > /dev/null
+        fi
+    done
+}
+
+variant() {
+    # variant label: its port, gateway worker, wrk mode and tool, in globals
+    mode=nonce; tool=wrk
+    case $1 in
+    plain)             port=$plain_port; w=$plain_w ;;
+    module)            port=$module_port; w=$module_w ;;
+    module-client-id)  port=$module_port; w=$module_w; mode=client ;;
+    module-ledger-off) port=$ledgeroff_port; w=$ledgeroff_w ;;
+    lua)               port=$lua_port; w=$lua_w ;;
+    lua-client-id)     port=$lua_port; w=$lua_w; mode=client ;;
+    direct)            port=$up_port; w= ;;
+    plain-h2)          port=$plain_h2_port; w=$plain_w; tool=h2 ;;
+    module-h2)         port=$module_h2_port; w=$module_w; tool=h2 ;;
+    *)                 die "no variant $1" ;;
+    esac
+}
+
+snap() {
+    # snap: the counters before or after a run, in globals
+    s_t=$(date +%s.%N)
+    s_all=$(cpu_field 2 4); s_c0=$(cpu_busy "cpu$gw_cpu")
+    s_c1=$(cpu_busy "cpu$load_cpu"); s_st=$(cpu_field 9 9)
+    s_si=$(cpu_field 7 8)
+    s_ours=$(proc_jiffies $ours)
+}
+
+for round in $(seq 1 "$rounds"); do
+    for v in $variants; do
+        variant "$v"
+
+        out=$prefix/out/$round-$v
+
+        # a run with socket errors (timeouts: the machine stalled us) is
+        # run again, at most twice, and the table says so; a non-2xx
+        # response ends the bench
+        for try in 1 2 3; do
+
+        snap
+        t0=$s_t; all0=$s_all; c00=$s_c0; c10=$s_c1; st0=$s_st; si0=$s_si
+        ours0=$s_ours
+        gw0=$(proc_jiffies $w); up0=$(proc_jiffies "$up_w")
+
+        if [ $tool = wrk ]; then
+            wrk_run "$port" "$duration" "$out" "$mode" "$tag-r$round-$v" \
+                || { cat "$out" >&2; die "wrk failed"; }
+        else
+            h2_run "$port" "$duration" "$out" \
+                || { cat "$out" >&2; die "h2load failed"; }
+        fi
+
+        snap
+        gw1=$(proc_jiffies $w); up1=$(proc_jiffies "$up_w")
+
+        read -r cu cs < "$out.time"
+
+        if grep -q Non-2xx "$out"; then
+            cat "$out" >&2
+            die "round $round/$v: non-2xx responses"
+        fi
+
+        if { [ $tool = wrk ] && wrk_ok "$out"; } \
+           || { [ $tool = h2 ] && h2_ok "$out"; }
+        then
+            break
+        fi
+
+        cat "$out" >&2
+        [ "$try" -lt 3 ] || die "round $round/$v: errors, three times"
+        echo "request.sh: round $round/$v: errors, run again" >&2
+
+        done
+
+        if [ $tool = wrk ]; then
+            rps=$(awk '/^Requests\/sec:/ { print $2 }' "$out")
+            reqs=$(awk '/requests in/ { print $1 }' "$out")
+            p50=$(to_us "$(awk '$1 == "50%" { print $2 }' "$out")")
+            p99=$(to_us "$(awk '$1 == "99%" { print $2 }' "$out")")
+        else
+            rps=$(awk '/^finished in/ { print $4 }' "$out")
+            reqs=$(awk '/^requests:/ { print $2 }' "$out")
+            # h2load has no percentiles: its mean, and no p99
+            p50=$(to_us "$(awk '/^time for request:/ { print $6 }' "$out")")
+            p99=-
+        fi
+
+        awk -v round="$round" -v label="$v" -v rps="$rps" \
+            -v reqs="$reqs" -v p50="$p50" -v p99="$p99" -v hz="$hz" \
+            -v t="$(awk -v a="$t0" -v b="$s_t" 'BEGIN { print b - a }')" \
+            -v all="$((s_all - all0))" -v c0="$((s_c0 - c00))" \
+            -v c1="$((s_c1 - c10))" -v steal="$((s_st - st0))" \
+            -v softirq="$((s_si - si0))" -v ours="$((s_ours - ours0))" \
+            -v gw="$((gw1 - gw0))" -v up="$((up1 - up0))" -v w="$w" \
+            -v client="$(awk -v u="$cu" -v s="$cs" 'BEGIN { print u + s }')" \
+            -v try="$try" \
+            'BEGIN {
+                # other processes: user + nice + system of all the CPUs
+                # minus ours and the load generator
+                other = all - ours - client * hz
+                if (other < 0) other = 0
+                printf "%s %s %.0f %d %.0f %s %s %.2f %.0f %.0f %.0f %.0f" \
+                       " %.0f %.2f %d\n",
+                    round, label, rps, reqs, p50, p99,
+                    w == "" ? "-" : sprintf("%.2f", gw / hz * 1e6 / reqs),
+                    up / hz * 1e6 / reqs,
+                    c0 / hz / t * 100, c1 / hz / t * 100,
+                    other / hz / t * 100, softirq / hz / t * 100,
+                    steal / hz / t * 100, client * 1e6 / reqs, try
+            }' >> "$results"
+    done
+
+    # SSE_RT=1: during the SSE runs only (a few % of CPU), the workers in
+    # the path and the client run SCHED_FIFO, so that another session's
+    # CPU-bound process on the same core cannot hold a wake-up for a time
+    # slice; the request series above always runs SCHED_OTHER
+    [ "$sse_rt" != 1 ] || rt_workers fifo
+
+    for v in $sse_variants; do
+        case $v in
+        direct)            port=$sse_port ;;
+        plain)             port=$plain_port ;;
+        module)            port=$module_port ;;
+        module-ledger-off) port=$ledgeroff_port ;;
+        lua)               port=$lua_port ;;
+        esac
+
+        out=$prefix/out/$round-sse-$v
+
+        snap
+        t0=$s_t; all0=$s_all; ours0=$s_ours
+
+        run_client "$out" $sse_chrt "$python" "$prefix/sse_client.py" run \
+            127.0.0.1 "$port" "$sse_streams" "$sse_events" "$sse_ms" \
+            "$out.delays" \
+            || { cat "$out" >&2; die "round $round/sse $v: failed"; }
+
+        snap
+        read -r cu cs < "$out.time"
+        read -r n p50 p90 p99 max < "$out"
+
+        awk -v round="$round" -v label="$v" -v n="$n" -v p50="$p50" \
+            -v p90="$p90" -v p99="$p99" -v max="$max" -v hz="$hz" \
+            -v t="$(awk -v a="$t0" -v b="$s_t" 'BEGIN { print b - a }')" \
+            -v all="$((s_all - all0))" -v ours="$((s_ours - ours0))" \
+            -v client="$(awk -v u="$cu" -v s="$cs" 'BEGIN { print u + s }')" \
+            'BEGIN {
+                other = all - ours - client * hz
+                if (other < 0) other = 0
+                printf "%s %s %s %s %s %s %s %.0f\n", round, label, n, p50,
+                       p90, p99, max, other / hz / t * 100
+            }' >> "$sse_results"
+    done
+
+    [ "$sse_rt" != 1 ] || rt_workers other
+done
+
+zone_end=$(zone_json "$module_api")
+
+# ---------------------------------------------------------------------
+# a fresh 8 MB zone filled with the longest ids (128 bytes, client-sent)
+
+for i in $(seq 1 "$fill_tries"); do
+    wrk_run "$fill_port" "$fill_seconds" "$prefix/out/fill" client \
+        "$tag-fill-$i" 128 || die "wrk failed"
+    wrk_ok "$prefix/out/fill" || { cat "$prefix/out/fill" >&2;
+                                   die "the fill had errors"; }
+    z=$(zone_json "$fill_api")
+    [ "$(zone_field "$z" evictions)" = 0 ] || break
+done
+
+zone_fill=$(zone_json "$fill_api")
+in_flight_lua=$(curl -s "http://127.0.0.1:$lua_api/lua/in_flight")
+
+rss() {
+    awk '/^VmRSS/ { print $2 }' "/proc/$1/status"
+}
+
+# ---------------------------------------------------------------------
+# PROFILE=1: where each gateway's worker spends its time (cpu-clock: this
+# KVM guest has no hardware counters), outside the measured series
+
+profiles=
+if [ "$profile" = 1 ] && command -v perf > /dev/null; then
+    for v in ${PROFILE_VARIANTS:-plain module module-ledger-off lua}; do
+        variant "$v"
+        [ -n "$w" ] || continue
+        set -- "$v"
+        if [ $tool = wrk ]; then
+            wrk_run "$port" $((duration + 2)) "$prefix/out/perf-$1.load" \
+                "$mode" "$tag-perf-$1" &
+        else
+            h2_run "$port" $((duration + 2)) "$prefix/out/perf-$1.load" &
+        fi
+        wpid=$!
+        sleep 1
+        perf record -q -e cpu-clock -F 4999 -p "$w" \
+            -o "$prefix/out/perf-$1.data" -- sleep "$duration" \
+            > /dev/null 2>&1 || true
+        wait "$wpid" || true
+        perf report -i "$prefix/out/perf-$1.data" --no-children \
+            --sort dso,sym --stdio 2> /dev/null \
+            | grep -v -e '^#' -e '^$' | head -40 \
+            > "$prefix/out/perf-$1.sym" || true
+        perf report -i "$prefix/out/perf-$1.data" --no-children \
+            --sort dso --stdio 2> /dev/null \
+            | grep -v -e '^#' -e '^$' | head -12 \
+            > "$prefix/out/perf-$1.dso" || true
+        profiles="$profiles $1"
+    done
+fi
+
+if grep -E '\[(alert|crit|emerg)\]' "$prefix"/*/error.log > /dev/null; then
+    grep -E '\[(alert|crit|emerg)\]' "$prefix"/*/error.log >&2
+    die "the error logs have alerts"
+fi
+
+t_end=$(date +%s)
+
+# ---------------------------------------------------------------------
+# the report
+
+{
+echo "## request plane, end to end"
+echo
+echo "$(date -u '+%Y-%m-%d %H:%M:%S UTC'), $("$nginx" -v 2>&1 | sed 's/.*: //')," \
+     "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" \
+     "x $(nproc), kernel $(uname -r), module $(sha256sum "$prefix/module.so" \
+     | cut -c1-12) (built $module_time), lua-nginx-module" \
+     "$(dpkg-query -W -f '${Version}' libnginx-mod-http-lua 2>/dev/null \
+        || echo '?'), load average before: $load_before," \
+     "other processes before: ${other_before}% of a CPU (waited ${waited} s),"\
+     "series and fill: $((t_end - t_start)) s"
+echo
+echo "Command: \`ROUNDS=$rounds DURATION=$duration CONNECTIONS=$conns" \
+     "H2=$h2 SSE_STREAMS=$sse_streams SSE_EVENTS=$sse_events" \
+     "SSE_MS=$sse_ms SSE_RT=$sse_rt ZONE=$zone_size PROFILE=$profile" \
+     "QUIET_WAIT=${QUIET_WAIT:-0} bench/request.sh\`;" \
+     "gateways (worker_processes 1) on CPU $gw_cpu; upstreams, wrk," \
+     "h2load and the SSE client on CPU $load_cpu;" \
+     "\`wrk -t1 -c$conns -d${duration}s --latency -s bench/wrk-request.lua" \
+     "URL -- {nonce|client} TAG\`," \
+     "\`h2load -t1 -c$conns -m1 -D $duration -d body.json\`" \
+     "(POST /v1/completions, ~600-byte response);" \
+     "\`sse_client.py run HOST PORT $sse_streams $sse_events $sse_ms\`"
+echo
+"$python" "$top/bench/request_report.py" "$results" "$sse_results" \
+    "$prefix/out"
+echo
+echo "### Zone: bytes per ledger record"
+echo
+echo "| zone ($zone_size) | ids | records | in flight | capacity (status) |" \
+     "evictions | zone bytes per record | records per 8 MiB |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|"
+for z in "module, after the warm-up|36 bytes, minted|$zone_warm" \
+         "module, after the series|36 bytes, minted and client|$zone_end" \
+         "fresh zone, filled|128 bytes, client|$zone_fill"
+do
+    IFS='|' read -r what ids json <<< "$z"
+    rec=$(zone_field "$json" records)
+    awk -v what="$what" -v ids="$ids" -v rec="$rec" \
+        -v fl="$(zone_field "$json" in_flight)" \
+        -v cap="$(zone_field "$json" capacity)" \
+        -v ev="$(zone_field "$json" evictions)" -v size="$zone_size" \
+        'BEGIN {
+            m = size + 0
+            if (size ~ /[kK]$/) bytes = m * 1024
+            else if (size ~ /[mM]$/) bytes = m * 1048576
+            else bytes = m
+            printf "| %s | %s | %d | %d | %d | %d | %s | %s |\n",
+                what, ids, rec, fl, cap, ev,
+                (ev > 0 ? sprintf("%.1f", bytes / rec) : "(not full)"),
+                (ev > 0 ? sprintf("%d", rec * 8388608 / bytes) : "-")
+        }'
+done
+echo
+echo "A zone is full when it evicts (evictions > 0): records is then what it"
+echo "holds; bytes per record divide the whole zone (slab pages, headers and"
+echo "the tree's shared context included) by the records."
+echo
+echo "### Worker RSS after the run"
+echo
+echo "| gateway | RSS kB |"
+echo "|---|---:|"
+for g in "plain $plain_w" "module $module_w" "module-ledger-off $ledgeroff_w" \
+         "lua $lua_w" "fill (128-byte ids) $fill_w" "upstream $up_w"
+do
+    set -- $g
+    w=${*: -1}
+    echo "| ${*:1:$(($# - 1))} | $(rss "$w") |"
+done
+echo
+echo "Lua in-flight counter after the run: $in_flight_lua (0 expected)."
+for p in $profiles; do
+    echo
+    echo "### perf: $p (cpu-clock, $duration s, \`perf report --no-children\`)"
+    echo
+    echo '```'
+    cat "$prefix/out/perf-$p.dso"
+    echo "..."
+    cat "$prefix/out/perf-$p.sym"
+    echo '```'
+done
+} | if [ -n "$out_file" ]; then tee "$out_file"; else cat; fi

@@ -1,0 +1,295 @@
+#!/usr/bin/python3
+"""bench/request_report.py: the tables of bench/request.sh, in markdown.
+
+    request_report.py RESULTS SSE_RESULTS OUTDIR
+
+RESULTS, one line per run: round label req/s requests p50_us p99_us
+gateway_cpu_us_per_req upstream_cpu_us_per_req cpu0_busy% cpu1_busy%
+other_procs_cpu% irq+softirq% steal% client_cpu_us_per_req tries ("-"
+where a figure does not apply; tries > 1: the run had socket errors,
+timeouts on a stalled machine, and was run again). SSE_RESULTS: round label events p50 p90 p99 max
+(us, arrival - send) other_procs_cpu%; OUTDIR holds ROUND-sse-LABEL.delays.
+
+Ratios are medians of the per-round ratios, never ratios of medians.
+"""
+
+import os
+import sys
+
+# a round is quiet when other processes used at most this % of one CPU
+QUIET = int(os.environ.get("QUIET", "20"))
+
+# issue 7 and issue 4
+TARGETS = {
+    "rps module/plain": (">=", 0.97),
+    "cpu module/plain": ("<=", 1.05),
+    "rps module/lua": (">=", 1.3),
+    "rps module/module-ledger-off": (">=", 0.95),
+    "sse p99 module-plain": ("<=", 50.0),
+}
+
+
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    if n == 0:
+        return float("nan")
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def pct(sorted_values, p):
+    if not sorted_values:
+        return float("nan")
+    k = max(0, min(len(sorted_values) - 1,
+                   int(-(-p * len(sorted_values) // 100)) - 1))
+    return sorted_values[k]
+
+
+def num(x):
+    return None if x == "-" else float(x)
+
+
+def load(path, fields):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) != len(fields):
+                continue
+            rows.append(dict(zip(fields, parts)))
+    return rows
+
+
+HTTP_FIELDS = ["round", "label", "rps", "reqs", "p50", "p99", "gw", "up",
+               "cpu0", "cpu1", "other", "softirq", "steal", "client", "tries"]
+SSE_FIELDS = ["round", "label", "n", "p50", "p90", "p99", "max", "other"]
+
+
+def fmt(x, digits=0):
+    if x is None or x != x:
+        return "-"
+    return "%.*f" % (digits, x)
+
+
+def verdict(name, value):
+    op, limit = TARGETS[name]
+    ok = value >= limit if op == ">=" else value <= limit
+    return "**%s** (target %s %g)" % ("met" if ok else "MISSED", op, limit)
+
+
+def main(argv):
+    results, sse_results, outdir = argv[1], argv[2], argv[3]
+    rows = load(results, HTTP_FIELDS)
+    sse = load(sse_results, SSE_FIELDS)
+
+    by = {}
+    rounds = []
+    labels = []
+    for r in rows:
+        by[(r["round"], r["label"])] = r
+        if r["round"] not in rounds:
+            rounds.append(r["round"])
+        if r["label"] not in labels:
+            labels.append(r["label"])
+
+    # --- per round
+    print("### Requests, per round (interleaved in this order)")
+    print()
+    print("| round | variant | req/s | p50 us | p99 us | gateway CPU us/req "
+          "| upstream CPU us/req | client CPU us/req | CPU0 busy % "
+          "| CPU1 busy % | other procs CPU % | irq+softirq % | steal % "
+          "| tries |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+          "|---:|")
+    for r in rows:
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s "
+              "| %s | %s |" % (r["round"], r["label"], r["rps"], r["p50"],
+                               r["p99"], r["gw"], r["up"], r["client"],
+                               r["cpu0"], r["cpu1"], r["other"],
+                               r["softirq"], r["steal"], r["tries"]))
+    print()
+    print("h2 variants: h2load has no percentiles, the p50 column holds its "
+          "mean. Direct has no gateway: its upstream column is the upstream's "
+          "whole cost.")
+    print()
+
+    # --- medians per variant
+    print("### Requests, medians over the rounds")
+    print()
+    print("| variant | req/s | p50 us | p99 us | gateway CPU us/req "
+          "| upstream CPU us/req | client CPU us/req |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for label in labels:
+        col = {}
+        for k in ("rps", "p50", "p99", "gw", "up", "client"):
+            vals = [num(by[(rd, label)][k]) for rd in rounds
+                    if (rd, label) in by]
+            vals = [v for v in vals if v is not None]
+            col[k] = median(vals) if vals else None
+        print("| %s | %s | %s | %s | %s | %s | %s |"
+              % (label, fmt(col["rps"]), fmt(col["p50"]), fmt(col["p99"]),
+                 fmt(col["gw"], 2), fmt(col["up"], 2),
+                 fmt(col["client"], 2)))
+    print()
+
+    # --- ratios
+    pairs = [("module", "plain"), ("module-client-id", "plain"),
+             ("module-ledger-off", "plain"), ("module", "module-ledger-off"),
+             ("module-client-id", "module-ledger-off"),
+             ("module", "lua"), ("module-client-id", "lua-client-id"),
+             ("module-ledger-off", "lua"), ("lua", "plain"),
+             ("plain", "direct"), ("module-h2", "plain-h2")]
+    summary = {}
+    print("### Ratios: medians of the per-round ratios")
+    print()
+    print("Quiet rounds: those in which both runs of the pair saw other "
+          "processes use at most %d%% of one CPU." % QUIET)
+    print()
+    print("| ratio | req/s | gateway CPU/req | p99 latency | quiet rounds "
+          "| req/s, quiet | CPU/req, quiet | per-round req/s "
+          "| per-round CPU/req |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---|")
+    for a, b in pairs:
+        rr, cr, lr, qr, qc = [], [], [], [], []
+        for rd in rounds:
+            if (rd, a) not in by or (rd, b) not in by:
+                continue
+            x, y = by[(rd, a)], by[(rd, b)]
+            quiet = (float(x["other"]) <= QUIET
+                     and float(y["other"]) <= QUIET)
+            rr.append(float(x["rps"]) / float(y["rps"]))
+            if quiet:
+                qr.append(rr[-1])
+            if num(x["gw"]) is not None and num(y["gw"]):
+                cr.append(float(x["gw"]) / float(y["gw"]))
+                if quiet:
+                    qc.append(cr[-1])
+            if num(x["p99"]) is not None and num(y["p99"]):
+                lr.append(float(x["p99"]) / float(y["p99"]))
+        if not rr:
+            continue
+        name = "%s/%s" % (a, b)
+        summary["rps " + name] = median(rr)
+        if cr:
+            summary["cpu " + name] = median(cr)
+        if qr:
+            summary["quiet rps " + name] = median(qr)
+        if qc:
+            summary["quiet cpu " + name] = median(qc)
+        print("| %s | %.3f | %s | %s | %d | %s | %s | %s | %s |"
+              % (name, median(rr), fmt(median(cr), 3) if cr else "-",
+                 fmt(median(lr), 3) if lr else "-", len(qr),
+                 fmt(median(qr), 3) if qr else "-",
+                 fmt(median(qc), 3) if qc else "-",
+                 " ".join("%.3f" % v for v in rr),
+                 " ".join("%.3f" % v for v in cr) if cr else "-"))
+    print()
+
+    # --- SSE
+    sby = {}
+    slabels = []
+    for r in sse:
+        sby[(r["round"], r["label"])] = r
+        if r["label"] not in slabels:
+            slabels.append(r["label"])
+    srounds = sorted({r["round"] for r in sse}, key=int)
+
+    if sse:
+        print("### SSE: per-event delay (upstream write to client read), us")
+        print()
+        print("Per round: events, p50 and p99 of each path's per-event delay; "
+              "added = that path's percentile minus direct's in the same "
+              "round.")
+        print()
+        print("| round | path | events | p50 | p99 | max | added p50 "
+              "| added p99 | other procs CPU % |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        added = {}
+        for rd in srounds:
+            d = sby.get((rd, "direct"))
+            for label in slabels:
+                r = sby.get((rd, label))
+                if r is None:
+                    continue
+                a50 = a99 = None
+                if d is not None and label != "direct":
+                    a50 = float(r["p50"]) - float(d["p50"])
+                    a99 = float(r["p99"]) - float(d["p99"])
+                    added.setdefault(label, []).append((a50, a99))
+                print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |"
+                      % (rd, label, r["n"], r["p50"], r["p99"], r["max"],
+                         fmt(a50, 1), fmt(a99, 1), r["other"]))
+        print()
+        print("| path | median added p50 | median added p99 | pooled p50 "
+              "| pooled p99 | pooled max | pooled added p50 "
+              "| pooled added p99 |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        pooled = {}
+        for label in slabels:
+            vals = []
+            for rd in srounds:
+                path = os.path.join(outdir, "%s-sse-%s.delays" % (rd, label))
+                if os.path.exists(path):
+                    with open(path) as f:
+                        vals.extend(float(x) for x in f if x.strip())
+            vals.sort()
+            pooled[label] = (pct(vals, 50), pct(vals, 99),
+                             vals[-1] if vals else float("nan"))
+        for label in slabels:
+            p50, p99, mx = pooled[label]
+            if label == "direct":
+                print("| direct | - | - | %.1f | %.1f | %.1f | - | - |"
+                      % (p50, p99, mx))
+                continue
+            a = added.get(label, [])
+            print("| %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f |"
+                  % (label, fmt(median([x[0] for x in a]), 1),
+                     fmt(median([x[1] for x in a]), 1), p50, p99, mx,
+                     p50 - pooled["direct"][0], p99 - pooled["direct"][1]))
+        print()
+        if "module" in added and "plain" in added:
+            diff = []
+            for rd in srounds:
+                m, p = sby.get((rd, "module")), sby.get((rd, "plain"))
+                if m and p:
+                    diff.append(float(m["p99"]) - float(p["p99"]))
+            summary["sse p99 module-plain"] = median(diff)
+            print("module's p99 minus plain's, per round: %s us; median "
+                  "%.1f us." % (" ".join("%.1f" % x for x in diff),
+                                median(diff)))
+            print()
+
+    # --- verdicts
+    print("### Verdicts (medians of per-round ratios)")
+    print()
+    print("| target | figure | verdict |")
+    print("|---|---:|---|")
+    for name, label in [("rps module/plain", "module/plain requests/s"),
+                        ("cpu module/plain",
+                         "module/plain gateway CPU per request"),
+                        ("rps module/lua", "module/lua requests/s"),
+                        ("rps module/module-ledger-off",
+                         "ledger on / ledger off requests/s"),
+                        ("sse p99 module-plain",
+                         "SSE added p99, module minus plain (us)")]:
+        if name in summary:
+            print("| %s | %.3f | %s |" % (label, summary[name],
+                                          verdict(name, summary[name])))
+        if "quiet " + name in summary:
+            v = summary["quiet " + name]
+            print("| %s, quiet rounds only | %.3f | %s |"
+                  % (label, v, verdict(name, v)))
+    for a, b in [("module", "plain"), ("module", "lua"),
+                 ("module", "module-ledger-off")]:
+        c = summary.get("cpu %s/%s" % (a, b))
+        if c:
+            print("| %s/%s gateway capacity, 1 / (CPU/req ratio) | %.3f "
+                  "| (the req/s ratio of a saturated gateway core) |"
+                  % (a, b, 1 / c))
+    for line in ("SUMMARY %s %.3f" % (k, v) for k, v in summary.items()):
+        sys.stderr.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
