@@ -34,6 +34,7 @@ FUZZ_TIME  ?= 60
 FUZZ_SMOKE_TIME ?= 30
 
 .PHONY: all build deps run-deps unit-tests valgrind deb bench nginx-tests soak \
+        bench-deps bench-request \
         bench-snapshot bench-admin test-deps run test unit fuzz fuzz-smoke lint \
         cppcheck check asan clean
 
@@ -168,10 +169,18 @@ $(BUILD)/snapshot-bench: bench/snapshot_bench.c $(PURE) $(SRCDIR)/*.h \
 bench-snapshot: $(BUILD)/snapshot-bench
 	taskset -c 0 $<
 
-bench-admin: build $(BUILD)/snapshot-bench
+bench-admin: bench-deps build $(BUILD)/snapshot-bench
 	bench/admin.sh
 
-bench: bench-snapshot bench-admin
+BENCH_DEBS := wrk nghttp2-client libnginx-mod-http-lua libnginx-mod-http-ndk
+
+bench-deps:
+	@util/apt-ensure $(BENCH_DEBS)
+
+bench-request: bench-deps build
+	bench/request.sh
+
+bench: bench-snapshot bench-admin bench-request
 
 # nginx's own proxy and upstream tests (nginx/nginx-tests at the pinned
 # commit, never committed here) with and without the module, compared

@@ -18,6 +18,7 @@ static ngx_int_t ngx_http_dynamo_rl_admin_header_filter(
     ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_admin_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+static void ngx_http_dynamo_rl_admin_headers_clear(ngx_http_request_t *r);
 
 
 /* a worker's answer larger than this is judged by its status alone */
@@ -345,6 +346,32 @@ ngx_http_dynamo_rl_admin_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
+    if (r->headers_out.status == NGX_HTTP_SWITCHING_PROTOCOLS) {
+
+        /*
+         * the admin plane never upgrades: a worker's 101 becomes a bare
+         * 502, and header_only ends the upstream request at once
+         */
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "dynamo rl admin: instance \"%V\" answered %V with "
+                      "101 Switching Protocols, refused",
+                      &ctx->instance_id, &ctx->engine_path);
+
+        ngx_http_dynamo_rl_admin_headers_clear(r);
+
+        r->headers_out.status = NGX_HTTP_BAD_GATEWAY;
+        r->headers_out.status_line.len = 0;
+        r->headers_out.content_length_n = 0;
+        r->header_only = 1;
+        r->keepalive = 0;
+
+        ctx->admin_decided = 1;
+        ctx->admin_error = 1;
+
+        return ngx_http_next_header_filter(r);
+    }
+
     if (r->headers_out.status < NGX_HTTP_OK
         || r->headers_out.status >= NGX_HTTP_SPECIAL_RESPONSE)
     {
@@ -363,6 +390,39 @@ ngx_http_dynamo_rl_admin_header_filter(ngx_http_request_t *r)
     ctx->admin_inspect = 1;
 
     return ngx_http_next_header_filter(r);
+}
+
+
+/* none of the worker's headers goes with the 502 that replaces its 101 */
+
+static void
+ngx_http_dynamo_rl_admin_headers_clear(ngx_http_request_t *r)
+{
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *header;
+
+    part = &r->headers_out.headers.part;
+    header = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            header = part->elts;
+            i = 0;
+        }
+
+        header[i].hash = 0;
+    }
+
+    r->headers_out.content_type.len = 0;
+    r->headers_out.content_type.data = NULL;
+    r->headers_out.content_length = NULL;
 }
 
 

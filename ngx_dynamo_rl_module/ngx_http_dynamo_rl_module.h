@@ -94,6 +94,7 @@ typedef struct {
     ngx_str_t                       error;
 
     ngx_str_t                      *header;
+    ngx_http_log_handler_pt         log_handler;
 
     /* admin plane */
     ngx_str_t                       instance_id;

@@ -11,6 +11,8 @@
 
 static ngx_int_t ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
+static u_char *ngx_http_dynamo_rl_log_error(ngx_http_request_t *r,
+    ngx_http_request_t *sr, u_char *buf, size_t len);
 static ngx_int_t ngx_http_dynamo_rl_mint(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 static ngx_int_t ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
@@ -343,6 +345,11 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    /* every error-log line of the request names its attempt */
+
+    ctx->log_handler = r->log_handler;
+    r->log_handler = ngx_http_dynamo_rl_log_error;
+
     if (ngx_http_dynamo_rl_upstream_headers(r, ctx, drlcf, n) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -352,6 +359,27 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
                    &ctx->attempt_id, n ? " from client" : "");
 
     return NGX_OK;
+}
+
+
+static u_char *
+ngx_http_dynamo_rl_log_error(ngx_http_request_t *r, ngx_http_request_t *sr,
+    u_char *buf, size_t len)
+{
+    u_char                    *p;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    if (ctx == NULL || ctx->log_handler == NULL) {
+        return buf;
+    }
+
+    p = ctx->log_handler(r, sr, buf, len);
+
+    len -= p - buf;
+
+    return ngx_snprintf(p, len, ", attempt: \"%V\"", &ctx->attempt_id);
 }
 
 
