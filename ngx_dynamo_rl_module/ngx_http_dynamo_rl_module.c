@@ -15,6 +15,9 @@ typedef struct {
 
 static ngx_int_t ngx_http_dynamo_rl_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_dynamo_rl_init(ngx_conf_t *cf);
+static ngx_int_t ngx_http_dynamo_rl_add_handler(
+    ngx_http_core_main_conf_t *cmcf, ngx_uint_t phase,
+    ngx_http_handler_pt handler, ngx_uint_t first);
 static void *ngx_http_dynamo_rl_create_main_conf(ngx_conf_t *cf);
 static void *ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent,
@@ -1119,60 +1122,78 @@ ngx_http_dynamo_rl_header_name(ngx_conf_t *cf, ngx_command_t *cmd,
 
 
 static ngx_int_t
+ngx_http_dynamo_rl_add_handler(ngx_http_core_main_conf_t *cmcf,
+    ngx_uint_t phase, ngx_http_handler_pt handler, ngx_uint_t first)
+{
+    ngx_http_handler_pt  *h, *elts;
+
+    h = ngx_array_push(&cmcf->phases[phase].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (first) {
+        elts = cmcf->phases[phase].handlers.elts;
+        ngx_memmove(&elts[1], &elts[0], (h - elts) * sizeof(*h));
+        h = &elts[0];
+    }
+
+    *h = handler;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
 ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 {
-    ngx_http_handler_pt        *h, *first;
     ngx_http_core_main_conf_t  *cmcf;
 
     cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
 
-    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    *h = ngx_http_dynamo_rl_preaccess_handler;
-
-    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PRECONTENT_PHASE].handlers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    *h = ngx_http_dynamo_rl_precontent_handler;
-
-    h = ngx_array_push(&cmcf->phases[NGX_HTTP_ACCESS_PHASE].handlers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
     /*
-     * handlers run from the end of the array: at its start, the admin
-     * check runs after allow/deny and auth, so that a refused client
-     * learns nothing of the fleet and triggers no refresh
+     * the access phase runs its handlers from the end of the array: first
+     * in it, the admin check runs after allow/deny and auth, so that a
+     * refused client learns nothing of the fleet and triggers no refresh;
+     * the log phase runs from the start: first in it, the outcome is
+     * settled before the access log is written
      */
 
-    first = cmcf->phases[NGX_HTTP_ACCESS_PHASE].handlers.elts;
+    if (ngx_http_dynamo_rl_add_handler(cmcf, NGX_HTTP_PREACCESS_PHASE,
+                                       ngx_http_dynamo_rl_preaccess_handler,
+                                       0)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
 
-    ngx_memmove(&first[1], &first[0], (h - first) * sizeof(*h));
-    first[0] = ngx_http_dynamo_rl_admin_handler;
+    if (ngx_http_dynamo_rl_add_handler(cmcf, NGX_HTTP_PRECONTENT_PHASE,
+                                       ngx_http_dynamo_rl_precontent_handler,
+                                       0)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_dynamo_rl_add_handler(cmcf, NGX_HTTP_ACCESS_PHASE,
+                                       ngx_http_dynamo_rl_admin_handler, 1)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_dynamo_rl_add_handler(cmcf, NGX_HTTP_LOG_PHASE,
+                                       ngx_http_dynamo_rl_log_handler, 1)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_dynamo_rl_header_filter;
 
     ngx_http_next_body_filter = ngx_http_top_body_filter;
     ngx_http_top_body_filter = ngx_http_dynamo_rl_body_filter;
-
-    h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    /* the log phase runs from the start: before the access log */
-
-    first = cmcf->phases[NGX_HTTP_LOG_PHASE].handlers.elts;
-
-    ngx_memmove(&first[1], &first[0], (h - first) * sizeof(*h));
-    first[0] = ngx_http_dynamo_rl_log_handler;
 
     if (ngx_http_dynamo_rl_ledger_filter_init(cf) != NGX_OK
         || ngx_http_dynamo_rl_admin_filter_init(cf) != NGX_OK)
