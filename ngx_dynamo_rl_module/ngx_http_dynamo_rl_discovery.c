@@ -923,6 +923,17 @@ ngx_http_dynamo_rl_discovery_header_filter(ngx_http_request_t *r)
             ctx->doc_encoded = 1;
         }
 
+        drlcf = ngx_http_get_module_loc_conf(r->parent,
+                                             ngx_http_dynamo_rl_module);
+
+        /* refused before a byte of it is kept */
+
+        if (r->headers_out.content_length_n
+            > (off_t) drlcf->discovery_max_size)
+        {
+            ctx->doc_too_big = 1;
+        }
+
         return NGX_OK;
     }
 
