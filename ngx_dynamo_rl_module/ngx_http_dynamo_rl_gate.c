@@ -275,24 +275,8 @@ ngx_http_dynamo_rl_gate_json(u_char *p, ngx_http_dynamo_rl_gate_state_t *gs)
 char *
 ngx_http_dynamo_rl_gate_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_core_loc_conf_t        *clcf;
-    ngx_http_dynamo_rl_main_conf_t  *drmcf;
-
-    drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
-
-    if (drmcf->shm_zone == NULL) {
-        return "requires \"dynamo_rl_zone\" before it";
-    }
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-
-    if (clcf->handler != NULL) {
-        return "is duplicate";
-    }
-
-    clcf->handler = ngx_http_dynamo_rl_gate_handler;
-
-    return NGX_CONF_OK;
+    return ngx_http_dynamo_rl_content_handler(cf,
+               ngx_http_dynamo_rl_gate_handler);
 }
 
 

@@ -370,6 +370,32 @@ ngx_http_dynamo_rl_cleanup(void *data)
 }
 
 
+/* the gate, attempts, status and metrics APIs: a zone and no other handler */
+
+char *
+ngx_http_dynamo_rl_content_handler(ngx_conf_t *cf, ngx_http_handler_pt handler)
+{
+    ngx_http_core_loc_conf_t        *clcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
+
+    if (drmcf->shm_zone == NULL) {
+        return "requires \"dynamo_rl_zone\" before it";
+    }
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler != NULL) {
+        return "is duplicate";
+    }
+
+    clcf->handler = handler;
+
+    return NGX_CONF_OK;
+}
+
+
 ngx_http_dynamo_rl_zone_t *
 ngx_http_dynamo_rl_get_zone(ngx_http_request_t *r)
 {

@@ -149,6 +149,8 @@ typedef struct {
 
 ngx_http_dynamo_rl_ctx_t *ngx_http_dynamo_rl_get_ctx(ngx_http_request_t *r);
 ngx_http_dynamo_rl_ctx_t *ngx_http_dynamo_rl_create_ctx(ngx_http_request_t *r);
+char *ngx_http_dynamo_rl_content_handler(ngx_conf_t *cf,
+    ngx_http_handler_pt handler);
 ngx_http_dynamo_rl_zone_t *ngx_http_dynamo_rl_get_zone(ngx_http_request_t *r);
 uint64_t ngx_http_dynamo_rl_now(void);
 u_char *ngx_http_dynamo_rl_iso_time(u_char *p, uint64_t ms);
