@@ -6,7 +6,11 @@
 
 #include "ngx_http_dynamo_rl_module.h"
 
+#include <openssl/rand.h>
 
+
+static ngx_inline ngx_uint_t ngx_http_dynamo_rl_ledger_hash(
+    ngx_http_dynamo_rl_shctx_t *sh, ngx_str_t *id);
 static ngx_http_dynamo_rl_node_t *ngx_http_dynamo_rl_ledger_lookup(
     ngx_http_dynamo_rl_shctx_t *sh, ngx_uint_t hash, u_char *id, size_t len);
 static void ngx_http_dynamo_rl_ledger_delete(ngx_http_dynamo_rl_zone_t *zone,
@@ -36,14 +40,25 @@ static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
 
-/* one bucket for about every four records the zone can hold */
+/*
+ * one bucket for every record the zone could hold (128 bytes each): a
+ * new id, the common case, then walks about one record, which costs a
+ * cache miss in a zone the kernel's work evicts between two requests
+ */
 
 ngx_int_t
 ngx_http_dynamo_rl_ledger_init(ngx_http_dynamo_rl_zone_t *zone, size_t size)
 {
     ngx_uint_t  n;
 
-    for (n = 64; n * 512 < size; n *= 2) { /* void */ }
+    for (n = 64; n * 128 < size; n *= 2) { /* void */ }
+
+    if (RAND_bytes(zone->sh->key, sizeof(zone->sh->key)) != 1) {
+        ngx_log_error(NGX_LOG_EMERG, ngx_cycle->log, 0,
+                      "RAND_bytes() failed for dynamo_rl zone \"%V\"",
+                      &zone->name);
+        return NGX_ERROR;
+    }
 
     zone->sh->buckets = ngx_slab_calloc(zone->shpool, n * sizeof(void *));
     if (zone->sh->buckets == NULL) {
@@ -53,6 +68,13 @@ ngx_http_dynamo_rl_ledger_init(ngx_http_dynamo_rl_zone_t *zone, size_t size)
     zone->sh->mask = n - 1;
 
     return NGX_OK;
+}
+
+
+static ngx_inline ngx_uint_t
+ngx_http_dynamo_rl_ledger_hash(ngx_http_dynamo_rl_shctx_t *sh, ngx_str_t *id)
+{
+    return (uint32_t) ngx_http_dynamo_rl_siphash(sh->key, id->data, id->len);
 }
 
 
@@ -172,7 +194,7 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
 
     zone = drmcf->shm_zone->data;
 
-    hash = ngx_crc32_short(ctx->attempt_id.data, ctx->attempt_id.len);
+    hash = ngx_http_dynamo_rl_ledger_hash(zone->sh, &ctx->attempt_id);
     now = ngx_http_dynamo_rl_now();
 
     size = offsetof(ngx_http_dynamo_rl_node_t, id) + ctx->attempt_id.len;
@@ -586,7 +608,8 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     lr = ngx_http_dynamo_rl_ledger_lookup(zone->sh,
-                                          ngx_crc32_short(id.data, id.len),
+                                          ngx_http_dynamo_rl_ledger_hash(
+                                              zone->sh, &id),
                                           id.data, id.len);
 
     if (lr != NULL

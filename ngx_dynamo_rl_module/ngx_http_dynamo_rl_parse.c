@@ -9,6 +9,7 @@
 
 static ngx_int_t ngx_http_dynamo_rl_host_valid(u_char *p, u_char *last);
 static void ngx_http_dynamo_rl_sse_line(ngx_http_dynamo_rl_sse_t *sse);
+static ngx_inline uint64_t ngx_http_dynamo_rl_le64(u_char *p);
 
 
 #define NGX_HTTP_DYNAMO_RL_SCAN_OTHER    0
@@ -768,4 +769,75 @@ ngx_http_dynamo_rl_parse_lease(u_char *p, size_t len, ngx_msec_t *ms)
     *ms = (ngx_msec_t) n;
 
     return NGX_OK;
+}
+
+
+/*
+ * SipHash-2-4 (Aumasson and Bernstein): the ledger's index is keyed with
+ * a secret drawn when the zone is created, so that clients, who choose
+ * their attempt ids, cannot choose ids that share a bucket
+ */
+
+#define ngx_http_dynamo_rl_rotl(x, b)  (((x) << (b)) | ((x) >> (64 - (b))))
+
+#define ngx_http_dynamo_rl_sipround(v0, v1, v2, v3)                          \
+    v0 += v1; v1 = ngx_http_dynamo_rl_rotl(v1, 13); v1 ^= v0;                 \
+    v0 = ngx_http_dynamo_rl_rotl(v0, 32);                                     \
+    v2 += v3; v3 = ngx_http_dynamo_rl_rotl(v3, 16); v3 ^= v2;                 \
+    v0 += v3; v3 = ngx_http_dynamo_rl_rotl(v3, 21); v3 ^= v0;                 \
+    v2 += v1; v1 = ngx_http_dynamo_rl_rotl(v1, 17); v1 ^= v2;                 \
+    v2 = ngx_http_dynamo_rl_rotl(v2, 32)
+
+
+static ngx_inline uint64_t
+ngx_http_dynamo_rl_le64(u_char *p)
+{
+    return (uint64_t) p[0] | (uint64_t) p[1] << 8
+           | (uint64_t) p[2] << 16 | (uint64_t) p[3] << 24
+           | (uint64_t) p[4] << 32 | (uint64_t) p[5] << 40
+           | (uint64_t) p[6] << 48 | (uint64_t) p[7] << 56;
+}
+
+
+uint64_t
+ngx_http_dynamo_rl_siphash(u_char *key, u_char *p, size_t len)
+{
+    size_t    n;
+    uint64_t  k0, k1, v0, v1, v2, v3, m, b;
+
+    k0 = ngx_http_dynamo_rl_le64(key);
+    k1 = ngx_http_dynamo_rl_le64(key + 8);
+
+    v0 = k0 ^ 0x736f6d6570736575ULL;
+    v1 = k1 ^ 0x646f72616e646f6dULL;
+    v2 = k0 ^ 0x6c7967656e657261ULL;
+    v3 = k1 ^ 0x7465646279746573ULL;
+
+    b = (uint64_t) len << 56;
+
+    for (n = len / 8; n; n--, p += 8) {
+        m = ngx_http_dynamo_rl_le64(p);
+
+        v3 ^= m;
+        ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
+        ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
+        v0 ^= m;
+    }
+
+    for (n = len % 8; n; n--) {
+        b |= (uint64_t) p[n - 1] << (8 * (n - 1));
+    }
+
+    v3 ^= b;
+    ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
+    ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
+    v0 ^= b;
+
+    v2 ^= 0xff;
+    ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
+    ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
+    ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
+    ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
+
+    return v0 ^ v1 ^ v2 ^ v3;
 }

@@ -68,6 +68,7 @@ ngx_int_t ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
     ngx_http_dynamo_rl_scan_t *scan);
 ngx_int_t ngx_http_dynamo_rl_parse_lease(u_char *p, size_t len,
     ngx_msec_t *ms);
+uint64_t ngx_http_dynamo_rl_siphash(u_char *key, u_char *p, size_t len);
 ngx_int_t ngx_http_dynamo_rl_namespace_match(ngx_uint_t mode,
     ngx_str_t *scope, u_char *ns, size_t len);
 

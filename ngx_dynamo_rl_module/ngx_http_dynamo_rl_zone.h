@@ -9,7 +9,7 @@
 
 
 /* bumped whenever the layout of the shared context changes */
-#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  4
+#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  5
 
 #define NGX_HTTP_DYNAMO_RL_PLANES        3     /* request, discovery, admin */
 #define NGX_HTTP_DYNAMO_RL_OUTCOMES      4
@@ -55,6 +55,7 @@ typedef struct {
     /* the attempt ledger: a hash index, finished records newest first */
     void                          **buckets;
     ngx_uint_t                      mask;
+    u_char                          key[16];       /* SipHash's, secret */
     ngx_queue_t                     finished;
     ngx_uint_t                      records;
     ngx_uint_t                      in_flight;

@@ -107,6 +107,7 @@ static void ngx_http_dynamo_rl_test_route(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_admin(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_url(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_ns(ngx_http_dynamo_rl_tap_t *t);
+static void ngx_http_dynamo_rl_test_siphash(ngx_http_dynamo_rl_tap_t *t);
 
 
 static ngx_http_dynamo_rl_test_str_t  ngx_http_dynamo_rl_test_ids[] = {
@@ -567,6 +568,31 @@ static ngx_http_dynamo_rl_test_ns_t  ngx_http_dynamo_rl_test_nss[] = {
 };
 
 
+/*
+ * SipHash-2-4 reference vectors (the paper's appendix and the reference
+ * implementation's table): key 00 01 .. 0f, message 00 01 .. len-1
+ */
+
+static struct {
+    size_t                       len;
+    uint64_t                     hash;
+} ngx_http_dynamo_rl_test_sips[] = {
+    { 0, 0x726fdb47dd0e0e31ULL },
+    { 1, 0x74f839c593dc67fdULL },
+    { 2, 0x0d6c8009d9a94f5aULL },
+    { 3, 0x85676696d7fb7e2dULL },
+    { 4, 0xcf2794e0277187b7ULL },
+    { 5, 0x18765564cd99a68dULL },
+    { 6, 0xcbc9466e58fee3ceULL },
+    { 7, 0xab0200f58b01d137ULL },
+    { 8, 0x93f5f5799a932462ULL },
+    { 9, 0x9e0082df0ba9e4b0ULL },
+    { 15, 0xa129ca6149be45e5ULL },
+    { 16, 0x3f2acc7f57c29bdbULL },
+    { 17, 0x699ae9f52cbe4794ULL },
+};
+
+
 int
 main(void)
 {
@@ -583,6 +609,7 @@ main(void)
     ngx_http_dynamo_rl_test_admin(&t);
     ngx_http_dynamo_rl_test_url(&t);
     ngx_http_dynamo_rl_test_ns(&t);
+    ngx_http_dynamo_rl_test_siphash(&t);
 
     /* a trailing plan: a crash part way through leaves no plan at all */
 
@@ -1310,4 +1337,51 @@ ngx_http_dynamo_rl_test_ns(ngx_http_dynamo_rl_tap_t *t)
 
         ngx_http_dynamo_rl_tap(t, rc == c->rc, name, c->todo, diag);
     }
+}
+
+
+static void
+ngx_http_dynamo_rl_test_siphash(ngx_http_dynamo_rl_tap_t *t)
+{
+    char        name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    char        diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    u_char      key[16], msg[64], other[16];
+    uint64_t    h, h2;
+    ngx_uint_t  i, n;
+
+    for (i = 0; i < 16; i++) {
+        key[i] = (u_char) i;
+    }
+
+    for (i = 0; i < sizeof(msg); i++) {
+        msg[i] = (u_char) i;
+    }
+
+    n = sizeof(ngx_http_dynamo_rl_test_sips)
+        / sizeof(ngx_http_dynamo_rl_test_sips[0]);
+
+    for (i = 0; i < n; i++) {
+        h = ngx_http_dynamo_rl_siphash(key, msg,
+                                       ngx_http_dynamo_rl_test_sips[i].len);
+
+        snprintf(name, sizeof(name), "siphash: reference vector, %lu bytes",
+                 (unsigned long) ngx_http_dynamo_rl_test_sips[i].len);
+        snprintf(diag, sizeof(diag), "got 0x%016llx, expected 0x%016llx",
+                 (unsigned long long) h,
+                 (unsigned long long) ngx_http_dynamo_rl_test_sips[i].hash);
+
+        ngx_http_dynamo_rl_tap(t, h == ngx_http_dynamo_rl_test_sips[i].hash,
+                               name, NULL, diag);
+    }
+
+    /* the key matters: one bit of it changes the hash of the same id */
+
+    ngx_memcpy(other, key, sizeof(key));
+    other[15] ^= 0x80;
+
+    h = ngx_http_dynamo_rl_siphash(key, msg, 36);
+    h2 = ngx_http_dynamo_rl_siphash(other, msg, 36);
+
+    ngx_http_dynamo_rl_tap(t, h != h2, "siphash: another key, another hash",
+                           NULL, NULL);
 }
