@@ -203,9 +203,20 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
 
     (void) ngx_http_dynamo_rl_ledger_expire(zone, now, 0);
 
-    lr = ngx_http_dynamo_rl_ledger_lookup(zone->sh, hash,
-                                          ctx->attempt_id.data,
-                                          ctx->attempt_id.len);
+    /*
+     * an id minted here is new, 74 of its bits fresh from RAND_bytes(), so
+     * only a client's id is looked up: a lookup of a new id reads the
+     * records of its bucket, each a cache miss
+     */
+
+    if (ctx->attempt_id.data == ctx->id) {
+        lr = NULL;
+
+    } else {
+        lr = ngx_http_dynamo_rl_ledger_lookup(zone->sh, hash,
+                                              ctx->attempt_id.data,
+                                              ctx->attempt_id.len);
+    }
 
     if (lr != NULL) {
         if (lr->state < NGX_HTTP_DYNAMO_RL_SUCCEEDED || lr->expires > now) {
