@@ -38,7 +38,7 @@ select STDOUT; $| = 1;
 $SIG{ALRM} = sub { die "test timed out\n" };
 alarm(300);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(345);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(351);
 
 $t->write_file_expand('nginx.conf', <<'EOF');
 
@@ -464,6 +464,17 @@ for my $id (qw/ ok-plain fail-503 cancel-hang /) {
 	conflict("duplicate of finished $id", $r, $id);
 	is(forwarded($id), 1, "duplicate of finished $id: forwarded once");
 }
+
+# an id minted here is recorded without a lookup, and is single use too
+
+$r = call('POST', '/v1/completions', body => $BODY);
+my $minted = $r->{headers}{'x-dynamo-attempt-id'} // '';
+like($minted, qr/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-/, 'minted: an id');
+is(api_record($minted)->{state}, 'succeeded', 'minted: recorded');
+
+$r = attempt($minted, 'POST', '/v1/completions', body => $BODY);
+conflict('duplicate of a minted id', $r, $minted);
+is(forwarded($minted), 1, 'duplicate of a minted id: forwarded once');
 
 # a duplicate of a finished attempt does not change its record
 
