@@ -568,24 +568,18 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
 {
     u_char                     *p;
     size_t                      len;
-    uint64_t                    now, started, ended;
+    uint64_t                    now, started, ended, bytes;
+    ngx_int_t                   rc;
     ngx_str_t                   id, body;
     ngx_uint_t                  found, state, status, stream;
     ngx_http_dynamo_rl_node_t  *lr;
     ngx_http_dynamo_rl_zone_t  *zone;
     ngx_http_core_loc_conf_t   *clcf;
 
-    uint64_t                    bytes;
+    rc = ngx_http_dynamo_rl_read_only(r);
 
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        if (ngx_http_dynamo_rl_allow(r, NGX_HTTP_GET|NGX_HTTP_HEAD)
-            != NGX_OK)
-        {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        return ngx_http_dynamo_rl_error(r, NGX_HTTP_NOT_ALLOWED, "method",
-                                        "only GET and HEAD");
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);

@@ -616,6 +616,38 @@ ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
 }
 
 
+/*
+ * the prologue of the read-only APIs: NGX_DECLINED for a GET or HEAD,
+ * whose body is then discarded; otherwise what the handler returns,
+ * a 405 with Allow among them
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_read_only(ngx_http_request_t *r)
+{
+    ngx_int_t  rc;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        if (ngx_http_dynamo_rl_allow(r, NGX_HTTP_GET|NGX_HTTP_HEAD)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_dynamo_rl_error(r, NGX_HTTP_NOT_ALLOWED, "method",
+                                        "only GET and HEAD");
+    }
+
+    rc = ngx_http_discard_request_body(r);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    return NGX_DECLINED;
+}
+
+
 ngx_int_t
 ngx_http_dynamo_rl_allow(ngx_http_request_t *r, ngx_uint_t methods)
 {

@@ -400,20 +400,9 @@ ngx_http_dynamo_rl_status_handler(ngx_http_request_t *r)
     ngx_http_dynamo_rl_index_t   *index;
     ngx_http_dynamo_rl_report_t   rp;
 
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        if (ngx_http_dynamo_rl_allow(r, NGX_HTTP_GET|NGX_HTTP_HEAD)
-            != NGX_OK)
-        {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
+    rc = ngx_http_dynamo_rl_read_only(r);
 
-        return ngx_http_dynamo_rl_error(r, NGX_HTTP_NOT_ALLOWED, "method",
-                                        "only GET and HEAD");
-    }
-
-    rc = ngx_http_discard_request_body(r);
-
-    if (rc != NGX_OK) {
+    if (rc != NGX_DECLINED) {
         return rc;
     }
 
@@ -749,20 +738,9 @@ ngx_http_dynamo_rl_metrics_handler(ngx_http_request_t *r)
     ngx_str_t                     type, body;
     ngx_http_dynamo_rl_report_t   rp;
 
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        if (ngx_http_dynamo_rl_allow(r, NGX_HTTP_GET|NGX_HTTP_HEAD)
-            != NGX_OK)
-        {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
+    rc = ngx_http_dynamo_rl_read_only(r);
 
-        return ngx_http_dynamo_rl_error(r, NGX_HTTP_NOT_ALLOWED, "method",
-                                        "only GET and HEAD");
-    }
-
-    rc = ngx_http_discard_request_body(r);
-
-    if (rc != NGX_OK) {
+    if (rc != NGX_DECLINED) {
         return rc;
     }
 
