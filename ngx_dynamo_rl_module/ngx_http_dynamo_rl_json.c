@@ -27,6 +27,7 @@ static ngx_int_t ngx_http_dynamo_rl_json_routes(json_t *obj,
     ngx_http_dynamo_rl_worker_t *w, ngx_http_dynamo_rl_alloc_pt alloc,
     void *data, ngx_http_dynamo_rl_index_t *index);
 static ngx_uint_t ngx_http_dynamo_rl_json_integer(u_char *p, u_char *last);
+static ngx_inline ngx_uint_t ngx_http_dynamo_rl_slot_hash(uint64_t id);
 static int ngx_libc_cdecl ngx_http_dynamo_rl_cmp_workers(const void *one,
     const void *two);
 
@@ -40,7 +41,7 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
     size_t                             size;
     uint64_t                           id;
     json_t                            *root, *v, *workers, *elt;
-    ngx_uint_t                         i, k, n;
+    ngx_uint_t                         i, k, n, h;
     json_error_t                       jerr;
     ngx_http_dynamo_rl_scan_t          scan;
     ngx_http_dynamo_rl_worker_t       *w;
@@ -250,18 +251,35 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
               ngx_http_dynamo_rl_cmp_workers);
 
     /*
-     * the search reads only this packed array: following sorted[] to each
-     * worker missed the cache at every step of it in a large fleet
+     * an open-addressing table of {id, first position in sorted[]}, twice
+     * the workers: a lookup reads about one slot, where a binary search
+     * missed the cache at most of its steps in a large fleet
      */
 
-    index->ids = alloc(data, (index->nsorted + 1) * sizeof(uint64_t));
-    if (index->ids == NULL) {
+    for (size = 2; size < 2 * index->nsorted; size *= 2) { /* void */ }
+
+    index->slots = alloc(data, size * sizeof(ngx_http_dynamo_rl_slot_t));
+    if (index->slots == NULL) {
         err->reason = "out of memory";
         return NGX_ERROR;
     }
 
+    ngx_memzero(index->slots, size * sizeof(ngx_http_dynamo_rl_slot_t));
+    index->mask = size - 1;
+
     for (i = 0; i < index->nsorted; i++) {
-        index->ids[i] = index->sorted[i]->id;
+        if (i > 0 && index->sorted[i - 1]->id == index->sorted[i]->id) {
+            continue;
+        }
+
+        h = ngx_http_dynamo_rl_slot_hash(index->sorted[i]->id);
+
+        while (index->slots[h & index->mask].first) {
+            h++;
+        }
+
+        index->slots[h & index->mask].id = index->sorted[i]->id;
+        index->slots[h & index->mask].first = i + 1;
     }
 
     return NGX_OK;
@@ -561,29 +579,31 @@ ngx_http_dynamo_rl_json_integer(u_char *p, u_char *last)
 ngx_http_dynamo_rl_worker_t **
 ngx_http_dynamo_rl_index_find(ngx_http_dynamo_rl_index_t *index, uint64_t id)
 {
-    ngx_uint_t  lo, hi, mid;
+    ngx_uint_t                  h;
+    ngx_http_dynamo_rl_slot_t  *slot;
 
-    lo = 0;
-    hi = index->nsorted;
+    /* the first worker with that id; duplicates follow it in sorted[] */
 
-    /* the first worker with that id; duplicates follow it */
+    for (h = ngx_http_dynamo_rl_slot_hash(id); /* void */ ; h++) {
+        slot = &index->slots[h & index->mask];
 
-    while (lo < hi) {
-        mid = lo + (hi - lo) / 2;
+        if (slot->first == 0) {
+            return NULL;
+        }
 
-        if (index->ids[mid] < id) {
-            lo = mid + 1;
-
-        } else {
-            hi = mid;
+        if (slot->id == id) {
+            return &index->sorted[slot->first - 1];
         }
     }
+}
 
-    if (lo < index->nsorted && index->ids[lo] == id) {
-        return &index->sorted[lo];
-    }
 
-    return NULL;
+/* Fibonacci hashing: the high bits of the product, which all bits reach */
+
+static ngx_inline ngx_uint_t
+ngx_http_dynamo_rl_slot_hash(uint64_t id)
+{
+    return (ngx_uint_t) ((id * 0x9e3779b97f4a7c15ULL) >> 32);
 }
 
 

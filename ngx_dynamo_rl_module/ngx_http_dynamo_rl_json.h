@@ -36,9 +36,16 @@ typedef struct {
 
 
 typedef struct {
+    uint64_t                        id;
+    ngx_uint_t                      first;       /* sorted[first - 1] */
+} ngx_http_dynamo_rl_slot_t;
+
+
+typedef struct {
     ngx_http_dynamo_rl_worker_t    *workers;     /* document order */
     ngx_http_dynamo_rl_worker_t   **sorted;      /* by id, with an id */
-    uint64_t                       *ids;         /* sorted[i]->id, packed */
+    ngx_http_dynamo_rl_slot_t      *slots;       /* by id: open addressing */
+    ngx_uint_t                      mask;
     ngx_uint_t                      nworkers;
     ngx_uint_t                      nsorted;
     ngx_uint_t                      nelts;       /* "workers" elements */

@@ -35,6 +35,7 @@ static void test_ids(void);
 static void test_documents(void);
 static void test_workers(void);
 static void test_scan(void);
+static void test_table(void);
 
 
 static int  tests;
@@ -406,6 +407,80 @@ test_scan(void)
 }
 
 
+/*
+ * the id table under load: ids that share their low or high 32 bits, a
+ * run of neighbours, duplicates; every id found with all its copies,
+ * nothing else found
+ */
+
+static void
+test_table(void)
+{
+    char        *doc, *p;
+    snap_t       s;
+    uint64_t     id;
+    ngx_uint_t   i, n, bad, absent;
+
+    n = 900;
+
+    doc = malloc(n * 400 + 256);
+    if (doc == NULL) {
+        ok(0, "table: memory");
+        return;
+    }
+
+    p = doc + sprintf(doc, "{\"protocol_version\":1,\"namespace\":\"dynamo\","
+                      "\"workers\":[");
+
+    for (i = 0; i < n; i++) {
+        id = (i < 300) ? (uint64_t) i << 32
+             : (i < 600) ? 0xffffffff00000000ULL + i
+             : 1000000 + i;
+
+        p += sprintf(p, "%s" OKW("%llu"), i ? "," : "",
+                     (unsigned long long) id);
+
+        if (i % 97 == 0) {
+            p += sprintf(p, "," OKW("%llu"), (unsigned long long) id);
+        }
+    }
+
+    strcpy(p, "]}");
+
+    load(&s, doc);
+    ok(s.rc == NGX_OK && s.index.nsorted == n + (n + 96) / 97,
+       "table: 900 ids and 10 duplicates indexed");
+
+    bad = 0;
+    absent = 0;
+
+    for (i = 0; i < n; i++) {
+        id = (i < 300) ? (uint64_t) i << 32
+             : (i < 600) ? 0xffffffff00000000ULL + i
+             : 1000000 + i;
+
+        if (count(&s, id) != (i % 97 == 0 ? 2 : 1)) {
+            bad++;
+        }
+
+        if (i < 300 && count(&s, id + 1) != 0) {
+            absent++;
+        }
+    }
+
+    ok(bad == 0, "table: every id found, with its duplicate");
+    ok(absent == 0, "table: no neighbour of a sparse id found");
+    ok(count(&s, 1ULL << 31) == 0 && count(&s, 12345) == 0,
+       "table: absent ids not found");
+
+    free(doc);
+
+    load(&s, W(""));
+    ok(s.rc == NGX_OK && count(&s, 0) == 0 && count(&s, 7) == 0,
+       "table: an empty fleet finds nothing");
+}
+
+
 int
 main(void)
 {
@@ -416,6 +491,7 @@ main(void)
     test_documents();
     test_workers();
     test_scan();
+    test_table();
 
     printf("1..%d\n", tests);
 
