@@ -592,9 +592,8 @@ bench_decide(ngx_http_dynamo_rl_index_t *index, uint64_t *flat,
 
 
 /*
- * a diagnostic, not the module's layout: ngx_http_dynamo_rl_index_find()
- * over a contiguous copy of the sorted ids, so that the search does not
- * chase a pointer to a worker at each step
+ * a diagnostic, the module's layout before its id table: a binary search
+ * over a contiguous copy of the sorted ids
  */
 
 static ngx_http_dynamo_rl_worker_t **
@@ -1029,8 +1028,8 @@ main(int argc, char **argv)
            "random per decision;\nsame id: always the same worker; "
            "ratios against the 1-worker snapshot, whose\nrandom and same "
            "are one worker; flat ids: a diagnostic, the same decision "
-           "with\nthe binary search over a contiguous copy of the sorted "
-           "ids (not the module's\nlayout)\n");
+           "with\na binary search over a contiguous copy of the sorted "
+           "ids (the module's\nlayout before its id table)\n");
 
     s = &sizes[nsizes - 1];
 
