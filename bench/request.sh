@@ -5,7 +5,7 @@
 # A fast upstream on the load generator's CPU: nginx "return 200" with a
 # fixed ~600-byte OpenAI-shaped completion for POST /v1/completions, and a
 # second nginx whose SSE route (bench/lua/sse.lua) writes N events at a
-# fixed pace, each stamped with its send time.  Four gateways, each
+# fixed pace, each stamped with its send time.  Five gateways, each
 # "worker_processes 1" and pinned to the gateway CPU, identical but for the
 # policy in their /v1/ locations (proxy_pass to an upstream block with
 # keepalive, proxy_buffering off, proxy_request_buffering off):
@@ -16,19 +16,22 @@
 #   module-ledger-off   the same with "dynamo_rl_ledger off;
 #                       dynamo_rl_gate off;";
 #   lua                 the attempt-id policy in lua-nginx-module
-#                       (bench/lua/attempt.lua), no dynamo_rl module.
+#                       (bench/lua/attempt.lua), no dynamo_rl module;
+#   lua-ledger          the same plus a single-use ledger in a
+#                       lua_shared_dict of ZONE bytes (bench/lua/ledger.lua).
 #
 # One interleaved series: each round runs, in this order, wrk (-t1 -c16
 # --latency, POST /v1/completions, bench/wrk-request.lua) against plain,
 # module (minted ids), module-client-id (a unique client id per request),
-# module-ledger-off, lua, lua-client-id and direct (the upstream itself);
+# module-ledger-off, lua, lua-client-id, lua-ledger, lua-ledger-client-id
+# and direct (the upstream itself);
 # h2load (h2c, -c16 -m1) against plain and module; then SSE streams
 # (bench/sse_client.py) straight to the upstream and through each gateway.
 # After the rounds: a fresh 8 MB zone is filled with 128-byte client ids,
 # the worker RSS is read, and with PROFILE=1 perf samples each gateway.
 #
-#     bench/request.sh                 8 rounds of 3 s runs, about 6 min
-#     ROUNDS=3 bench/request.sh        about 2.5 minutes
+#     bench/request.sh                 8 rounds of 3 s runs, about 7.5 min
+#     ROUNDS=3 bench/request.sh        about 3 minutes
 #     PROFILE=1 bench/request.sh       + perf record of each gateway worker
 #     SMOKE=1 bench/request.sh         1 round of 1 s runs: a smoke test
 #     HTTP=0 bench/request.sh          the SSE series only
@@ -74,7 +77,7 @@ out_file=${OUT:-}
 prefix=$(mktemp -d /tmp/dynamo-rl-bench-req.XXXXXX)
 chmod 755 "$prefix"
 client_pid=
-instances="up sse plain module ledgeroff lua fill"
+instances="up sse plain module ledgeroff lua lualedger fill"
 
 cleanup() {
     trap - INT TERM EXIT
@@ -132,7 +135,7 @@ if [ "$(nproc)" -lt 2 ] && [ "$gw_cpu" != "$load_cpu" ]; then
     die "needs 2 CPUs (or GATEWAY_CPU=LOAD_CPU)"
 fi
 
-# thirteen free loopback ports
+# fifteen free loopback ports
 
 port_free() {
     ! ss -Hltn "sport = :$1" | grep -q .
@@ -141,7 +144,7 @@ port_free() {
 for try in $(seq 1 20); do
     base=$((20000 + (RANDOM % 400) * 20))
     ok=1
-    for p in $(seq "$base" $((base + 12))); do
+    for p in $(seq "$base" $((base + 14))); do
         port_free "$p" || { ok=0; break; }
     done
     [ $ok = 0 ] || break
@@ -161,6 +164,8 @@ lua_port=$((base + 9))
 lua_api=$((base + 10))
 fill_port=$((base + 11))
 fill_api=$((base + 12))
+lualedger_port=$((base + 13))
+lualedger_api=$((base + 14))
 
 # private copies: others may rebuild build/ or edit bench/ meanwhile, and
 # the workers (nobody) read the Lua files
@@ -168,7 +173,8 @@ fill_api=$((base + 12))
 cp "$module" "$prefix/module.so"
 module_time=$(date -u -r "$module" '+%H:%M:%S')
 mkdir -p "$prefix/lua" "$prefix/out"
-cp "$top/bench/lua/attempt.lua" "$top/bench/lua/sse.lua" "$prefix/lua/"
+cp "$top/bench/lua/attempt.lua" "$top/bench/lua/ledger.lua" \
+    "$top/bench/lua/sse.lua" "$prefix/lua/"
 cp "$top/bench/wrk-request.lua" "$top/bench/sse_client.py" "$prefix/"
 chmod -R a+rX "$prefix"
 
@@ -218,6 +224,11 @@ $(temp_paths "$prefix/up")
         location = /v1/echo {
             default_type  text/plain;
             return 200 "\$http_x_dynamo_attempt_id|\$http_x_request_id|\$http_x_bench_nonce";
+        }
+
+        # an upstream's error: the ledgers record the attempt as failed
+        location = /v1/missing {
+            return 404;
         }
     }
 }
@@ -269,6 +280,19 @@ policy() {
             add_header         X-Dynamo-Attempt-Id $attempt_id always;
 EOF
         ;;
+    lualedger)
+        cat <<'EOF'
+            set  $attempt_id  "";
+            access_by_lua_block  { require("ledger").access() }
+            log_by_lua_block     { require("ledger").log() }
+
+            proxy_set_header   Connection "";
+            proxy_set_header   X-Dynamo-Attempt-Id $attempt_id;
+            proxy_set_header   X-Request-Id $attempt_id;
+            proxy_hide_header  X-Dynamo-Attempt-Id;
+            add_header         X-Dynamo-Attempt-Id $attempt_id always;
+EOF
+        ;;
     esac
 }
 
@@ -278,7 +302,7 @@ gateway_conf() {
     case $kind in
     module|ledgeroff|fill)
         echo "load_module  $prefix/module.so;" ;;
-    lua)
+    lua|lualedger)
         echo "load_module  $modules_dir/ndk_http_module.so;"
         echo "load_module  $modules_dir/ngx_http_lua_module.so;" ;;
     esac
@@ -306,6 +330,17 @@ EOF
     lua_package_path  "$prefix/lua/?.lua;;";
     lua_shared_dict   dynamo_rl 1m;
     init_by_lua_block { require("attempt") }
+
+EOF
+        ;;
+    lualedger)
+        # the ledger's dict has the module zone's size; lua_shared_dict's
+        # per-entry overhead is its own (see lua/ledger.lua)
+        cat <<EOF
+    lua_package_path  "$prefix/lua/?.lua;;";
+    lua_shared_dict   dynamo_rl 1m;
+    lua_shared_dict   dynamo_rl_ledger $zone_size;
+    init_by_lua_block { require("ledger") }
 
 EOF
         ;;
@@ -361,6 +396,42 @@ EOF
         }
 EOF
             ;;
+        lualedger)
+            cat <<'EOF'
+
+        location = /lua/in_flight {
+            default_type  text/plain;
+            content_by_lua_block {
+                ngx.print(ngx.shared.dynamo_rl:get("in_flight") or 0)
+            }
+        }
+
+        # the ledger dict: entries (a walk of all of them: not during a
+        # run), capacity and whole free pages, in bytes
+        location = /lua/ledger {
+            default_type  application/json;
+            content_by_lua_block {
+                local l = ngx.shared.dynamo_rl_ledger
+                ngx.print('{"records":', #l:get_keys(0),
+                          ',"capacity":', l:capacity(),
+                          ',"free_space":', l:free_space(),
+                          ',"in_flight":',
+                          ngx.shared.dynamo_rl:get("in_flight") or 0, '}')
+            }
+        }
+
+        # an attempt's state: accepted, succeeded, failed, or none
+        location /lua/attempts/ {
+            default_type  text/plain;
+            content_by_lua_block {
+                local s = ngx.shared.dynamo_rl_ledger:get(
+                    ngx.var.uri:sub(#"/lua/attempts/" + 1))
+                ngx.print(({ a = "accepted", s = "succeeded",
+                             f = "failed" })[s] or s or "none")
+            }
+        }
+EOF
+            ;;
         *)
             cat <<'EOF'
 
@@ -392,6 +463,8 @@ fi
 gateway_conf ledgeroff "$ledgeroff_port" "" "$ledgeroff_api" \
     > "$prefix/ledgeroff/nginx.conf"
 gateway_conf lua "$lua_port" "" "$lua_api" > "$prefix/lua/nginx.conf"
+gateway_conf lualedger "$lualedger_port" "" "$lualedger_api" \
+    > "$prefix/lualedger/nginx.conf"
 gateway_conf fill "$fill_port" "" "$fill_api" > "$prefix/fill/nginx.conf"
 
 start() {
@@ -403,7 +476,7 @@ start() {
 
 start up "$load_cpu"
 start sse "$load_cpu"
-for g in plain module ledgeroff lua fill; do
+for g in plain module ledgeroff lua lualedger fill; do
     start "$g" "$gw_cpu"
 done
 
@@ -416,7 +489,7 @@ wait_for() {
     done
 }
 
-for p in $(seq "$base" $((base + 12))); do
+for p in $(seq "$base" $((base + 14))); do
     if [ "$h2" != 1 ] && { [ "$p" = "$plain_h2_port" ] \
                           || [ "$p" = "$module_h2_port" ]; }; then
         continue
@@ -439,6 +512,7 @@ plain_w=$(worker_of plain)
 module_w=$(worker_of module)
 ledgeroff_w=$(worker_of ledgeroff)
 lua_w=$(worker_of lua)
+lualedger_w=$(worker_of lualedger)
 fill_w=$(worker_of fill)
 ours=""
 for d in $instances; do
@@ -448,8 +522,9 @@ done
 # ---------------------------------------------------------------------
 # sanity: every gateway forwards; the policy gateways mint or keep the id,
 # give it to the upstream under both names and to the client; invalid ids
-# get 400; the ledger refuses a duplicate, and records an SSE attempt
-# through [DONE] as succeeded
+# get 400; the ledgers (module, lua-ledger) refuse a duplicate, client or
+# minted, with the same 409, record a 2xx as succeeded and an upstream 404
+# as failed, and an SSE attempt as succeeded
 
 uuid7='^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$'
 tag=$(date +%s)-$$
@@ -465,8 +540,28 @@ post() {
     echo "$(cat "$prefix/s")|$id|$(cat "$prefix/b")"
 }
 
+reason() {
+    # reason: the X-Dynamo-RL-Reason of the last post
+    awk 'tolower($1) == "x-dynamo-rl-reason:" { print $2 }' "$prefix/h" \
+        | tr -d '\r'
+}
+
+state_of() {
+    # state_of label id: the ledger's state of an attempt
+    case $1 in
+    module)
+        curl -s "http://127.0.0.1:$module_api/rl/attempts/$2" \
+            | grep -o '"state":"[a-z]*"' | cut -d'"' -f4 ;;
+    lua-ledger)
+        curl -s "http://127.0.0.1:$lualedger_api/lua/attempts/$2" ;;
+    esac
+}
+
+conflict='{"message":"attempt id already used: generation is not idempotent","type":"Conflict","code":409}'
+
 for g in "direct $up_port" "plain $plain_port" "module $module_port" \
-         "module-ledger-off $ledgeroff_port" "lua $lua_port"
+         "module-ledger-off $ledgeroff_port" "lua $lua_port" \
+         "lua-ledger $lualedger_port"
 do
     set -- $g
     r=$(post "$2" /v1/completions)
@@ -475,13 +570,14 @@ do
 done
 
 for g in "module $module_port" "module-ledger-off $ledgeroff_port" \
-         "lua $lua_port"
+         "lua $lua_port" "lua-ledger $lualedger_port"
 do
     set -- $g
     r=$(post "$2" /v1/echo)
     IFS='|' read -r st id e1 e2 _ <<< "$r"
     [ "$st" = 200 ] && [[ $id =~ $uuid7 ]] && [ "$e1" = "$id" ] \
         && [ "$e2" = "$id" ] || die "$1: a minted id gave: $r"
+    mid=$id
     cid=sanity-$tag-$1
     r=$(post "$2" /v1/echo "X-Dynamo-Attempt-Id: $cid")
     IFS='|' read -r st id e1 e2 _ <<< "$r"
@@ -491,7 +587,24 @@ do
     [ "${r%%|*}" = 400 ] || die "$1: an invalid id gave: $r"
     r=$(post "$2" /v1/completions "X-Dynamo-Attempt-Id: $cid")
     case $1 in
-    module) [ "${r%%|*}" = 409 ] || die "$1: a duplicate gave: $r" ;;
+    module|lua-ledger)
+        # the same refusal from both, not forwarded (the body is ours)
+        [ "$r" = "409|$cid|$conflict" ] \
+            && [ "$(reason)" = duplicate_attempt ] \
+            || die "$1: a duplicate gave: $r, reason $(reason)"
+        [ "$(state_of "$1" "$cid")" = succeeded ] \
+            || die "$1: the state of $cid: $(state_of "$1" "$cid")"
+        # an id minted here, sent back by a client
+        r=$(post "$2" /v1/completions "X-Dynamo-Attempt-Id: $mid")
+        [ "$r" = "409|$mid|$conflict" ] \
+            || die "$1: a minted id sent back gave: $r"
+        # an upstream error: failed
+        fid=$cid-404
+        r=$(post "$2" /v1/missing "X-Dynamo-Attempt-Id: $fid")
+        [ "${r%%|*}" = 404 ] || die "$1: /v1/missing gave: $r"
+        [ "$(state_of "$1" "$fid")" = failed ] \
+            || die "$1: the state of $fid: $(state_of "$1" "$fid")"
+        ;;
     *) [ "${r%%|*}" = 200 ] || die "$1: a repeated id gave: $r" ;;
     esac
 done
@@ -512,6 +625,16 @@ case $r in
 *'"state":"succeeded"'*'"stream":true'*) ;;
 *) die "the ledger's record of an SSE attempt: $r" ;;
 esac
+
+curl -s -N -X POST -H 'Content-Type: application/json' \
+    -H "X-Dynamo-Attempt-Id: $sid" -d '{"stream":true}' \
+    "http://127.0.0.1:$lualedger_port/v1/chat/completions?n=5&ms=2" \
+    > "$prefix/sse.out"
+grep -q '^data: \[DONE\]' "$prefix/sse.out" \
+    && [ "$(grep -c '"t":' "$prefix/sse.out")" = 5 ] \
+    || die "the SSE route through lua-ledger gave: $(cat "$prefix/sse.out")"
+r=$(state_of lua-ledger "$sid")
+[ "$r" = succeeded ] || die "lua-ledger's state of an SSE attempt: $r"
 
 # ---------------------------------------------------------------------
 # measurement helpers, as in bench/admin.sh
@@ -626,8 +749,9 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 t_start=$(date +%s)
 
 # ---------------------------------------------------------------------
-# warm-up: every gateway, and the module's zone until it is full (records
-# evicted), so that every round sees the ledger's steady state
+# warm-up: every gateway, the module's zone until it is full (records
+# evicted) and lua-ledger's dict until it is full (no free page left: the
+# next inserts evict), so that every round sees the ledgers' steady state
 
 warm() {
     # warm label port: wrk for WARMUP seconds, three tries
@@ -659,6 +783,17 @@ done
 
 zone_warm=$(zone_json "$module_api")
 
+lua_ledger_json() {
+    curl -s "http://127.0.0.1:$lualedger_api/lua/ledger"
+}
+
+for i in $(seq 1 "$warmup_tries"); do
+    warm lua-ledger "$lualedger_port"
+    [ "$(zone_field "$(lua_ledger_json)" free_space)" != 0 ] || break
+done
+
+lua_ledger_warm=$(lua_ledger_json)
+
 if [ "$h2" = 1 ]; then
     for p in $plain_h2_port $module_h2_port; do
         h2_run "$p" 1 "$prefix/out/warmup-h2" || die "h2load failed"
@@ -667,7 +802,9 @@ if [ "$h2" = 1 ]; then
     done
 fi
 
-for port in $sse_port $plain_port $module_port $ledgeroff_port $lua_port; do
+for port in $sse_port $plain_port $module_port $ledgeroff_port $lua_port \
+            $lualedger_port
+do
     run_client "$prefix/out/warmup-sse" "$python" "$prefix/sse_client.py" \
         run 127.0.0.1 "$port" "$sse_streams" 10 2 "$prefix/out/warmup-sse.d" \
         || { cat "$prefix/out/warmup-sse" >&2; die "the SSE warm-up failed"; }
@@ -682,18 +819,18 @@ sse_results=$prefix/sse-results
 : > "$sse_results"
 
 variants="plain module module-client-id module-ledger-off lua lua-client-id"
-variants="$variants direct"
+variants="$variants lua-ledger lua-ledger-client-id direct"
 [ "$h2" != 1 ] || variants="$variants plain-h2 module-h2"
 [ "${HTTP:-1}" = 1 ] || variants=""
 variants=${VARIANTS-$variants}
-sse_variants=${SSE_VARIANTS-direct plain module module-ledger-off lua}
+sse_variants=${SSE_VARIANTS-direct plain module module-ledger-off lua lua-ledger}
 
 sse_chrt=
 [ "$sse_rt" != 1 ] || sse_chrt="chrt -f 1"
 
 rt_workers() {
     # rt_workers fifo|other: the SSE path's workers
-    for w in $sse_w $plain_w $module_w $ledgeroff_w $lua_w; do
+    for w in $sse_w $plain_w $module_w $ledgeroff_w $lua_w $lualedger_w; do
         if [ "$1" = fifo ]; then
             chrt -f -p 1 "$w" > /dev/null
         else
@@ -712,6 +849,9 @@ variant() {
     module-ledger-off) port=$ledgeroff_port; w=$ledgeroff_w ;;
     lua)               port=$lua_port; w=$lua_w ;;
     lua-client-id)     port=$lua_port; w=$lua_w; mode=client ;;
+    lua-ledger)        port=$lualedger_port; w=$lualedger_w ;;
+    lua-ledger-client-id)
+                       port=$lualedger_port; w=$lualedger_w; mode=client ;;
     direct)            port=$up_port; w= ;;
     plain-h2)          port=$plain_h2_port; w=$plain_w; tool=h2 ;;
     module-h2)         port=$module_h2_port; w=$module_w; tool=h2 ;;
@@ -825,6 +965,8 @@ for round in $(seq 1 "$rounds"); do
         module)            port=$module_port ;;
         module-ledger-off) port=$ledgeroff_port ;;
         lua)               port=$lua_port ;;
+        lua-ledger)        port=$lualedger_port ;;
+        *)                 die "no SSE variant $v" ;;
         esac
 
         out=$prefix/out/$round-sse-$v
@@ -873,6 +1015,8 @@ done
 
 zone_fill=$(zone_json "$fill_api")
 in_flight_lua=$(curl -s "http://127.0.0.1:$lua_api/lua/in_flight")
+lua_ledger_end=$(lua_ledger_json)
+in_flight_lua_ledger=$(zone_field "$lua_ledger_end" in_flight)
 
 rss() {
     awk '/^VmRSS/ { print $2 }' "/proc/$1/status"
@@ -884,7 +1028,7 @@ rss() {
 
 profiles=
 if [ "$profile" = 1 ] && command -v perf > /dev/null; then
-    for v in ${PROFILE_VARIANTS:-plain module module-ledger-off lua}; do
+    for v in ${PROFILE_VARIANTS:-plain module module-ledger-off lua lua-ledger}; do
         variant "$v"
         [ -n "$w" ] || continue
         set -- "$v"
@@ -980,19 +1124,52 @@ echo "A zone is full when it evicts (evictions > 0): records is then what it"
 echo "holds; bytes per record divide the whole zone (slab pages, headers and"
 echo "the tree's shared context included) by the records."
 echo
+echo "lua-ledger's \`lua_shared_dict dynamo_rl_ledger $zone_size\`" \
+     "(36-byte ids, minted and client):"
+echo
+echo "| dict ($zone_size) | records | in flight | capacity | free pages, bytes |" \
+     "zone bytes per record | records per 8 MiB |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+for z in "after the warm-up|$lua_ledger_warm" \
+         "after the series|$lua_ledger_end"
+do
+    IFS='|' read -r what json <<< "$z"
+    awk -v what="$what" -v rec="$(zone_field "$json" records)" \
+        -v fl="$(zone_field "$json" in_flight)" \
+        -v cap="$(zone_field "$json" capacity)" \
+        -v free="$(zone_field "$json" free_space)" -v size="$zone_size" \
+        'BEGIN {
+            m = size + 0
+            if (size ~ /[kK]$/) bytes = m * 1024
+            else if (size ~ /[mM]$/) bytes = m * 1048576
+            else bytes = m
+            full = (free == 0 && rec > 0)
+            printf "| %s | %d | %d | %d | %d | %s | %s |\n",
+                what, rec, fl, cap, free,
+                (full ? sprintf("%.1f", bytes / rec) : "(not full)"),
+                (full ? sprintf("%d", rec * 8388608 / bytes) : "-")
+        }'
+done
+echo
+echo "The dict is full when no free page is left (it then evicts by LRU;"
+echo "lua_shared_dict counts no evictions); its entries are walked after the"
+echo "rounds, never during one."
+echo
 echo "### Worker RSS after the run"
 echo
 echo "| gateway | RSS kB |"
 echo "|---|---:|"
 for g in "plain $plain_w" "module $module_w" "module-ledger-off $ledgeroff_w" \
-         "lua $lua_w" "fill (128-byte ids) $fill_w" "upstream $up_w"
+         "lua $lua_w" "lua-ledger $lualedger_w" "fill (128-byte ids) $fill_w" \
+         "upstream $up_w"
 do
     set -- $g
     w=${*: -1}
     echo "| ${*:1:$(($# - 1))} | $(rss "$w") |"
 done
 echo
-echo "Lua in-flight counter after the run: $in_flight_lua (0 expected)."
+echo "Lua in-flight counters after the run: lua $in_flight_lua," \
+     "lua-ledger $in_flight_lua_ledger (0 expected)."
 for p in $profiles; do
     echo
     echo "### perf: $p (cpu-clock, $duration s, \`perf report --no-children\`)"

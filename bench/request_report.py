@@ -24,6 +24,7 @@ TARGETS = {
     "rps module/plain": (">=", 0.97),
     "cpu module/plain": ("<=", 1.05),
     "rps module/lua": (">=", 1.3),
+    "rps module/lua-ledger": (">=", 1.3),
     "rps module/module-ledger-off": (">=", 0.95),
     "sse p99 module-plain": ("<=", 50.0),
 }
@@ -137,7 +138,10 @@ def main(argv):
              ("module-ledger-off", "plain"), ("module", "module-ledger-off"),
              ("module-client-id", "module-ledger-off"),
              ("module", "lua"), ("module-client-id", "lua-client-id"),
+             ("module", "lua-ledger"),
+             ("module-client-id", "lua-ledger-client-id"),
              ("module-ledger-off", "lua"), ("lua", "plain"),
+             ("lua-ledger", "plain"), ("lua-ledger", "lua"),
              ("plain", "direct"), ("module-h2", "plain-h2")]
     summary = {}
     print("### Ratios: medians of the per-round ratios")
@@ -268,6 +272,9 @@ def main(argv):
                         ("cpu module/plain",
                          "module/plain gateway CPU per request"),
                         ("rps module/lua", "module/lua requests/s"),
+                        ("rps module/lua-ledger",
+                         "module/lua-ledger requests/s (the same "
+                         "single-use policy)"),
                         ("rps module/module-ledger-off",
                          "ledger on / ledger off requests/s"),
                         ("sse p99 module-plain",
@@ -280,6 +287,7 @@ def main(argv):
             print("| %s, quiet rounds only | %.3f | %s |"
                   % (label, v, verdict(name, v)))
     for a, b in [("module", "plain"), ("module", "lua"),
+                 ("module", "lua-ledger"),
                  ("module", "module-ledger-off")]:
         c = summary.get("cpu %s/%s" % (a, b))
         if c:
