@@ -529,7 +529,7 @@ bench_decide(ngx_http_dynamo_rl_index_t *index, uint64_t *flat,
 {
     u_char                        *p;
     size_t                         len;
-    ngx_uint_t                     n;
+    ngx_uint_t                     n, k;
     ngx_str_t                     *r;
     ngx_http_dynamo_rl_worker_t  **wp, **last, *w;
 
@@ -537,25 +537,27 @@ bench_decide(ngx_http_dynamo_rl_index_t *index, uint64_t *flat,
     n = 0;
 
     if (flat == NULL) {
-        wp = ngx_http_dynamo_rl_index_find(index, id);
+        wp = ngx_http_dynamo_rl_index_find(index, id, &k);
 
     } else {
-        wp = bench_flat_find(index, flat, id);
-    }
+        /* the old layout counted the duplicates by their ids */
 
-    if (wp != NULL) {
+        wp = bench_flat_find(index, flat, id);
         last = index->sorted + index->nsorted;
 
-        for ( /* void */ ; wp < last && (*wp)->id == id; wp++) {
-            if (ngx_http_dynamo_rl_namespace_match(NGX_HTTP_DYNAMO_RL_NS_PREFIX,
-                                                   scope,
-                                                   (*wp)->namespace.data,
-                                                   (*wp)->namespace.len)
-                == NGX_OK)
-            {
-                w = *wp;
-                n++;
-            }
+        for (k = 0; wp != NULL && wp + k < last && wp[k]->id == id; k++) {
+            /* void */
+        }
+    }
+
+    for ( /* void */ ; k; k--, wp++) {
+        if (ngx_http_dynamo_rl_namespace_match(NGX_HTTP_DYNAMO_RL_NS_PREFIX,
+                                               scope, (*wp)->namespace.data,
+                                               (*wp)->namespace.len)
+            == NGX_OK)
+        {
+            w = *wp;
+            n++;
         }
     }
 

@@ -136,9 +136,9 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
 {
     u_char                          *p;
     size_t                           len;
-    ngx_uint_t                       n;
+    ngx_uint_t                       n, k;
     ngx_str_t                       *route;
-    ngx_http_dynamo_rl_worker_t    **wp, **last, *w;
+    ngx_http_dynamo_rl_worker_t    **wp, *w;
     ngx_http_dynamo_rl_loc_conf_t   *drlcf;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
@@ -157,18 +157,12 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
     w = NULL;
     n = 0;
 
-    wp = ngx_http_dynamo_rl_index_find(index, id);
+    wp = ngx_http_dynamo_rl_index_find(index, id, &k);
 
-    if (wp != NULL) {
-        last = index->sorted + index->nsorted;
-
-        for ( /* void */ ; wp < last && (*wp)->id == id; wp++) {
-            if (ngx_http_dynamo_rl_in_scope(drlcf, &(*wp)->namespace)
-                == NGX_OK)
-            {
-                w = *wp;
-                n++;
-            }
+    for ( /* void */ ; k; k--, wp++) {
+        if (ngx_http_dynamo_rl_in_scope(drlcf, &(*wp)->namespace) == NGX_OK) {
+            w = *wp;
+            n++;
         }
     }
 

@@ -44,6 +44,7 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
     ngx_uint_t                         i, k, n, h;
     json_error_t                       jerr;
     ngx_http_dynamo_rl_scan_t          scan;
+    ngx_http_dynamo_rl_slot_t         *slot;
     ngx_http_dynamo_rl_worker_t       *w;
     ngx_http_dynamo_rl_scan_worker_t  *sw;
 
@@ -267,8 +268,11 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
     ngx_memzero(index->slots, size * sizeof(ngx_http_dynamo_rl_slot_t));
     index->mask = size - 1;
 
+    slot = NULL;
+
     for (i = 0; i < index->nsorted; i++) {
         if (i > 0 && index->sorted[i - 1]->id == index->sorted[i]->id) {
+            slot->n++;
             continue;
         }
 
@@ -278,8 +282,11 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
             h++;
         }
 
-        index->slots[h & index->mask].id = index->sorted[i]->id;
-        index->slots[h & index->mask].first = i + 1;
+        slot = &index->slots[h & index->mask];
+
+        slot->id = index->sorted[i]->id;
+        slot->first = (uint32_t) (i + 1);
+        slot->n = 1;
     }
 
     return NGX_OK;
@@ -576,22 +583,28 @@ ngx_http_dynamo_rl_json_integer(u_char *p, u_char *last)
 }
 
 
+/*
+ * the first worker with that id, and in *n how many have it: they follow
+ * the first in sorted[]; the count spares reading the next one's id
+ */
+
 ngx_http_dynamo_rl_worker_t **
-ngx_http_dynamo_rl_index_find(ngx_http_dynamo_rl_index_t *index, uint64_t id)
+ngx_http_dynamo_rl_index_find(ngx_http_dynamo_rl_index_t *index, uint64_t id,
+    ngx_uint_t *n)
 {
     ngx_uint_t                  h;
     ngx_http_dynamo_rl_slot_t  *slot;
-
-    /* the first worker with that id; duplicates follow it in sorted[] */
 
     for (h = ngx_http_dynamo_rl_slot_hash(id); /* void */ ; h++) {
         slot = &index->slots[h & index->mask];
 
         if (slot->first == 0) {
+            *n = 0;
             return NULL;
         }
 
         if (slot->id == id) {
+            *n = slot->n;
             return &index->sorted[slot->first - 1];
         }
     }

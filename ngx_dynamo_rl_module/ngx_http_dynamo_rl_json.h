@@ -37,7 +37,8 @@ typedef struct {
 
 typedef struct {
     uint64_t                        id;
-    ngx_uint_t                      first;       /* sorted[first - 1] */
+    uint32_t                        first;       /* sorted[first - 1] */
+    uint32_t                        n;           /* workers with the id */
 } ngx_http_dynamo_rl_slot_t;
 
 
@@ -85,7 +86,7 @@ ngx_int_t ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
     ngx_http_dynamo_rl_alloc_pt alloc, void *data,
     ngx_http_dynamo_rl_index_t *index, ngx_http_dynamo_rl_json_err_t *err);
 ngx_http_dynamo_rl_worker_t **ngx_http_dynamo_rl_index_find(
-    ngx_http_dynamo_rl_index_t *index, uint64_t id);
+    ngx_http_dynamo_rl_index_t *index, uint64_t id, ngx_uint_t *n);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_JSON_H_INCLUDED_ */

@@ -566,7 +566,7 @@ static u_char *
 ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r, u_char *p)
 {
     char                           *admin;
-    ngx_uint_t                      i, n, eligible, dup;
+    ngx_uint_t                      i, k, n, eligible, dup;
     ngx_http_dynamo_rl_worker_t    *w, **wp;
     ngx_http_dynamo_rl_index_t     *index;
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
@@ -597,12 +597,9 @@ ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r, u_char *p)
         dup = 0;
 
         if (w->has_id) {
-            wp = ngx_http_dynamo_rl_index_find(index, w->id);
+            wp = ngx_http_dynamo_rl_index_find(index, w->id, &k);
 
-            for ( /* void */ ;
-                 wp < index->sorted + index->nsorted && (*wp)->id == w->id;
-                 wp++)
-            {
+            for ( /* void */ ; k; k--, wp++) {
                 if (ngx_http_dynamo_rl_in_scope(drlcf, &(*wp)->namespace)
                     == NGX_OK)
                 {

@@ -123,31 +123,34 @@ load(snap_t *s, const char *doc)
 static ngx_uint_t
 count(snap_t *s, uint64_t id)
 {
-    ngx_uint_t                     n;
+    ngx_uint_t                     n, k;
     ngx_http_dynamo_rl_worker_t  **wp, **last;
 
-    wp = ngx_http_dynamo_rl_index_find(&s->index, id);
+    wp = ngx_http_dynamo_rl_index_find(&s->index, id, &n);
 
     if (wp == NULL) {
-        return 0;
+        return n == 0 ? 0 : 1000;
     }
+
+    /* the count agrees with the ids in sorted[] */
 
     last = s->index.sorted + s->index.nsorted;
 
-    for (n = 0; wp < last && (*wp)->id == id; wp++) {
-        n++;
+    for (k = 0; wp < last && (*wp)->id == id; wp++) {
+        k++;
     }
 
-    return n;
+    return k == n ? n : 1000;
 }
 
 
 static ngx_http_dynamo_rl_worker_t *
 find(snap_t *s, uint64_t id)
 {
+    ngx_uint_t                     n;
     ngx_http_dynamo_rl_worker_t  **wp;
 
-    wp = ngx_http_dynamo_rl_index_find(&s->index, id);
+    wp = ngx_http_dynamo_rl_index_find(&s->index, id, &n);
 
     return wp ? *wp : NULL;
 }
