@@ -15,6 +15,7 @@
 #
 #     bench/admin.sh                   5 rounds x 3 variants x 5 s: ~85 s
 #     ROUNDS=3 DURATION=5 bench/admin.sh
+#     PROFILE=1 bench/admin.sh         + perf record of the big gateway
 #     UPSTREAM_KEEPALIVE=0 bench/admin.sh   system_url an IP literal: a new
 #                                           upstream connection per call
 #
@@ -462,6 +463,30 @@ for round in $(seq 1 "$rounds"); do
     done
 done
 
+# PROFILE=1: where the big gateway's worker spends its time, a worker at
+# random and the same worker, outside the measured series (cpu-clock: no
+# hardware counters in this KVM guest)
+
+profiles=
+if [ "${PROFILE:-0}" = 1 ] && command -v perf > /dev/null; then
+    w=$(ps -o pid= --ppid "$(cat "$prefix/gwbig/nginx.pid")" | tr -d ' ')
+    for paths in random one; do
+        run_wrk "$gwbig_port" $((duration + 2)) "$prefix/perf-$paths.load" \
+            "$prefix/paths-$paths" &
+        load=$!
+        sleep 1
+        perf record -q -e cpu-clock -F 4999 -p "$w" \
+            -o "$prefix/perf-$paths.data" -- sleep "$duration" \
+            > /dev/null 2>&1 || true
+        wait "$load" || true
+        perf report -i "$prefix/perf-$paths.data" --no-children \
+            --sort dso,sym --stdio 2> /dev/null \
+            | grep -v -e '^#' -e '^$' | grep -v '\[k\]' | head -25 \
+            > "$prefix/perf-$paths.sym" || true
+        profiles="$profiles $paths"
+    done
+fi
+
 if grep -E '\[(alert|crit|emerg)\]' "$prefix"/*/error.log > /dev/null; then
     grep -E '\[(alert|crit|emerg)\]' "$prefix"/*/error.log >&2
     die "the error logs have alerts"
@@ -522,6 +547,15 @@ awk -v big="$big" '
         print ""
         printf "%s", summary
     }' "$results"
+
+for paths in $profiles; do
+    echo
+    echo "perf of the $big-worker gateway, $paths worker(s), user space:"
+    echo
+    echo '```'
+    cat "$prefix/perf-$paths.sym"
+    echo '```'
+done
 
 echo
 for g in gw1 gwbig; do
