@@ -41,6 +41,7 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
     size_t                             size;
     uint64_t                           id;
     json_t                            *root, *v, *workers, *elt;
+    ngx_int_t                          rc;
     ngx_uint_t                         i, k, n, h;
     json_error_t                       jerr;
     ngx_http_dynamo_rl_scan_t          scan;
@@ -53,26 +54,36 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
 
     err->reason = "document is not valid JSON";
 
+    /*
+     * the scan and the rewritten copy are scratch, about half of what
+     * the build allocates: malloc()ed and freed, never in the index's pool
+     */
+
+    root = NULL;
+    buf = NULL;
+
     scan.nalloc = ngx_http_dynamo_rl_scan_bound(doc, len);
-    scan.workers = alloc(data, (scan.nalloc + 1)
-                               * sizeof(ngx_http_dynamo_rl_scan_worker_t));
+    scan.workers = malloc((scan.nalloc + 1)
+                          * sizeof(ngx_http_dynamo_rl_scan_worker_t));
     if (scan.workers == NULL) {
         err->reason = "out of memory";
         return NGX_ERROR;
     }
 
     if (ngx_http_dynamo_rl_scan_discovery(doc, len, &scan) != NGX_OK) {
-        return NGX_DECLINED;
+        rc = NGX_DECLINED;
+        goto done;
     }
 
     /* every instance_id that is a u64 becomes its worker's ordinal */
 
     size = len + scan.nworkers * NGX_INT64_LEN + 1;
 
-    buf = alloc(data, size);
+    buf = malloc(size);
     if (buf == NULL) {
         err->reason = "out of memory";
-        return NGX_ERROR;
+        rc = NGX_ERROR;
+        goto done;
     }
 
     p = buf;
@@ -138,31 +149,36 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
         n = ngx_min(ngx_strlen(jerr.text), sizeof(err->text) - 1);
         ngx_memcpy(err->text, jerr.text, n);
         err->text[n] = '\0';
-        return NGX_DECLINED;
+        rc = NGX_DECLINED;
+        goto done;
     }
 
     if (!json_is_object(root)) {
         err->reason = "document is not a JSON object";
-        goto invalid;
+        rc = NGX_DECLINED;
+        goto done;
     }
 
     v = json_object_get(root, "protocol_version");
 
     if (v == NULL) {
         err->reason = "\"protocol_version\" is missing";
-        goto invalid;
+        rc = NGX_DECLINED;
+        goto done;
     }
 
     if (!json_is_integer(v) || json_integer_value(v) != 1) {
         err->reason = "\"protocol_version\" is not the integer 1";
-        goto invalid;
+        rc = NGX_DECLINED;
+        goto done;
     }
 
     workers = json_object_get(root, "workers");
 
     if (workers == NULL || !json_is_array(workers)) {
         err->reason = "\"workers\" is missing or not an array";
-        goto invalid;
+        rc = NGX_DECLINED;
+        goto done;
     }
 
     index->nelts = json_array_size(workers);
@@ -181,7 +197,8 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
         || scan.workers_end == NULL)
     {
         err->reason = "document structure is ambiguous";
-        goto invalid;
+        rc = NGX_DECLINED;
+        goto done;
     }
 
     index->workers_start = scan.workers_start - doc;
@@ -192,8 +209,8 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
 
     if (index->workers == NULL || index->sorted == NULL) {
         err->reason = "out of memory";
-        json_decref(root);
-        return NGX_ERROR;
+        rc = NGX_ERROR;
+        goto done;
     }
 
     k = 0;
@@ -232,9 +249,9 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
         if (ngx_http_dynamo_rl_json_worker(elt, w, alloc, data, index)
             != NGX_OK)
         {
-            json_decref(root);
             err->reason = "out of memory";
-            return NGX_ERROR;
+            rc = NGX_ERROR;
+            goto done;
         }
 
         if (w->has_id) {
@@ -247,6 +264,8 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
     index->nworkers = k;
 
     json_decref(root);
+    free(buf);
+    free(scan.workers);
 
     ngx_qsort(index->sorted, index->nsorted, sizeof(void *),
               ngx_http_dynamo_rl_cmp_workers);
@@ -291,11 +310,16 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
 
     return NGX_OK;
 
-invalid:
+done:
 
-    json_decref(root);
+    if (root != NULL) {
+        json_decref(root);
+    }
 
-    return NGX_DECLINED;
+    free(buf);
+    free(scan.workers);
+
+    return rc;
 }
 
 

@@ -58,11 +58,12 @@ fuzz_alloc(void *data, size_t size)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    size_t                          i, j;
+    size_t                          i, j, k;
     u_char                         *doc;
     ngx_int_t                       rc;
+    ngx_uint_t                      n;
     fuzz_arena_t                    arena;
-    ngx_http_dynamo_rl_worker_t    *w;
+    ngx_http_dynamo_rl_worker_t    *w, **wp;
     ngx_http_dynamo_rl_index_t      index;
     ngx_http_dynamo_rl_json_err_t   err;
 
@@ -124,9 +125,22 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
         }
 
+        /* every id found: its first worker, and how many share it */
+
         for (i = 0; i < index.nsorted; i++) {
-            if (ngx_http_dynamo_rl_index_find(&index, index.sorted[i]->id)
-                == NULL)
+            wp = ngx_http_dynamo_rl_index_find(&index, index.sorted[i]->id,
+                                               &n);
+
+            for (k = 0; i + k < index.nsorted
+                        && index.sorted[i + k]->id == index.sorted[i]->id;
+                 k++)
+            {
+                /* void */
+            }
+
+            if (wp == NULL || (*wp)->id != index.sorted[i]->id
+                || (wp != index.sorted && wp[-1]->id == (*wp)->id)
+                || n != k + (size_t) (index.sorted + i - wp))
             {
                 abort();
             }
