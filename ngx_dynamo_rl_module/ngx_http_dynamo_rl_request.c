@@ -118,6 +118,7 @@ ngx_int_t
 ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
 {
     ngx_int_t                       rc;
+    ngx_table_elt_t                *h;
     ngx_http_dynamo_rl_ctx_t       *ctx;
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
 
@@ -164,6 +165,20 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "dynamo rl: attempt id \"%V\" already used",
                       &ctx->attempt_id);
+
+        /*
+         * the OpenAI SDKs retry a 409 unless told not to: the same id
+         * would only be refused again
+         */
+
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "X-Should-Retry");
+        ngx_str_set(&h->value, "false");
 
         return ngx_http_dynamo_rl_deny(r, NGX_HTTP_CONFLICT,
                                        "duplicate_attempt",

@@ -38,7 +38,7 @@ select STDOUT; $| = 1;
 $SIG{ALRM} = sub { die "test timed out\n" };
 alarm(300);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(351);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(357);
 
 $t->write_file_expand('nginx.conf', <<'EOF');
 
@@ -1095,6 +1095,7 @@ sub conflict {
 	is($r->{status}, 409, "$name: 409");
 	ok(flat($r, 409, 'Conflict'), "$name: flat body") or diag($r->{body});
 	is($r->{headers}{'x-dynamo-attempt-id'}, $id, "$name: id echoed");
+	is($r->{headers}{'x-should-retry'}, 'false', "$name: not to retry");
 }
 
 sub json {

@@ -53,7 +53,7 @@ if ($problem) {
 	exit 1;
 }
 
-$t->plan(89);
+$t->plan(93);
 
 $t->write_file_expand('nginx.conf', <<'EOF');
 
@@ -138,7 +138,7 @@ my ($rc, @lines) = run_node('--base-url', 'http://127.0.0.1:' . port(8080)
 
 is($rc, 0, 'node: script exit status')
 	or diag($t->read_file('node.stderr'));
-is(scalar @lines, 7, 'node: one line per call');
+is(scalar @lines, 9, 'node: one line per call');
 
 my %call = map { $_->{call} => $_ } @lines;
 
@@ -235,6 +235,17 @@ is(ref $d->{body} && $d->{body}{type}, 'Conflict', 'duplicate: type');
 is(ref $d->{body} && $d->{body}{code}, 409, 'duplicate: code');
 is(scalar(grep { ($_->{headers}{'x-request-id'} // '') eq $CLIENT_ID }
 	requests()), 1, 'duplicate: not forwarded');
+
+# with the SDK's default retries, the 409 is not retried
+
+$d = $call{duplicate_retries} // {};
+
+is($d->{status}, 409, 'default retries: 409');
+is($d->{error_class}, 'ConflictError', 'default retries: ConflictError');
+is(($call{duplicate_retries_fetches} // {})->{fetches}, 1,
+	'default retries: the SDK sent the request once');
+is(scalar(grep { ($_->{headers}{'x-request-id'} // '') eq $CLIENT_ID }
+	requests()), 1, 'default retries: not forwarded');
 
 my $a = api($CLIENT_ID);
 

@@ -278,3 +278,30 @@ await run('duplicate', async () => {
         ...(await drain(stream, (c) => c?.delta?.content)),
     });
 });
+
+// the same id once more from a client with the SDK's default retries
+// (maxRetries 2), which retries a 409 unless the answer says otherwise:
+// the gateway's X-Should-Retry: false makes it one request; "fetches"
+// counts what the SDK sent
+
+let fetches = 0;
+
+const retrying = new OpenAI({
+    ...common,
+    maxRetries: 2,
+    fetch: (url, init) => {
+        fetches++;
+        return keepErrorBody(url, init);
+    },
+});
+
+await run('duplicate_retries', async () => {
+    const { response, request_id } = await retrying.completions
+        .create({ model: opts.model, prompt, max_tokens: 16 },
+        { headers: { 'X-Dynamo-Attempt-Id': opts.attemptId } })
+        .withResponse();
+
+    return raw('duplicate_retries', response, { request_id });
+});
+
+print({ call: 'duplicate_retries_fetches', ok: true, fetches });
