@@ -6,6 +6,10 @@
 
 #include "ngx_http_dynamo_rl_module.h"
 
+#if (NGX_LINUX && defined __GLIBC__)
+#include <malloc.h>
+#endif
+
 
 static ngx_int_t ngx_http_dynamo_rl_refresh(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
@@ -793,6 +797,18 @@ ngx_http_dynamo_rl_install(ngx_http_dynamo_rl_main_conf_t *drmcf,
     drmcf->index_pool = pool;
     drmcf->index = index;
     drmcf->index_generation = generation;
+
+#if (NGX_LINUX && defined __GLIBC__)
+
+    /*
+     * jansson's tree of the document, the build's scratch and the old
+     * index were freed, tens of MB for a large fleet, which glibc would
+     * otherwise keep in every worker process
+     */
+
+    (void) malloc_trim(0);
+
+#endif
 }
 
 
