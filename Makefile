@@ -181,7 +181,9 @@ bench-deps:
 bench-request: bench-deps build
 	bench/request.sh
 
-bench: bench-snapshot bench-admin bench-request
+# all three, about 10 minutes: bench/results.md
+bench: bench-deps build $(BUILD)/snapshot-bench
+	BUILD=$(BUILD) bench/all.sh > /dev/null
 
 # nginx's own proxy and upstream tests (nginx/nginx-tests at the pinned
 # commit, never committed here) with and without the module, compared
