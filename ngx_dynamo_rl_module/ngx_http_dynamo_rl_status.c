@@ -831,6 +831,18 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
         p = ngx_cpymem(p, "-1\n", 3);
     }
 
+    /* the gate's state as a label: one of the three series is 1 */
+
+    p = ngx_sprintf(p, "# HELP dynamo_rl_gate_state The gate's state: open, "
+                    "closed, or expired (closed, its lease run out).\n"
+                    "# TYPE dynamo_rl_gate_state gauge\n"
+                    "dynamo_rl_gate_state{state=\"open\"} %ui\n"
+                    "dynamo_rl_gate_state{state=\"closed\"} %ui\n"
+                    "dynamo_rl_gate_state{state=\"expired\"} %ui\n",
+                    (ngx_uint_t) !rp->gate.closed,
+                    (ngx_uint_t) (rp->gate.closed && !rp->gate.expired),
+                    (ngx_uint_t) (rp->gate.closed && rp->gate.expired));
+
     p = ngx_sprintf(p, "# HELP dynamo_rl_gate_closed 1 while the gate is "
                     "closed.\n# TYPE dynamo_rl_gate_closed gauge\n"
                     "dynamo_rl_gate_closed %ui\n"

@@ -36,7 +36,7 @@ select STDOUT; $| = 1;
 $SIG{ALRM} = sub { die "test timed out\n" };
 alarm(300);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(253);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(255);
 
 $t->write_file_expand('nginx.conf', <<'EOF');
 
@@ -206,6 +206,8 @@ $epoch = $g->{epoch};
 $g = gate();
 is($g->{state}, 'closed', 'closed: GET state');
 is($g->{epoch}, $epoch, 'closed: GET epoch');
+is(join(' ', map { metrics()->{qq/dynamo_rl_gate_state{state="$_"}/} // '-' }
+	qw/ open closed expired /), '0 1 0', 'closed: gate state closed');
 cmp_ok($g->{in_flight}, '>=', 1, 'closed: in_flight >= 1 while it streams');
 
 # new requests: 503 in the flat shape, Retry-After, the attempt id; never
@@ -353,6 +355,8 @@ is($st->{gate}{state}, 'closed', 'expired: closed in status');
 my $m = metrics();
 is($m->{dynamo_rl_gate_lease_expired}, 1, 'expired: 1 in metrics');
 is($m->{dynamo_rl_gate_closed}, 1, 'expired: closed in metrics');
+is(join(' ', map { $m->{qq/dynamo_rl_gate_state{state="$_"}/} // '-' }
+	qw/ open closed expired /), '0 0 1', 'expired: gate state expired');
 
 # renew after expiry: not expired, the lease moves on
 

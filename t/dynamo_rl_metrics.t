@@ -37,7 +37,7 @@ select STDOUT; $| = 1;
 $SIG{ALRM} = sub { die "test timed out\n" };
 alarm(300);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(57);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(58);
 
 $t->write_file_expand('nginx.conf', <<'EOF');
 
@@ -314,6 +314,8 @@ is_deeply(counters($text), expected(\%expect), 'counters: exact')
 is(epoch($m), 2, 'gate epoch: 2 (close, open)');
 is($m->{'dynamo_rl_in_flight'}, 0, 'gauge: in_flight 0');
 is($m->{'dynamo_rl_gate_closed'}, 0, 'gauge: gate open');
+is(join(' ', map { $m->{"dynamo_rl_gate_state{state=$_}"} // '-' }
+	qw/ open closed expired /), '1 0 0', 'gauge: gate state open');
 is($m->{'dynamo_rl_gate_lease_expired'}, 0, 'gauge: lease not expired');
 is($m->{'dynamo_rl_gate_lease_expiry_seconds'}, 0, 'gauge: no lease');
 is($m->{'dynamo_rl_ledger_records'}, 5, 'gauge: 5 attempts recorded');
@@ -359,6 +361,7 @@ my %outcome_ok = map { $_ => { map { $_ => 1 } @{$OUTCOMES{$_}} } } @PLANES;
 my %reason_ok = map { $_ => 1 } @REASONS;
 my %le_ok = map { $_ => 1 } @LE;
 my %result_ok = map { $_ => 1 } qw/ ok error failed /;
+my %state_ok = map { $_ => 1 } qw/ open closed expired /;
 
 my @bad;
 
@@ -375,6 +378,7 @@ for my $line (grep { !/^#/ && /\S/ } split /\n/, $text) {
 			: $k eq 'reason' ? $reason_ok{$v}
 			: $k eq 'le' ? $le_ok{$v}
 			: $k eq 'result' ? $result_ok{$v}
+			: $k eq 'state' ? $state_ok{$v}
 			: 0;
 
 		push @bad, "$k=\"$v\" in $line" unless $good;
