@@ -49,6 +49,12 @@ t0=$(date +%s)
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
+# what is measured, taken now: make may rebuild the module meanwhile (each
+# benchmark runs a private copy it takes when it starts)
+module_sum=$(sha256sum "$module" | cut -c1-12)
+module_time=$(date -u -r "$module" '+%Y-%m-%d %H:%M UTC')
+tree=$(git -C "$top" describe --always --dirty 2>/dev/null || echo '?')
+
 echo "== snapshot-bench (about 15 s)" >&2
 taskset -c 0 "$snapbench" $snap_args | tee "$work/snapshot.txt" >&2
 
@@ -92,12 +98,10 @@ echo "Written by \`bench/all.sh\` ($started, $(( (t1 - t0) / 60 )) min" \
      "$(( (t1 - t0) % 60 )) s); the analysis is \`bench/findings.md\`."
 echo
 echo "- nginx: $("$nginx" -v 2>&1 | sed 's/.*: //'); module" \
-     "\`$(sha256sum "$module" | cut -c1-12)\` built" \
-     "$(date -u -r "$module" '+%Y-%m-%d %H:%M UTC') from" \
-     "$(git -C "$top" describe --always --dirty 2>/dev/null || echo '?')"
+     "\`$module_sum\` built $module_time, tree $tree"
 echo "- CPU: $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" \
      "x $(nproc); kernel $(uname -r); load average before: $load_before"
-echo "- commands: \`taskset -c 0 build/snapshot-bench $snap_args\`," \
+echo "- commands: \`taskset -c 0 build/snapshot-bench${snap_args:+ $snap_args}\`," \
      "\`$admin_env bench/admin.sh\`," \
      "\`$request_env bench/request.sh\`"
 echo
