@@ -304,6 +304,7 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
         slot = &index->slots[h & index->mask];
 
         slot->id = index->sorted[i]->id;
+        slot->worker = index->sorted[i];
         slot->first = (uint32_t) (i + 1);
         slot->n = 1;
     }
@@ -609,7 +610,8 @@ ngx_http_dynamo_rl_json_integer(u_char *p, u_char *last)
 
 /*
  * the first worker with that id, and in *n how many have it: they follow
- * the first in sorted[]; the count spares reading the next one's id
+ * the first in sorted[]; the count spares reading the next one's id, and
+ * for a unique id the slot's own pointer spares reading sorted[]
  */
 
 ngx_http_dynamo_rl_worker_t **
@@ -629,7 +631,8 @@ ngx_http_dynamo_rl_index_find(ngx_http_dynamo_rl_index_t *index, uint64_t id,
 
         if (slot->id == id) {
             *n = slot->n;
-            return &index->sorted[slot->first - 1];
+            return slot->n == 1 ? &slot->worker
+                                : &index->sorted[slot->first - 1];
         }
     }
 }

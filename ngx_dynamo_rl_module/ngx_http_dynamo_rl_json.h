@@ -37,7 +37,8 @@ typedef struct {
 
 typedef struct {
     uint64_t                        id;
-    uint32_t                        first;       /* sorted[first - 1] */
+    ngx_http_dynamo_rl_worker_t    *worker;      /* sorted[first - 1] */
+    uint32_t                        first;
     uint32_t                        n;           /* workers with the id */
 } ngx_http_dynamo_rl_slot_t;
 

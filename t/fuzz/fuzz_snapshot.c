@@ -138,10 +138,25 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 /* void */
             }
 
-            if (wp == NULL || (*wp)->id != index.sorted[i]->id
-                || (wp != index.sorted && wp[-1]->id == (*wp)->id)
-                || n != k + (size_t) (index.sorted + i - wp))
+            if (wp == NULL || n == 0) {
+                abort();
+            }
+
+            for (j = 0; j < n; j++) {
+                if (wp[j]->id != index.sorted[i]->id) {
+                    abort();
+                }
+            }
+
+            /* i is the first of its id in sorted[] or follows it */
+
+            for (j = i; j > 0 && index.sorted[j - 1]->id == index.sorted[i]->id;
+                 j--)
             {
+                /* void */
+            }
+
+            if (n != k + (i - j)) {
                 abort();
             }
         }

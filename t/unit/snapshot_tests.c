@@ -123,8 +123,8 @@ load(snap_t *s, const char *doc)
 static ngx_uint_t
 count(snap_t *s, uint64_t id)
 {
-    ngx_uint_t                     n, k;
-    ngx_http_dynamo_rl_worker_t  **wp, **last;
+    ngx_uint_t                     n, i, k;
+    ngx_http_dynamo_rl_worker_t  **wp;
 
     wp = ngx_http_dynamo_rl_index_find(&s->index, id, &n);
 
@@ -132,12 +132,16 @@ count(snap_t *s, uint64_t id)
         return n == 0 ? 0 : 1000;
     }
 
-    /* the count agrees with the ids in sorted[] */
+    /* the n workers found have the id, and sorted[] has no other */
 
-    last = s->index.sorted + s->index.nsorted;
+    for (i = 0; i < n; i++) {
+        if (wp[i]->id != id) {
+            return 1000;
+        }
+    }
 
-    for (k = 0; wp < last && (*wp)->id == id; wp++) {
-        k++;
+    for (i = 0, k = 0; i < s->index.nsorted; i++) {
+        k += (s->index.sorted[i]->id == id);
     }
 
     return k == n ? n : 1000;
