@@ -379,7 +379,7 @@ ok(scalar(grep { /\[error\].*g16-rst/ } @{$r->{err}}),
 # closed at once, the attempt is canceled, no descriptor is left behind
 
 {
-	my @pids = worker_pids($t);
+	my @pids = $t->worker_pids();
 
 	g17_cycle('g17-warm');
 
@@ -522,7 +522,7 @@ for my $c ([ 'top level', '[' x 100000 ],
 
 	$t->fake_set('discovery.json', $doc);
 
-	my @pids = worker_pids($t);
+	my @pids = $t->worker_pids();
 
 	for my $plane ('discovery', 'admin') {
 		my $cpu0 = cpu(@pids);
@@ -546,7 +546,7 @@ for my $c ([ 'top level', '[' x 100000 ],
 			or diag($r->{status}, ' ', $r->{body});
 	}
 
-	is(join(' ', worker_pids($t)), join(' ', @pids),
+	is(join(' ', $t->worker_pids()), join(' ', @pids),
 		"D5: $name: the same worker processes, none crashed");
 }
 
@@ -558,7 +558,7 @@ for my $c ([ 'top level', '[' x 100000 ],
 
 	$t->fake_set('discovery.json', $big);
 
-	my @pids = worker_pids($t);
+	my @pids = $t->worker_pids();
 
 	# once for warm-up of the buffers nginx itself keeps
 
@@ -839,7 +839,7 @@ ok(denied($r, 503, 'discovery_unavailable'),
 {
 	fast_set(doc(worker(id => 888, w => 0, routes => [ 'flush_cache' ])));
 
-	my @pids = worker_pids($t);
+	my @pids = $t->worker_pids();
 	my $f0 = fast_fetches();
 	my $g0 = generation(8085);
 	my $sock = ka_connect(8085);
@@ -1019,7 +1019,7 @@ for my $c ([ '9 kB path', "$CC/" . ('a' x 9000) ],
 }
 
 {
-	my @pids = worker_pids($t);
+	my @pids = $t->worker_pids();
 	my $cpu0 = cpu(@pids);
 
 	$r = request(target => "$CC/" . join('/', ('x') x 3900), nolog => 1);
@@ -1399,7 +1399,7 @@ $t->fake_set('discovery.json', $FLEET);
 # the old processes exit
 
 {
-	my @old = worker_pids($t);
+	my @old = $t->worker_pids();
 
 	my @streams = map { http(raw_req('/v1/chat/completions',
 		case => "l1-sse-$_", body => $BODY,
@@ -1465,7 +1465,7 @@ for my $c ([ 'dynamo_rl_plane outside a location', 'plane',
 
 	$t->allow_log(qr/\[emerg\].*$re/);
 
-	my @pids = worker_pids($t);
+	my @pids = $t->worker_pids();
 
 	$t->write_file_expand('nginx.conf', main_conf(bad => $bad));
 	$t->reload();
@@ -1475,7 +1475,7 @@ for my $c ([ 'dynamo_rl_plane outside a location', 'plane',
 
 	$r = request(target => "$W/$IDA/engine/flush_cache");
 
-	is(join(' ', $r->{status}, fwd_summary($r), join(' ', worker_pids($t))),
+	is(join(' ', $r->{status}, fwd_summary($r), $t->worker_pids()),
 		"200 worker0 /engine/flush_cache @pids",
 		"L2: $name: the old configuration serves on");
 }
@@ -1542,11 +1542,11 @@ $t->write_file_expand('nginx.conf', main_conf());
 	$t->allow_log(qr/worker process $pid exited on signal 11/);
 	$t->allow_log(qr/shared memory zone "rl" was locked by $pid/);
 
-	my @before = worker_pids($t);
+	my @before = $t->worker_pids();
 
 	kill 'SEGV', $pid if $pid;
 
-	ok($t->wait_for(sub { my @p = worker_pids($t);
+	ok($t->wait_for(sub { my @p = $t->worker_pids();
 		@p == 2 && !grep { $_ == $pid } @p }, 10),
 		'L4: the master started another worker process');
 
@@ -2117,37 +2117,8 @@ sub fwd_summary {
 
 ###############################################################################
 
-# the nginx processes: workers of a master, their RSS, open files and CPU
-
-sub master_pid {
-	my ($tt) = @_;
-
-	open my $fh, '<', $tt->testdir() . '/nginx.pid' or return;
-	my $pid = <$fh> // return;
-	chomp $pid;
-	return $pid;
-}
-
-sub worker_pids {
-	my ($tt) = @_;
-
-	my $master = master_pid($tt) or return ();
-	my @pids;
-
-	opendir(my $dh, '/proc') or return ();
-
-	for my $pid (grep { /^\d+$/ } readdir $dh) {
-		my @st = proc_stat($pid) or next;
-		next unless $st[1] == $master && $st[0] ne 'Z';
-
-		open my $fh, '<', "/proc/$pid/cmdline" or next;
-		my $cmd = <$fh> // '';
-		push @pids, $pid if $cmd =~ /worker process/
-			&& $cmd !~ /shutting down/;
-	}
-
-	return sort { $a <=> $b } @pids;
-}
+# the nginx processes (Test::DynamoRL's worker_pids()): their RSS, open
+# files and CPU
 
 sub proc_stat {
 	my ($pid) = @_;

@@ -25,7 +25,7 @@ select STDOUT; $| = 1;
 
 $ENV{TEST_NGINX_NO_MODULE} = 1;
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(28);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(30);
 
 $t->write_file_expand('nginx.conf', nginx_conf('one'));
 $t->write_file('static.txt', "static file\n");
@@ -76,13 +76,21 @@ like(http_end($s), qr/\r\n\r\nGET  $/, 'start and http_end');
 is(port(8080), port(8080), 'port stable');
 isnt(port(8080), port(8081), 'ports distinct');
 
-# reload picks up the new configuration
+# reload picks up the new configuration; worker_pids() follows it, by
+# the parent pid and error.log, as it must under valgrind
+
+my @before = $t->worker_pids();
+is(scalar @before, 1, 'worker_pids: one worker process');
 
 $t->write_file_expand('nginx.conf', nginx_conf('two'));
 $t->reload();
 ok(!$t->reload_failed(), 'reload succeeded');
 is(parse_response(http_get('/'))->{body}, 'two', 'reloaded');
 ok(scalar $t->log_lines('error.log', qr/\breconfiguring$/), 'log_lines');
+
+my @after = $t->worker_pids();
+ok(@after == 1 && $after[0] != $before[0],
+	'worker_pids: the new worker process only');
 
 # nginx -t on a broken configuration
 

@@ -73,6 +73,11 @@ my %FEATURES = (
 	debug => '--with-debug',
 );
 
+# the notice of a worker process that stopped accepting, or of a cache
+# process that exits at once; the pid is captured
+
+my $SHUTTING_DOWN = qr/\] (\d+)#\d+: (?:gracefully shutting down|exiting)$/m;
+
 my $SANITIZER = qr/AddressSanitizer|LeakSanitizer|ThreadSanitizer
 	|MemorySanitizer|UndefinedBehaviorSanitizer|runtime\ error:
 	|==\d+==\s*ERROR\ SUMMARY:\ [1-9]/x;
@@ -266,6 +271,11 @@ sub run {
 
 	unlink "$d/nginx.pid";
 
+	# the processes of this master are logged from here on
+
+	$self->{_procs} = { offset => -s "$d/error.log" // 0, started => {},
+		stopping => {} };
+
 	my @cmd = (_binary(), '-p', "$d/", '-c', 'nginx.conf',
 		'-e', 'error.log');
 
@@ -400,10 +410,15 @@ sub reload {
 	kill 'HUP', $master or die "cannot signal $master: $!\n";
 
 	# The master logs "reconfiguring", then "start worker process N" for
-	# each new process (error.log is at debug level, see %%TEST_GLOBALS%%).
-	# Done when a new worker runs and every other child has stopped
-	# accepting (it is gone, or its title says "shutting down"), or when
-	# the new configuration was rejected and the old one stays in place.
+	# each new process (error.log is at debug level, see %%TEST_GLOBALS%%),
+	# then signals the old ones, which log "gracefully shutting down" and
+	# close their listening sockets.  Done when a new worker runs and
+	# every other child has stopped accepting (it is gone, or it logged
+	# that it is shutting down, in this reload or an earlier one), or
+	# when the new configuration was rejected and the old one stays in
+	# place.  Processes are found by their parent and the log, not by
+	# their titles: under valgrind, /proc/<pid>/cmdline shows valgrind's
+	# command line.
 
 	my $result = $self->wait_for(sub {
 		my $text = _read_from($log, $offset);
@@ -414,8 +429,10 @@ sub reload {
 			$text =~ /start \w+(?: \w+)? process (\d+)/g;
 		return unless grep { _alive($_) } keys %new;
 
+		my $stopping = $self->_procs()->{stopping};
+
 		for my $pid (grep { !$new{$_} } _children($master)) {
-			return unless _cmdline($pid) =~ /shutting down/;
+			return unless $stopping->{$pid};
 		}
 
 		return 'ok';
@@ -432,6 +449,41 @@ sub reload {
 sub reload_failed {
 	my ($self) = @_;
 	return $self->{_reload_failed};
+}
+
+# The worker processes that accept connections: children of the master
+# that error.log names in "start worker process N" and that have not
+# logged "gracefully shutting down".  As reload(), by /proc and the log,
+# so that it works under valgrind too.
+
+sub worker_pids {
+	my ($self) = @_;
+
+	my $master = $self->{_master} or return ();
+	my $p = $self->_procs();
+
+	return sort { $a <=> $b } grep {
+		$p->{started}{$_} && !$p->{stopping}{$_}
+	} _children($master);
+}
+
+# what error.log says about the processes of the master that run()
+# started: the worker processes started, the processes shutting down;
+# read on from where the last call stopped, whole lines only
+
+sub _procs {
+	my ($self) = @_;
+
+	my $p = $self->{_procs};
+	my $text = _read_from("$self->{_testdir}/error.log", $p->{offset});
+
+	$text =~ s/[^\n]*\z//;
+	$p->{offset} += length $text;
+
+	$p->{started}{$_} = 1 for $text =~ /start worker process (\d+)/g;
+	$p->{stopping}{$_} = 1 for $text =~ /$SHUTTING_DOWN/g;
+
+	return $p;
 }
 
 sub stop {
@@ -1008,16 +1060,6 @@ sub _children {
 	}
 
 	return @kids;
-}
-
-sub _cmdline {
-	my ($pid) = @_;
-
-	# a process that is gone has stopped accepting too
-
-	open my $fh, '<', "/proc/$pid/cmdline" or return 'shutting down';
-	local $/;
-	return <$fh> // 'shutting down';
 }
 
 sub _read_from {
