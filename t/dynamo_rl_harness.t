@@ -3,8 +3,9 @@
 # (C) ngx_dynamo_rl_module developers
 
 # Tests for the test harness itself, t/lib/Test/DynamoRL.pm: run, http
-# helpers, parse_response, reload, nginx_t, wait_for and the checks done
-# on DESTROY.  Plain nginx, without our module.
+# helpers, parse_response, reload, worker_pids, nginx_t, wait_for and the
+# checks done on DESTROY, and what counts as a sanitizer report.  Plain
+# nginx, without our module.
 
 ###############################################################################
 
@@ -25,7 +26,7 @@ select STDOUT; $| = 1;
 
 $ENV{TEST_NGINX_NO_MODULE} = 1;
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(30);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(33);
 
 $t->write_file_expand('nginx.conf', nginx_conf('one'));
 $t->write_file('static.txt', "static file\n");
@@ -122,6 +123,27 @@ is("$records->[0]{id}", '18446744073709551615', 'fake_records bignum');
 $t->fake_unset('frontend.log');
 is_deeply($t->fake_records('frontend'), [], 'fake_unset');
 ok(!-e $t->fake_dir() . '/frontend.log.tmp.' . $$, 'fake_set atomic');
+
+# sanitizer reports: a deliberate signal too is a report; LeakSanitizer's
+# reports of nginx's own start-up allocations are not, those with a frame
+# in request processing or the module are
+
+my $asan = "==7==ERROR: AddressSanitizer: SEGV on unknown address\n";
+
+is(scalar Test::DynamoRL::_sanitizer_lines(
+	"AddressSanitizer:DEADLYSIGNAL\n$asan"), 2, 'sanitizer: DEADLYSIGNAL');
+
+my $leak = "==7==ERROR: LeakSanitizer: detected memory leaks\n\n"
+	. "Direct leak of 8 byte(s) in 1 object(s) allocated from:\n"
+	. "    #0 0x1 in malloc\n    #1 0x2 in ngx_alloc\n%s"
+	. "\nSUMMARY: AddressSanitizer: 8 byte(s) leaked in 1 allocation(s).\n";
+
+is(scalar Test::DynamoRL::_sanitizer_lines(sprintf($leak,
+	"    #2 0x3 in ngx_worker_process_init\n")), 0,
+	'sanitizer: nginx\'s own start-up leak set apart');
+is(scalar Test::DynamoRL::_sanitizer_lines(sprintf($leak,
+	"    #2 0x3 in ngx_http_dynamo_rl_index (x.so+0x4)\n")), 2,
+	'sanitizer: a leak in the module');
 
 # wait_for
 

@@ -617,8 +617,8 @@ sub _finish {
 sub _sanitizer_lines {
 	my ($text) = @_;
 
-	my $leak = qr/^==\d+==ERROR: LeakSanitizer: detected memory leaks\n/;
-	my $end = qr/^SUMMARY: AddressSanitizer: [^\n]*leaked[^\n]*\n/;
+	my $leak = qr/^==\d+==ERROR: LeakSanitizer: detected memory leaks\n/m;
+	my $end = qr/^SUMMARY: AddressSanitizer: [^\n]*leaked[^\n]*\n/m;
 
 	$text =~ s{$leak(.*?)$end}{ _nginx_leak($1) ? '' : $& }gmse;
 
