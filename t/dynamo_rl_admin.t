@@ -32,7 +32,14 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 $SIG{ALRM} = sub { die "test timed out\n" };
-alarm(300);
+# durations of normal speed, scaled under valgrind (Test::DynamoRL::scale):
+# the valid=1s snapshots and the listener's delays, so that a round of
+# concurrent calls fits in one staleness period however slow nginx runs
+
+alarm(Test::DynamoRL::scale(300));
+
+my $VALID = Test::DynamoRL::scale(1);
+my $DELAY = Test::DynamoRL::scale(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(291);
 
@@ -568,9 +575,9 @@ $t->fake_set('discovery.json', $doc_ab);
 $r = admin("$W/$A/engine/liveness_probe", port => 8085);
 is($r->{status}, 200, 'single flight: first call');
 
-stale(1);
+stale($VALID);
 
-$t->fake_set('discovery.delay_ms', '300');
+$t->fake_set('discovery.delay_ms', $DELAY);
 
 $fetches = listener_fetches();
 
@@ -595,9 +602,9 @@ ok(!grep({ /^(?:content-length|transfer-encoding|content-type|x-test)$/ }
 # the client of the call that leads a refresh goes away: the calls waiting
 # for that refresh are not denied for it, the listener is healthy
 
-stale(1);
+stale($VALID);
 
-$t->fake_set('discovery.delay_ms', '1500');
+$t->fake_set('discovery.delay_ms', 5 * $DELAY);
 $fetches = listener_fetches();
 
 {
@@ -639,7 +646,7 @@ is($r->{status}, 200, 'failed refresh: allowed before');
 
 $t->fake_set('discovery.status', '500');
 
-stale(1);
+stale($VALID);
 
 $fetches = listener_fetches();
 
@@ -675,9 +682,9 @@ for my $round (1 .. 3) {
 	$t->fake_set('discovery.json', doc(worker(id => $A, w => 0)))
 		if $round == 3;
 
-	stale(1);
+	stale($VALID);
 
-	$t->fake_set('discovery.delay_ms', '300');
+	$t->fake_set('discovery.delay_ms', $DELAY);
 	$fetches = listener_fetches();
 
 	my $from = ($t->read_file('rl.log') =~ tr/\n//);
@@ -689,8 +696,13 @@ for my $round (1 .. 3) {
 	is(listener_fetches(), $fetches + 1,
 		"two processes: round $round one fetch");
 
-	my @log = access_log();
-	@log = grep { $_->{port} eq port(8087) } @log[$from .. $#log];
+	# a worker process logs a call after its client has the answer
+
+	my @log = @{$t->wait_for(sub {
+		my @l = access_log();
+		@l = grep { $_->{port} eq port(8087) } @l[$from .. $#l];
+		return @l >= 24 ? \@l : undef;
+	}, 5) // []};
 
 	$pids{$_->{pid}}++ for @log;
 }
@@ -817,7 +829,7 @@ http {
         }
     }
 
-    # valid=1s: single flight and failed refreshes
+    # valid=1s (scaled): single flight and failed refreshes
 
     server {
         listen       127.0.0.1:8085;
@@ -825,7 +837,7 @@ http {
 
         location /v1/rl/workers/ {
             dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=1s;
+            dynamo_rl_discovery /_rl_discovery valid=${VALID}s;
 
             proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
             proxy_next_upstream off;
@@ -858,7 +870,7 @@ http {
         }
     }
 
-    # valid=1s, spread over the worker processes
+    # valid=1s (scaled), spread over the worker processes
 
     server {
         listen       127.0.0.1:8087 reuseport;
@@ -866,7 +878,7 @@ http {
 
         location /v1/rl/workers/ {
             dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=1s;
+            dynamo_rl_discovery /_rl_discovery valid=${VALID}s;
 
             proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
             proxy_next_upstream off;

@@ -887,7 +887,19 @@ ok(denied($r, 503, 'discovery_unavailable'),
 	cmp_ok(fast_fetches() - $f0, '>=', 10000, 'D14: 10 000 fetches');
 	cmp_ok(generation(8085) - $g0, '>=', 10000,
 		'D14: 10 000 snapshots stored');
-	cmp_ok($rss2 - $rss1, '<', 1024, 'D14: RSS flat after warm-up');
+
+	# Under valgrind, RSS is mostly memcheck's: shadow memory and its own
+	# arenas, 180 MB where nginx alone has 14 MB.  It rose by about 140 kB
+	# per 1 000 rounds there (also with valgrind's queue of freed blocks
+	# bounded to 2 MB), while the same rounds leave it flat in the normal
+	# and the ASan builds: nginx's memory is not what it would measure.
+
+	SKIP: {
+		skip 'D14: under valgrind, RSS is valgrind\'s own memory', 1
+			if $ENV{TEST_NGINX_VALGRIND};
+
+		cmp_ok($rss2 - $rss1, '<', 1024, 'D14: RSS flat after warm-up');
+	}
 
 	# no more than the upstream keep-alive caches could move
 

@@ -601,11 +601,12 @@ is(wait_done('ttl-1')->{state}, 'succeeded', 'ttl: recorded again');
 
 my $before = api_record('ok-sse');
 
-# ... and an attempt in flight across the reload ends in the old worker
+# ... and an attempt in flight across the reload ends in the old worker;
+# the stream lasts 2 s, scaled under valgrind, where a reload is slower
 
 $s = start('POST', '/v1/chat/completions', body => $CHAT,
 	headers => [ 'x-fake-scenario' => 'slow', 'x-fake-events' => 10,
-		'x-fake-interval-ms' => 200,
+		'x-fake-interval-ms' => Test::DynamoRL::scale(200),
 		'X-Dynamo-Attempt-Id' => 'reload-stream' ]);
 
 my $head = read_until($s, qr/data: \{/, 10);
@@ -1174,13 +1175,14 @@ sub wait_closed {
 	}, 10);
 }
 
-# reads until $re matches (or EOF with $re undef), or the deadline
+# reads until $re matches (or EOF with $re undef), or the deadline (in
+# seconds of normal speed)
 
 sub read_until {
 	my ($s, $re, $seconds) = @_;
 
 	my $sel = IO::Select->new($s);
-	my $deadline = time() + $seconds;
+	my $deadline = time() + Test::DynamoRL::scale($seconds);
 	my $buf = '';
 
 	while (!defined $re || $buf !~ $re) {

@@ -90,6 +90,12 @@ is(join(' ', map { $_->{status} } @res), join(' ', (200) x 16),
 	'two processes: all allowed');
 is(fetches(), 1, 'two processes: no fetch');
 
+# a worker process logs a request after its client has the response
+
+$t->wait_for(sub {
+	grep({ $_->{port} eq port(8083) } access_log()) >= 16
+}, 5);
+
 my %pids = map { $_->{pid} => 1 } grep { $_->{port} eq port(8083) }
 	access_log();
 

@@ -39,15 +39,10 @@ select STDERR; $| = 1;
 select STDOUT; $| = 1;
 
 $SIG{ALRM} = sub { die "test timed out\n" };
-alarm(120);
+# durations and deadlines are those of normal speed, scaled under
+# valgrind (Test::DynamoRL::scale)
 
-# Under valgrind, /proc/<pid>/cmdline shows valgrind's own command line,
-# never nginx's process titles: Test::DynamoRL's reload() then cannot see
-# that an old worker process still serving a stream is "shutting down",
-# waits for it to exit, and gives up.
-
-plan(skip_all => 'reload() cannot see process titles under valgrind')
-	if $ENV{TEST_NGINX_VALGRIND};
+alarm(Test::DynamoRL::scale(120));
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(41);
 
@@ -73,9 +68,11 @@ my $ID = '9007199254740993';
 my $ADMIN = "/v1/rl/workers/$ID/engine/liveness_probe";
 my $FRESH = "/fresh/$ID/engine/liveness_probe";
 
+# the streams must outlast both reloads
+
 my $STREAMS = 6;
 my $EVENTS = 24;
-my $INTERVAL = 250;
+my $INTERVAL = Test::DynamoRL::scale(250);
 
 # zone state before the reloads: a snapshot, a finished attempt
 
@@ -120,14 +117,17 @@ my $epoch = $g->{epoch};
 my $stop = "$DIR/stop-load";
 my @loaders = map { loader($_) } 1 .. 2;
 
-sleep(0.5);
+# load before, between and after the reloads: at least 40 requests, half
+# of them gated, on top of those during the reloads
+
+load_progress(10);
 
 $t->write_file_expand('nginx.conf', nginx_conf('two'));
 $t->reload();
 ok(!$t->reload_failed(), 'first reload accepted');
 my @mid = grep { my $p = $_; !grep { $_ == $p } @old } worker_pids();
 
-sleep(0.5);
+load_progress(10);
 
 $t->write_file_expand('nginx.conf', nginx_conf('three'));
 $t->reload();
@@ -137,7 +137,7 @@ is(join(' ', map { api("sse-$_")->{json}{state} // 'none' } 1 .. $STREAMS),
 	join(' ', ('streaming') x $STREAMS),
 	'reloads done while the streams were open');
 
-sleep(0.5);
+load_progress(20);
 $t->write_file('stop-load', '');
 
 my %load = (ok => 0, gated => 0, fail => []);
@@ -210,7 +210,7 @@ is(listener_fetches(), $fetches, 'zone: from the kept snapshot, no fetch');
 
 # a worker process killed while its refresh is in flight
 
-$t->fake_set('discovery.delay_ms', '5000');
+$t->fake_set('discovery.delay_ms', Test::DynamoRL::scale(5000));
 
 my $before = listener_fetches();
 my $refreshes = status()->{counters}{discovery_refreshes};
@@ -251,7 +251,7 @@ my $killed = time();
 
 my $rb = parse_response(http_end($waiter, timeout => 10));
 is($rb && $rb->{status}, 200, 'crash: the waiter took the flight over');
-cmp_ok(time() - $killed, '<', 5,
+cmp_ok(time() - $killed, '<', Test::DynamoRL::scale(5),
 	sprintf('crash: in %.2f s, not after 60 s', time() - $killed));
 
 }
@@ -288,7 +288,8 @@ my $rc = $c ? parse_response(do { send_request($c, 'POST', $FRESH,
 	body => '{}'); http_end($c, timeout => 10) }) : undef;
 
 is($rc && $rc->{status}, 200, 'crash: the new worker process allows a call');
-cmp_ok(time() - $t2, '<', 5, sprintf('crash: within %.2f s', time() - $t2));
+cmp_ok(time() - $t2, '<', Test::DynamoRL::scale(5),
+	sprintf('crash: within %.2f s', time() - $t2));
 
 # more calls, on any worker process, each with a refresh
 
@@ -506,6 +507,11 @@ sub loader {
 		my %res = (ok => 0, gated => 0, fail => []);
 		my $i = 0;
 
+		# a byte per answered request, for load_progress()
+
+		open my $count, '>>', "$DIR/load-$n.count" or die "$!\n";
+		$count->autoflush(1);
+
 		# it stops on the stop file, or when the test is gone, or after
 		# a minute at most
 
@@ -537,6 +543,8 @@ sub loader {
 					"loader $n", $uri, $r ? "status $r->{status}"
 					: 'no response (' . length($raw // '') . ' bytes)');
 			}
+
+			print $count '.';
 		}
 
 		print $wr encode_json(\%res), "\n";
@@ -547,6 +555,23 @@ sub loader {
 	close $wr;
 
 	return { pid => $pid, fh => $rd };
+}
+
+# waits until the load processes have done $n more requests; a load that
+# stopped makes the counts of the "load:" tests fail
+
+sub load_progress {
+	my ($n) = @_;
+
+	my $done = sub {
+		my $c = 0;
+		$c += -s $_ // 0 for glob("$DIR/load-*.count");
+		return $c;
+	};
+
+	my $want = $done->() + $n;
+
+	Test::DynamoRL::wait_for(sub { $done->() >= $want }, 10);
 }
 
 # a request without the harness's diagnostics, which would go to the TAP

@@ -337,7 +337,7 @@ sub run {
 		return $m =~ /^(\d+)\n/ && _alive($1) ? $1 : undef;
 	}, 10);
 
-	$failure //= 'no pid file after ' . _scale(10) . ' s'
+	$failure //= 'no pid file after ' . scale(10) . ' s'
 		unless $master && $master > 0;
 
 	if (!$failure) {
@@ -438,7 +438,7 @@ sub reload {
 		return 'ok';
 	}, 10);
 
-	die "reload did not complete in " . _scale(10) . " s\n"
+	die "reload did not complete in " . scale(10) . " s\n"
 		. $self->_tail('error.log') unless defined $result;
 
 	$self->{_reload_failed} = $result eq 'failed';
@@ -688,7 +688,7 @@ sub wait_for {
 	shift if blessed($_[0]);
 	my ($cond, $seconds, $interval) = @_;
 
-	my $deadline = time() + _scale($seconds // 10);
+	my $deadline = time() + scale($seconds // 10);
 	$interval //= 0.05;
 
 	for (;;) {
@@ -910,7 +910,7 @@ sub _send {
 sub http_end {
 	my ($s, %extra) = @_;
 
-	my $timeout = _scale($extra{timeout} // 10);
+	my $timeout = scale($extra{timeout} // 10);
 	my $deadline = time() + $timeout;
 	my $sel = IO::Select->new($s);
 	my $reply = '';
@@ -1012,7 +1012,11 @@ sub _nginx_v {
 	return $NGINX_V;
 }
 
-sub _scale {
+# a deadline or duration of normal speed, as it holds in this run:
+# multiplied by 5 under valgrind; the harness's own deadlines go through
+# it, and tests use it for theirs (Test::DynamoRL::scale(10))
+
+sub scale {
 	my ($seconds) = @_;
 	return $ENV{TEST_NGINX_VALGRIND} ? $seconds * 5 : $seconds;
 }
