@@ -369,10 +369,16 @@ ok($t->wait_for(sub { grep { ($_->{event} // '') eq 'client_closed'
 		or diag(join ' ', map { sprintf '%.1f', $_ * 1000 } @delays);
 }
 
-# G16: the frontend resets the connection after event 3
+# G16: the frontend resets the connection after event 3, once the client
+# has it: a reset discards whatever nginx has not read yet, which, on a
+# slow run (valgrind), can be the events themselves
+
+POSIX::mkfifo("$DIR/g16.fifo", 0600) or die "mkfifo: $!\n";
 
 $r = request(port => 8083, target => '/v1/completions', body => $BODY,
-	headers => "x-chaos: rst\r\nX-Dynamo-Attempt-Id: g16-rst\r\n");
+	ack => "$DIR/g16.fifo", headers => "x-chaos: rst\r\n"
+		. "X-Dynamo-Attempt-Id: g16-rst\r\n"
+		. "x-chaos-ack: $DIR/g16.fifo\r\n");
 
 is(join(',', $r->{body} =~ /data: \{"i":(\d+)/g), '1,2,3',
 	'G16: events 1 to 3 reached the client');
@@ -2019,8 +2025,9 @@ sub request {
 
 	$req =~ s/%CASE%/$case/g;
 
-	my $raw = http($req, PeerAddr => "127.0.0.1:$port",
-		timeout => $o{timeout} // 10) // '';
+	my $raw = $o{ack} ? acked_http($req, $port, $o{ack}, $o{timeout} // 10)
+		: http($req, PeerAddr => "127.0.0.1:$port",
+			timeout => $o{timeout} // 10) // '';
 
 	my $res = parse_response($raw) // { status => 0, headers => {},
 		body => '' };
@@ -2037,6 +2044,40 @@ sub request {
 	$res->{fwd} = [ since($mark) ];
 
 	return $res;
+}
+
+# the response of the chaos frontend when it sends each SSE event only
+# once the client has acknowledged the one before (x-chaos-ack, a FIFO):
+# events are acknowledged as they arrive
+
+sub acked_http {
+	my ($req, $port, $fifo, $timeout) = @_;
+
+	sysopen(my $ackw, $fifo, POSIX::O_RDWR()) or die "$fifo: $!\n";
+
+	my $s = http($req, PeerAddr => "127.0.0.1:$port", start => 1)
+		or return '';
+
+	my $sel = IO::Select->new($s);
+	my $deadline = time() + Test::DynamoRL::scale($timeout);
+	my ($buf, $pos) = ('', 0);
+
+	while ((my $left = $deadline - time()) > 0) {
+		last unless $sel->can_read($left);
+		last unless sysread($s, $buf, 65536, length $buf);
+
+		pos($buf) = $pos;
+
+		while ($buf =~ /data: \{"i":(\d+)[^\n]*\n\n/g) {
+			syswrite($ackw, "$1\n");
+			$pos = pos($buf);
+		}
+	}
+
+	close $s;
+	close $ackw;
+
+	return $buf;
 }
 
 # a point in every record stream, and what came after it
@@ -2707,7 +2748,8 @@ sub chaos_upgrade {
 
 # an SSE stream whose events carry their send time; "rst" resets the
 # connection after event 3; with x-chaos-ack, a FIFO, event i is sent
-# only once the client has acknowledged event i - 1 there
+# only once the client has acknowledged event i - 1 there, and the reset
+# comes once it has acknowledged event 3
 
 sub chaos_sse {
 	my ($q) = @_;
@@ -2749,6 +2791,10 @@ sub chaos_sse {
 		$next += $iv;
 
 		if ($q->{mode} eq 'rst' && $i == 3) {
+			chaos_record($q->{log}, { event => 'ack_timeout',
+				case => $q->{case}, t => time(), i => 4 })
+				if $ack && !chaos_acked($ack, \$acks, 3);
+
 			setsockopt($c, SOL_SOCKET, SO_LINGER, pack('ii', 1, 0));
 			close $c;
 			chaos_record($q->{log}, { event => 'rst',
@@ -2763,13 +2809,14 @@ sub chaos_sse {
 		$done));
 }
 
-# waits up to 10 s until $n lines were read from the FIFO
+# waits up to 10 s (scaled under valgrind) until $n lines were read from
+# the FIFO
 
 sub chaos_acked {
 	my ($ack, $acks, $n) = @_;
 
 	my $sel = IO::Select->new($ack);
-	my $deadline = time() + 10;
+	my $deadline = time() + Test::DynamoRL::scale(10);
 
 	while ((() = $$acks =~ /\n/g) < $n) {
 		my $left = $deadline - time();
