@@ -267,24 +267,13 @@ policy() {
         echo "            dynamo_rl_plane  request;"
         echo "            dynamo_rl_ledger off;"
         echo "            dynamo_rl_gate   off;" ;;
-    lua)
-        cat <<'EOF'
+    lua|lualedger)
+        # the same directives; the Lua module is attempt.lua or ledger.lua
+        if [ "$1" = lua ]; then lua_mod=attempt; else lua_mod=ledger; fi
+        sed "s/@MOD@/$lua_mod/" <<'EOF'
             set  $attempt_id  "";
-            access_by_lua_block  { require("attempt").access() }
-            log_by_lua_block     { require("attempt").log() }
-
-            proxy_set_header   Connection "";
-            proxy_set_header   X-Dynamo-Attempt-Id $attempt_id;
-            proxy_set_header   X-Request-Id $attempt_id;
-            proxy_hide_header  X-Dynamo-Attempt-Id;
-            add_header         X-Dynamo-Attempt-Id $attempt_id always;
-EOF
-        ;;
-    lualedger)
-        cat <<'EOF'
-            set  $attempt_id  "";
-            access_by_lua_block  { require("ledger").access() }
-            log_by_lua_block     { require("ledger").log() }
+            access_by_lua_block  { require("@MOD@").access() }
+            log_by_lua_block     { require("@MOD@").log() }
 
             proxy_set_header   Connection "";
             proxy_set_header   X-Dynamo-Attempt-Id $attempt_id;

@@ -91,7 +91,11 @@ local function reject(message)
 end
 
 
-function _M.access()
+-- the client's valid id, or a minted one (then "minted" is true); an
+-- invalid or repeated header ends the request with 400 here, and so does
+-- a failure of RAND_bytes() with 500
+
+local function attempt_id()
     local id = var.http_x_dynamo_attempt_id
 
     if id ~= nil then
@@ -104,15 +108,23 @@ function _M.access()
                           .. "[A-Za-z0-9._:-]")
         end
 
-    else
-        id = mint()
-
-        if id == nil then
-            return ngx.exit(500)
-        end
+        return id, false
     end
 
-    var.attempt_id = id
+    id = mint()
+
+    if id == nil then
+        return ngx.exit(500)
+    end
+
+    return id, true
+end
+
+_M.id = attempt_id
+
+
+function _M.access()
+    var.attempt_id = attempt_id()
 
     dict:incr("in_flight", 1, 0)
     ngx.ctx.counted = true

@@ -7,7 +7,7 @@
 --   * everything lua/attempt.lua does: validate the client's
 --     X-Dynamo-Attempt-Id (exactly one, 1 to 128 bytes of [A-Za-z0-9._:-],
 --     else 400 in Dynamo's flat shape with a minted id on the response) or
---     mint a UUIDv7 (attempt.lua's mint(): buffered RAND_bytes); the id
+--     mint a UUIDv7 (attempt.lua's id(), the same code); the id
 --     goes upstream as X-Dynamo-Attempt-Id and X-Request-Id and on the
 --     response (proxy_set_header, proxy_hide_header + add_header ...
 --     always, from $attempt_id); in-flight requests are counted in the
@@ -66,10 +66,8 @@
 
 local ngx = ngx
 local var = ngx.var
-local re_find = ngx.re.find
-local get_headers = ngx.req.get_headers
 
-local mint = require("attempt").mint
+local attempt_id = require("attempt").id
 
 local dict = ngx.shared.dynamo_rl
 local ledger = ngx.shared.dynamo_rl_ledger
@@ -96,35 +94,15 @@ local function deny(id, status, typ, reason, message)
 end
 
 
-local function reject(message)
-    return deny(mint() or "", 400, "Bad Request", "bad_attempt_id", message)
-end
-
-
 function _M.access()
-    local id = var.http_x_dynamo_attempt_id
+    local id, minted = attempt_id()
     local ok, err
 
-    if id ~= nil then
-        if type(get_headers()["x-dynamo-attempt-id"]) == "table" then
-            return reject("more than one attempt id")
-        end
-
-        if not re_find(id, "^[A-Za-z0-9._:-]{1,128}$", "jo") then
-            return reject("invalid attempt id: 1 to 128 bytes of "
-                          .. "[A-Za-z0-9._:-]")
-        end
-
-        ok, err = ledger:add(id, ACCEPTED, 0)
+    if minted then
+        ok, err = ledger:set(id, ACCEPTED, 0)
 
     else
-        id = mint()
-
-        if id == nil then
-            return ngx.exit(500)
-        end
-
-        ok, err = ledger:set(id, ACCEPTED, 0)
+        ok, err = ledger:add(id, ACCEPTED, 0)
     end
 
     if not ok then
