@@ -530,9 +530,10 @@ post() {
 }
 
 reason() {
-    # reason: the X-Dynamo-RL-Reason of the last post
-    awk 'tolower($1) == "x-dynamo-rl-reason:" { print $2 }' "$prefix/h" \
-        | tr -d '\r'
+    # reason [header]: the X-Dynamo-RL-Reason (or that header) of the last
+    # post
+    awk -v h="$(echo "${1:-x-dynamo-rl-reason}" | tr 'A-Z' 'a-z'):" \
+        'tolower($1) == h { print $2 }' "$prefix/h" | tr -d '\r'
 }
 
 state_of() {
@@ -580,7 +581,9 @@ do
         # the same refusal from both, not forwarded (the body is ours)
         [ "$r" = "409|$cid|$conflict" ] \
             && [ "$(reason)" = duplicate_attempt ] \
-            || die "$1: a duplicate gave: $r, reason $(reason)"
+            && [ "$(reason X-Should-Retry)" = false ] \
+            || die "$1: a duplicate gave: $r, reason $(reason)," \
+                   "X-Should-Retry $(reason X-Should-Retry)"
         [ "$(state_of "$1" "$cid")" = succeeded ] \
             || die "$1: the state of $cid: $(state_of "$1" "$cid")"
         # an id minted here, sent back by a client

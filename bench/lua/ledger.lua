@@ -107,6 +107,8 @@ function _M.access()
 
     if not ok then
         if err == "exists" then
+            -- as the module: the OpenAI SDKs would retry a 409 otherwise
+            ngx.header["X-Should-Retry"] = "false"
             return deny(id, 409, "Conflict", "duplicate_attempt",
                         "attempt id already used: generation is not "
                         .. "idempotent")
