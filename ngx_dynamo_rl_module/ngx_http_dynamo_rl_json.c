@@ -66,13 +66,11 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
     scan.workers = malloc((scan.nalloc + 1)
                           * sizeof(ngx_http_dynamo_rl_scan_worker_t));
     if (scan.workers == NULL) {
-        err->reason = "out of memory";
-        return NGX_ERROR;
+        goto nomem;
     }
 
     if (ngx_http_dynamo_rl_scan_discovery(doc, len, &scan) != NGX_OK) {
-        rc = NGX_DECLINED;
-        goto done;
+        goto invalid;
     }
 
     /* every instance_id that is a u64 becomes its worker's ordinal */
@@ -81,9 +79,7 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
 
     buf = malloc(size);
     if (buf == NULL) {
-        err->reason = "out of memory";
-        rc = NGX_ERROR;
-        goto done;
+        goto nomem;
     }
 
     p = buf;
@@ -149,36 +145,31 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
         n = ngx_min(ngx_strlen(jerr.text), sizeof(err->text) - 1);
         ngx_memcpy(err->text, jerr.text, n);
         err->text[n] = '\0';
-        rc = NGX_DECLINED;
-        goto done;
+        goto invalid;
     }
 
     if (!json_is_object(root)) {
         err->reason = "document is not a JSON object";
-        rc = NGX_DECLINED;
-        goto done;
+        goto invalid;
     }
 
     v = json_object_get(root, "protocol_version");
 
     if (v == NULL) {
         err->reason = "\"protocol_version\" is missing";
-        rc = NGX_DECLINED;
-        goto done;
+        goto invalid;
     }
 
     if (!json_is_integer(v) || json_integer_value(v) != 1) {
         err->reason = "\"protocol_version\" is not the integer 1";
-        rc = NGX_DECLINED;
-        goto done;
+        goto invalid;
     }
 
     workers = json_object_get(root, "workers");
 
     if (workers == NULL || !json_is_array(workers)) {
         err->reason = "\"workers\" is missing or not an array";
-        rc = NGX_DECLINED;
-        goto done;
+        goto invalid;
     }
 
     index->nelts = json_array_size(workers);
@@ -197,8 +188,7 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
         || scan.workers_end == NULL)
     {
         err->reason = "document structure is ambiguous";
-        rc = NGX_DECLINED;
-        goto done;
+        goto invalid;
     }
 
     index->workers_start = scan.workers_start - doc;
@@ -208,9 +198,7 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
     index->sorted = alloc(data, (n + 1) * sizeof(void *));
 
     if (index->workers == NULL || index->sorted == NULL) {
-        err->reason = "out of memory";
-        rc = NGX_ERROR;
-        goto done;
+        goto nomem;
     }
 
     k = 0;
@@ -249,9 +237,7 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
         if (ngx_http_dynamo_rl_json_worker(elt, w, alloc, data, index)
             != NGX_OK)
         {
-            err->reason = "out of memory";
-            rc = NGX_ERROR;
-            goto done;
+            goto nomem;
         }
 
         if (w->has_id) {
@@ -310,6 +296,16 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
     }
 
     return NGX_OK;
+
+nomem:
+
+    err->reason = "out of memory";
+    rc = NGX_ERROR;
+    goto done;
+
+invalid:
+
+    rc = NGX_DECLINED;
 
 done:
 
