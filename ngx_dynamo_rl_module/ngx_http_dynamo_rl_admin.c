@@ -43,7 +43,6 @@ ngx_http_dynamo_rl_admin_handler(ngx_http_request_t *r)
     ngx_int_t                       rc;
     ngx_str_t                       path, route;
     ngx_http_dynamo_rl_ctx_t       *ctx;
-    ngx_http_core_loc_conf_t       *clcf;
     ngx_http_dynamo_rl_index_t     *index;
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
 
@@ -71,16 +70,16 @@ ngx_http_dynamo_rl_admin_handler(ngx_http_request_t *r)
         return NGX_OK;
     }
 
-    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
-
     /* no query string, not even an empty one */
 
     if (r->args.len
         || ngx_strlchr(r->unparsed_uri.data,
                        r->unparsed_uri.data + r->unparsed_uri.len, '?')
            != NULL
-        || r->uri.len < clcf->name.len
-        || ngx_strncmp(r->uri.data, clcf->name.data, clcf->name.len) != 0)
+        || r->uri.len < drlcf->admin_prefix.len
+        || ngx_strncmp(r->uri.data, drlcf->admin_prefix.data,
+                       drlcf->admin_prefix.len)
+           != 0)
     {
         return ngx_http_dynamo_rl_admin_deny(r, NGX_HTTP_BAD_REQUEST,
                                              "bad_path",
@@ -88,8 +87,8 @@ ngx_http_dynamo_rl_admin_handler(ngx_http_request_t *r)
                                              "{route} without a query");
     }
 
-    path.data = r->uri.data + clcf->name.len;
-    path.len = r->uri.len - clcf->name.len;
+    path.data = r->uri.data + drlcf->admin_prefix.len;
+    path.len = r->uri.len - drlcf->admin_prefix.len;
 
     if (ngx_http_dynamo_rl_parse_admin_path(path.data, path.len, &id, &route)
         != NGX_OK)

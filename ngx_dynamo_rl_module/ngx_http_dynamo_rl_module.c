@@ -819,6 +819,7 @@ ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf)
      *     conf->attempt_upstream_header = { 0, NULL };
      *     conf->discovery = { 0, NULL };
      *     conf->ns_scope = { 0, NULL };
+     *     conf->admin_prefix = { 0, NULL };
      */
 
     conf->attempt_header_hash = NGX_CONF_UNSET_UINT;
@@ -848,8 +849,21 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_core_loc_conf_t        *clcf;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
-    ngx_conf_merge_uint_value(conf->plane, prev->plane,
-                              NGX_HTTP_DYNAMO_RL_PLANE_NONE);
+    /*
+     * a nested location, and the "if" and "limit_except" blocks that
+     * nginx builds as locations with the parent's proxy_pass, inherit
+     * the plane with all of its policy; the unset plane is 0, not
+     * NGX_CONF_UNSET_UINT, so ngx_conf_merge_uint_value() cannot do it
+     */
+
+    if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_UNSET) {
+        conf->plane = prev->plane;
+        conf->admin_prefix = prev->admin_prefix;
+    }
+
+    if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_UNSET) {
+        conf->plane = NGX_HTTP_DYNAMO_RL_PLANE_NONE;
+    }
 
     /* a plane's default methods are not inherited by another plane */
 
@@ -1008,8 +1022,9 @@ ngx_http_dynamo_rl_plane(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_dynamo_rl_loc_conf_t *drlcf = conf;
 
-    ngx_str_t        *value;
-    ngx_conf_enum_t  *e;
+    ngx_str_t                 *value;
+    ngx_conf_enum_t           *e;
+    ngx_http_core_loc_conf_t  *clcf;
 
     if (drlcf->plane != NGX_HTTP_DYNAMO_RL_PLANE_UNSET) {
         return "is duplicate";
@@ -1021,16 +1036,44 @@ ngx_http_dynamo_rl_plane(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         if (e->name.len == value[1].len
             && ngx_strcmp(e->name.data, value[1].data) == 0)
         {
-            drlcf->plane = e->value;
-            return NGX_CONF_OK;
+            break;
         }
     }
 
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "invalid plane \"%V\", it must be \"request\", "
-                       "\"discovery\" or \"admin\"", &value[1]);
+    if (e->name.len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid plane \"%V\", it must be \"request\", "
+                           "\"discovery\" or \"admin\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
 
-    return NGX_CONF_ERROR;
+    drlcf->plane = e->value;
+
+    if (drlcf->plane != NGX_HTTP_DYNAMO_RL_PLANE_ADMIN) {
+        return NGX_CONF_OK;
+    }
+
+    /*
+     * the admin path is {instance_id}/engine/{route} after the prefix of
+     * the location that names the plane, which the locations nested in it
+     * inherit; a regular expression or a name has no such prefix
+     */
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+#if (NGX_PCRE)
+    if (clcf->regex != NULL) {
+        return "requires a prefix location, not a regular expression";
+    }
+#endif
+
+    if (clcf->named || clcf->exact_match) {
+        return "requires a prefix location";
+    }
+
+    drlcf->admin_prefix = clcf->name;
+
+    return NGX_CONF_OK;
 }
 
 

@@ -59,6 +59,7 @@ typedef struct {
 typedef struct {
     ngx_uint_t                      plane;
     ngx_uint_t                      methods;
+    ngx_str_t                       admin_prefix;
 
     ngx_str_t                       attempt_header;
     ngx_uint_t                      attempt_header_hash;
@@ -138,6 +139,7 @@ typedef struct {
     unsigned                        logged:1;
     unsigned                        settled:1;
     unsigned                        admitted:1;
+    unsigned                        passed:1;
     unsigned                        admin_inspect:1;
     unsigned                        admin_overflow:1;
     unsigned                        admin_error:1;

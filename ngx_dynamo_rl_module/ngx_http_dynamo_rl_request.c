@@ -109,9 +109,13 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
 
 
 /*
- * PRECONTENT, request plane: the gate and the ledger act only on what
- * allow/deny and auth let through, so that a refused client neither
- * consumes nor probes attempt ids
+ * PRECONTENT: a request that already went to an upstream from a plane
+ * location is never forwarded again, whatever brought it back (an
+ * error_page with proxy_intercept_errors, to a regular or a named
+ * location, of any plane or none); on the
+ * request plane, the gate and the ledger act only on what allow/deny and
+ * auth let through, so that a refused client neither consumes nor probes
+ * attempt ids
  */
 
 ngx_int_t
@@ -119,6 +123,7 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
 {
     ngx_int_t                       rc;
     ngx_table_elt_t                *h;
+    ngx_http_core_loc_conf_t       *clcf;
     ngx_http_dynamo_rl_ctx_t       *ctx;
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
 
@@ -126,15 +131,49 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
 
-    if (drlcf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
+    if (ctx == NULL) {
         return NGX_DECLINED;
     }
 
-    ctx = ngx_http_dynamo_rl_get_ctx(r);
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
 
-    if (ctx == NULL || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+    if (ctx->passed) {
+
+        /*
+         * back after an internal redirect: an upstream was created, so a
+         * plane location forwarded the request once; a static error page
+         * may answer, no location content handler may forward it again
+         */
+
+        clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+        if (r->upstream == NULL
+            || (drlcf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE
+                && clcf->handler == NULL))
+        {
+            return NGX_DECLINED;
+        }
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "dynamo rl: request already forwarded, not again to "
+                      "\"%V\" after an internal redirect", &r->uri);
+
+        return ngx_http_dynamo_rl_deny(r, NGX_HTTP_BAD_GATEWAY, "redirected",
+                                       "the request already reached an "
+                                       "upstream and is not forwarded "
+                                       "again");
+    }
+
+    if (drlcf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
+        return NGX_DECLINED;
+    }
+
+    ctx->passed = 1;
+
+    if (drlcf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
         || ctx->admitted)
     {
         return NGX_DECLINED;

@@ -46,7 +46,9 @@
 #                         {"status":S,"body":<JSON>} answers every /engine
 #                         call of worker i; optional extensions:
 #                         "raw":"<bytes>" instead of "body",
-#                         "content_type":"...", "delay_ms":N
+#                         "content_type":"...", "delay_ms":N,
+#                         "headers":[["Name","value"],...] (a hostile
+#                         worker's extra header lines)
 #
 # Files in DIR written by the fake (one JSON object per line, each line
 # appended with a single write, so concurrent children do not interleave):
@@ -1562,8 +1564,13 @@ sub worker_override {
 	my $body = exists $o->{raw} ? $o->{raw} // '' : $JSON->encode($o->{body});
 	utf8::encode($body) if utf8::is_utf8($body);
 
+	# a hostile worker's extra header lines, as [ name, value ] pairs
+
+	my @extra = grep { ref eq 'ARRAY' && @$_ == 2 } @{$o->{headers} // []};
+
 	return send_response($c, $req, $status,
-		[ [ 'Content-Type', $o->{content_type} // $TEXT_PLAIN ] ], $body);
+		[ [ 'Content-Type', $o->{content_type} // $TEXT_PLAIN ], @extra ],
+		$body);
 }
 
 sub read_state {
