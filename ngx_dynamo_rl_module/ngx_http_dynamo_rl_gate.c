@@ -307,6 +307,11 @@ ngx_http_dynamo_rl_gate_handler(ngx_http_request_t *r)
                                         "only GET, HEAD and POST");
     }
 
+    if (ngx_http_dynamo_rl_cross_origin(r) != NGX_OK) {
+        return ngx_http_dynamo_rl_error(r, NGX_HTTP_FORBIDDEN, "cross_origin",
+                                        "request from another site");
+    }
+
     if (r->headers_in.content_length_n > NGX_HTTP_DYNAMO_RL_GATE_BODY) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "dynamo rl gate: bad request: body is larger than 4k");

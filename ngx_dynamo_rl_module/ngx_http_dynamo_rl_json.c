@@ -142,9 +142,14 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
     if (root == NULL) {
         err->line = jerr.line;
         err->column = jerr.column;
-        n = ngx_min(ngx_strlen(jerr.text), sizeof(err->text) - 1);
-        ngx_memcpy(err->text, jerr.text, n);
-        err->text[n] = '\0';
+
+        /* jansson quotes the document's bytes near the error */
+
+        (void) ngx_http_dynamo_rl_escape_log((u_char *) err->text,
+                                             (u_char *) err->text
+                                             + sizeof(err->text),
+                                             (u_char *) jerr.text,
+                                             ngx_strlen(jerr.text));
         goto invalid;
     }
 

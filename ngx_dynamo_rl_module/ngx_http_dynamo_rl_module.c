@@ -35,6 +35,8 @@ static char *ngx_http_dynamo_rl_header_name(ngx_conf_t *cf,
 static void ngx_http_dynamo_rl_cleanup(void *data);
 static ngx_int_t ngx_http_dynamo_rl_log_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_trusted_headers(ngx_http_request_t *r,
+    ngx_uint_t plane);
 static ngx_int_t ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 static ngx_int_t ngx_http_dynamo_rl_body_filter(ngx_http_request_t *r,
@@ -376,6 +378,7 @@ char *
 ngx_http_dynamo_rl_content_handler(ngx_conf_t *cf, ngx_http_handler_pt handler)
 {
     ngx_http_core_loc_conf_t        *clcf;
+    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
@@ -391,6 +394,9 @@ ngx_http_dynamo_rl_content_handler(ngx_conf_t *cf, ngx_http_handler_pt handler)
     }
 
     clcf->handler = handler;
+
+    drlcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_dynamo_rl_module);
+    drlcf->api = 1;
 
     return NGX_CONF_OK;
 }
@@ -528,16 +534,28 @@ ngx_http_dynamo_rl_log_handler(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r)
 {
-    ngx_uint_t                 i;
-    ngx_list_part_t           *part;
-    ngx_table_elt_t           *h, *header;
-    ngx_http_dynamo_rl_ctx_t  *ctx;
+    ngx_uint_t                      i, plane;
+    ngx_list_part_t                *part;
+    ngx_table_elt_t                *h, *header;
+    ngx_http_dynamo_rl_ctx_t       *ctx;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
 
     if (r != r->main) {
         return ngx_http_next_header_filter(r);
     }
 
     ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+    plane = ctx ? ctx->plane : drlcf->plane;
+
+    if ((plane == NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY
+         || plane == NGX_HTTP_DYNAMO_RL_PLANE_ADMIN
+         || drlcf->api)
+        && ngx_http_dynamo_rl_trusted_headers(r, plane) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
 
     if (ctx == NULL || ctx->attempt_id.len == 0) {
         return ngx_http_next_header_filter(r);
@@ -593,6 +611,53 @@ ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r)
  * an error page of nginx's own (502 with no upstream, 504, 413, ...) on
  * the request plane is given Dynamo's flat shape, as clients parse it
  */
+
+/*
+ * the trusted listener is opened in browsers: nothing it answers is
+ * sniffed into HTML; the discovery plane validated its body as JSON and
+ * says so, whatever type the listener sent; a worker's answer is passed
+ * on as it is, in a sandbox that runs nothing
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_trusted_headers(ngx_http_request_t *r, ngx_uint_t plane)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "X-Content-Type-Options");
+    ngx_str_set(&h->value, "nosniff");
+
+    if (plane == NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY) {
+        ngx_str_set(&r->headers_out.content_type, "application/json");
+        r->headers_out.content_type_len = sizeof("application/json") - 1;
+        r->headers_out.content_type_lowcase = NULL;
+        ngx_str_null(&r->headers_out.charset);
+
+        return NGX_OK;
+    }
+
+    if (plane != NGX_HTTP_DYNAMO_RL_PLANE_ADMIN) {
+        return NGX_OK;
+    }
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Content-Security-Policy");
+    ngx_str_set(&h->value, "sandbox; default-src 'none'");
+
+    return NGX_OK;
+}
+
 
 static ngx_int_t
 ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
@@ -820,6 +885,7 @@ ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf)
      *     conf->discovery = { 0, NULL };
      *     conf->ns_scope = { 0, NULL };
      *     conf->admin_prefix = { 0, NULL };
+     *     conf->api = 0;
      */
 
     conf->attempt_header_hash = NGX_CONF_UNSET_UINT;

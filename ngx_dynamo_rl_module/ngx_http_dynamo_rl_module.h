@@ -60,6 +60,7 @@ typedef struct {
     ngx_uint_t                      plane;
     ngx_uint_t                      methods;
     ngx_str_t                       admin_prefix;
+    ngx_flag_t                      api;
 
     ngx_str_t                       attempt_header;
     ngx_uint_t                      attempt_header_hash;

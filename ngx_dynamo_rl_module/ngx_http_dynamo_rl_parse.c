@@ -10,6 +10,7 @@
 static ngx_int_t ngx_http_dynamo_rl_host_valid(u_char *p, u_char *last);
 static void ngx_http_dynamo_rl_sse_line(ngx_http_dynamo_rl_sse_t *sse);
 static ngx_inline uint64_t ngx_http_dynamo_rl_le64(u_char *p);
+static ngx_int_t ngx_http_dynamo_rl_caseeq(u_char *a, u_char *b, size_t n);
 
 
 #define NGX_HTTP_DYNAMO_RL_SCAN_OTHER    0
@@ -840,4 +841,116 @@ ngx_http_dynamo_rl_siphash(u_char *key, u_char *p, size_t len)
     ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
 
     return v0 ^ v1 ^ v2 ^ v3;
+}
+
+
+/*
+ * a cross-site request that a browser sends without a preflight: a
+ * Sec-Fetch-Site other than "same-origin" or "none", or an Origin other
+ * than the listener's own "scheme://host"; a request without either
+ * header is not from a browser page (curl, SDKs); "host" is the request's
+ * Host, "origins" the number of Origin headers
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_same_origin(ngx_str_t *origin, ngx_uint_t origins,
+    ngx_str_t *site, ngx_str_t *host, ngx_uint_t https)
+{
+    size_t   n;
+    u_char  *p;
+
+    if (site != NULL
+        && !(site->len == 11
+             && ngx_http_dynamo_rl_caseeq(site->data,
+                                          (u_char *) "same-origin", 11)
+                == NGX_OK)
+        && !(site->len == 4
+             && ngx_http_dynamo_rl_caseeq(site->data, (u_char *) "none", 4)
+                == NGX_OK))
+    {
+        return NGX_DECLINED;
+    }
+
+    if (origins == 0) {
+        return NGX_OK;
+    }
+
+    if (origins > 1 || host == NULL || host->len == 0) {
+        return NGX_DECLINED;
+    }
+
+    p = origin->data;
+    n = https ? sizeof("https://") - 1 : sizeof("http://") - 1;
+
+    if (origin->len != n + host->len
+        || ngx_http_dynamo_rl_caseeq(p, (u_char *) (https ? "https://"
+                                                          : "http://"), n)
+           != NGX_OK
+        || ngx_http_dynamo_rl_caseeq(p + n, host->data, host->len) != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/* ASCII letters in any case; the pure code links without ngx_string.c */
+
+static ngx_int_t
+ngx_http_dynamo_rl_caseeq(u_char *a, u_char *b, size_t n)
+{
+    while (n--) {
+        if (ngx_tolower(*a) != ngx_tolower(*b)) {
+            return NGX_DECLINED;
+        }
+
+        a++;
+        b++;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * text from an upstream for a log line: bytes outside printable ASCII,
+ * and the backslash, as \xNN; truncated at "last", always terminated
+ */
+
+u_char *
+ngx_http_dynamo_rl_escape_log(u_char *dst, u_char *last, u_char *src,
+    size_t len)
+{
+    u_char  c;
+
+    static u_char  hex[] = "0123456789abcdef";
+
+    if (dst >= last) {
+        return dst;
+    }
+
+    last--;
+
+    while (len-- && dst < last) {
+        c = *src++;
+
+        if (c >= 0x20 && c < 0x7f && c != '\\') {
+            *dst++ = c;
+            continue;
+        }
+
+        if (last - dst < 4) {
+            break;
+        }
+
+        *dst++ = '\\';
+        *dst++ = 'x';
+        *dst++ = hex[c >> 4];
+        *dst++ = hex[c & 0xf];
+    }
+
+    *dst = '\0';
+
+    return dst;
 }

@@ -71,6 +71,10 @@ ngx_int_t ngx_http_dynamo_rl_parse_lease(u_char *p, size_t len,
 uint64_t ngx_http_dynamo_rl_siphash(u_char *key, u_char *p, size_t len);
 ngx_int_t ngx_http_dynamo_rl_namespace_match(ngx_uint_t mode,
     ngx_str_t *scope, u_char *ns, size_t len);
+ngx_int_t ngx_http_dynamo_rl_same_origin(ngx_str_t *origin,
+    ngx_uint_t origins, ngx_str_t *site, ngx_str_t *host, ngx_uint_t https);
+u_char *ngx_http_dynamo_rl_escape_log(u_char *dst, u_char *last,
+    u_char *src, size_t len);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_PARSE_H_INCLUDED_ */

@@ -91,6 +91,14 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
                                        "method not allowed");
     }
 
+    if (drlcf->plane == NGX_HTTP_DYNAMO_RL_PLANE_ADMIN
+        && !(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))
+        && ngx_http_dynamo_rl_cross_origin(r) != NGX_OK)
+    {
+        return ngx_http_dynamo_rl_deny(r, NGX_HTTP_FORBIDDEN, "cross_origin",
+                                       "request from another site");
+    }
+
     if (ngx_http_dynamo_rl_target_canonical(r->unparsed_uri.data,
                                             r->unparsed_uri.len,
                                             r->uri.data, r->uri.len)
@@ -697,6 +705,81 @@ ngx_http_dynamo_rl_read_only(ngx_http_request_t *r)
     if (rc != NGX_OK) {
         return rc;
     }
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * a POST from a page of another site through an operator's browser (a
+ * CORS "simple request" needs no preflight) changes nothing: 403
+ * "cross_origin" and one line; requests without Origin and Sec-Fetch-Site
+ * are not a browser's and pass
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_cross_origin(ngx_http_request_t *r)
+{
+    ngx_str_t                       origin, *site, *host;
+    ngx_uint_t                      i, n, https;
+    ngx_list_part_t                *part;
+    ngx_table_elt_t                *header;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+
+    static ngx_str_t  origin_name = ngx_string("Origin");
+    static ngx_str_t  site_name = ngx_string("Sec-Fetch-Site");
+
+    n = 0;
+    site = NULL;
+    ngx_str_null(&origin);
+
+    part = &r->headers_in.headers.part;
+    header = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            header = part->elts;
+            i = 0;
+        }
+
+        if (ngx_http_dynamo_rl_header_is(&header[i], &origin_name) == NGX_OK) {
+            origin = header[i].value;
+            n++;
+
+        } else if (ngx_http_dynamo_rl_header_is(&header[i], &site_name)
+                   == NGX_OK)
+        {
+            site = &header[i].value;
+        }
+    }
+
+    host = r->headers_in.host ? &r->headers_in.host->value : NULL;
+
+    https = 0;
+
+#if (NGX_HTTP_SSL)
+    https = (r->connection->ssl != NULL);
+#endif
+
+    if (ngx_http_dynamo_rl_same_origin(&origin, n, site, host, https)
+        == NGX_OK)
+    {
+        return NGX_OK;
+    }
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    ngx_log_error(drlcf->log_level, r->connection->log, 0,
+                  "dynamo rl: cross-origin \"%V\" refused, origin \"%V\"%s%V",
+                  &r->method_name, &origin,
+                  site ? ", sec-fetch-site " : "",
+                  site ? site : &origin);
 
     return NGX_DECLINED;
 }

@@ -96,6 +96,7 @@ static ngx_str_t  ngx_http_dynamo_rl_reasons[] = {
     ngx_string("route_not_advertised"),
     ngx_string("discovery_invalid"),
     ngx_string("redirected"),
+    ngx_string("cross_origin"),
     ngx_null_string
 };
 

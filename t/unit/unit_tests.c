@@ -108,6 +108,8 @@ static void ngx_http_dynamo_rl_test_admin(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_url(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_ns(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_siphash(ngx_http_dynamo_rl_tap_t *t);
+static void ngx_http_dynamo_rl_test_origin(ngx_http_dynamo_rl_tap_t *t);
+static void ngx_http_dynamo_rl_test_escape_log(ngx_http_dynamo_rl_tap_t *t);
 
 
 static ngx_http_dynamo_rl_test_str_t  ngx_http_dynamo_rl_test_ids[] = {
@@ -610,6 +612,8 @@ main(void)
     ngx_http_dynamo_rl_test_url(&t);
     ngx_http_dynamo_rl_test_ns(&t);
     ngx_http_dynamo_rl_test_siphash(&t);
+    ngx_http_dynamo_rl_test_origin(&t);
+    ngx_http_dynamo_rl_test_escape_log(&t);
 
     /* a trailing plan: a crash part way through leaves no plan at all */
 
@@ -1384,4 +1388,111 @@ ngx_http_dynamo_rl_test_siphash(ngx_http_dynamo_rl_tap_t *t)
 
     ngx_http_dynamo_rl_tap(t, h != h2, "siphash: another key, another hash",
                            NULL, NULL);
+}
+
+
+static void
+ngx_http_dynamo_rl_test_origin(ngx_http_dynamo_rl_tap_t *t)
+{
+    char        name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    ngx_int_t   rc;
+    ngx_str_t   origin, site, host;
+    ngx_uint_t  i, n;
+
+    static struct {
+        char        *origin;
+        ngx_uint_t   origins;
+        char        *site;
+        char        *host;
+        ngx_uint_t   https;
+        ngx_int_t    rc;
+    } cases[] = {
+        { "", 0, NULL, "gw:9090", 0, NGX_OK },
+        { "http://gw:9090", 1, NULL, "gw:9090", 0, NGX_OK },
+        { "HTTP://GW:9090", 1, NULL, "gw:9090", 0, NGX_OK },
+        { "https://gw", 1, NULL, "gw", 1, NGX_OK },
+        { "http://gw:9090", 1, "same-origin", "gw:9090", 0, NGX_OK },
+        { "", 0, "none", "gw:9090", 0, NGX_OK },
+        { "", 0, "cross-site", "gw:9090", 0, NGX_DECLINED },
+        { "", 0, "same-site", "gw:9090", 0, NGX_DECLINED },
+        { "", 0, "", "gw:9090", 0, NGX_DECLINED },
+        { "http://gw:9090", 1, "cross-site", "gw:9090", 0, NGX_DECLINED },
+        { "http://evil", 1, NULL, "gw:9090", 0, NGX_DECLINED },
+        { "null", 1, NULL, "gw:9090", 0, NGX_DECLINED },
+        { "https://gw:9090", 1, NULL, "gw:9090", 0, NGX_DECLINED },
+        { "http://gw:9090", 1, NULL, "gw:9090", 1, NGX_DECLINED },
+        { "http://gw:90901", 1, NULL, "gw:9090", 0, NGX_DECLINED },
+        { "http://gw:909", 1, NULL, "gw:9090", 0, NGX_DECLINED },
+        { "http://gw:9090", 2, NULL, "gw:9090", 0, NGX_DECLINED },
+        { "http://gw:9090", 1, NULL, NULL, 0, NGX_DECLINED },
+        { "http://", 1, NULL, "", 0, NGX_DECLINED },
+    };
+
+    n = sizeof(cases) / sizeof(cases[0]);
+
+    for (i = 0; i < n; i++) {
+        origin.data = (u_char *) cases[i].origin;
+        origin.len = strlen(cases[i].origin);
+
+        if (cases[i].site != NULL) {
+            site.data = (u_char *) cases[i].site;
+            site.len = strlen(cases[i].site);
+        }
+
+        if (cases[i].host != NULL) {
+            host.data = (u_char *) cases[i].host;
+            host.len = strlen(cases[i].host);
+        }
+
+        rc = ngx_http_dynamo_rl_same_origin(&origin, cases[i].origins,
+                                            cases[i].site ? &site : NULL,
+                                            cases[i].host ? &host : NULL,
+                                            cases[i].https);
+
+        snprintf(name, sizeof(name),
+                 "same_origin origin \"%s\" x%lu site \"%s\" host \"%s\" "
+                 "%s: %s", cases[i].origin, (unsigned long) cases[i].origins,
+                 cases[i].site ? cases[i].site : "-",
+                 cases[i].host ? cases[i].host : "-",
+                 cases[i].https ? "https" : "http",
+                 ngx_http_dynamo_rl_test_rc(cases[i].rc));
+
+        ngx_http_dynamo_rl_tap(t, rc == cases[i].rc, name, NULL,
+                               ngx_http_dynamo_rl_test_rc(rc));
+    }
+}
+
+
+static void
+ngx_http_dynamo_rl_test_escape_log(ngx_http_dynamo_rl_tap_t *t)
+{
+    u_char      buf[32], *p;
+    ngx_uint_t  i, n;
+
+    static struct {
+        char    *src;
+        size_t   len;
+        size_t   size;
+        char    *out;
+    } cases[] = {
+        { "plain text", 10, 16, "plain text" },
+        { "a\x01" "b", 3, 16, "a\\x01b" },
+        { "\\\x7f\xff\n", 4, 17, "\\x5c\\x7f\\xff\\x0a" },
+        { "0123456789abcdefgh", 18, 16, "0123456789abcde" },
+        { "0123456789ab\x01", 13, 16, "0123456789ab" },
+        { "ab", 2, 1, "" },
+    };
+
+    n = sizeof(cases) / sizeof(cases[0]);
+
+    for (i = 0; i < n; i++) {
+        p = ngx_http_dynamo_rl_escape_log(buf, buf + cases[i].size,
+                                          (u_char *) cases[i].src,
+                                          cases[i].len);
+
+        ngx_http_dynamo_rl_tap(t, strcmp((char *) buf, cases[i].out) == 0
+                                  && *p == '\0'
+                                  && (size_t) (p - buf) < cases[i].size,
+                               "escape_log", NULL, (char *) buf);
+    }
 }
