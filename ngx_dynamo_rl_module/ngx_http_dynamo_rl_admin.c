@@ -19,6 +19,8 @@ static ngx_int_t ngx_http_dynamo_rl_admin_header_filter(
 static ngx_int_t ngx_http_dynamo_rl_admin_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static void ngx_http_dynamo_rl_admin_headers_clear(ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_admin_upstream_group(
+    ngx_http_request_t *r, ngx_str_t *url);
 
 
 /* a worker's answer larger than this is judged by its status alone */
@@ -201,6 +203,17 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
                                              "system_url");
     }
 
+    if (ngx_http_dynamo_rl_admin_upstream_group(r, &w->system_url)
+        != NGX_OK)
+    {
+        return ngx_http_dynamo_rl_admin_deny(r,
+                                             NGX_HTTP_SERVICE_UNAVAILABLE,
+                                             "no_system_url",
+                                             "worker's system_url names an "
+                                             "upstream group of the "
+                                             "gateway");
+    }
+
     route = ngx_http_dynamo_rl_route_find(w->routes, w->nroutes,
                                           &ctx->route);
 
@@ -285,6 +298,48 @@ ngx_http_dynamo_rl_admin_deny(ngx_http_request_t *r, ngx_uint_t status,
 }
 
 
+/*
+ * proxy_pass with variables takes a host that names an upstream{} block
+ * for that group, without a resolver: a system_url must never do so
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_admin_upstream_group(ngx_http_request_t *r,
+    ngx_str_t *url)
+{
+    ngx_str_t                       host;
+    ngx_uint_t                      i;
+    ngx_http_upstream_srv_conf_t  **uscfp;
+    ngx_http_upstream_main_conf_t  *umcf;
+
+    if (ngx_http_dynamo_rl_system_url_host(url->data, url->len, &host)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    umcf = ngx_http_get_module_main_conf(r, ngx_http_upstream_module);
+    uscfp = umcf->upstreams.elts;
+
+    for (i = 0; i < umcf->upstreams.nelts; i++) {
+
+        if ((uscfp[i]->flags & NGX_HTTP_UPSTREAM_CREATE)
+            && uscfp[i]->host.len == host.len
+            && ngx_strncasecmp(uscfp[i]->host.data, host.data, host.len)
+               == 0)
+        {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "dynamo rl admin: system_url \"%V\" of instance "
+                          "\"%V\" names the upstream group \"%V\", refused",
+                          url, &r->uri, &uscfp[i]->host);
+            return NGX_DECLINED;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 /* byte-identical only; a worker advertises a few dozen routes at most */
 
 static ngx_str_t *
@@ -327,7 +382,14 @@ ngx_http_dynamo_rl_admin_filter_init(ngx_conf_t *cf)
 static ngx_int_t
 ngx_http_dynamo_rl_admin_header_filter(ngx_http_request_t *r)
 {
+    ngx_int_t                  rc;
+    ngx_buf_t                 *b;
+    ngx_chain_t                out;
     ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    static u_char  body[] = "{\"error\":\"upgrade_refused\",\"message\":"
+                            "\"the worker answered 101 Switching Protocols; "
+                            "the admin plane never upgrades\"}";
 
     if (r != r->main) {
         return ngx_http_next_header_filter(r);
@@ -342,8 +404,8 @@ ngx_http_dynamo_rl_admin_header_filter(ngx_http_request_t *r)
     if (r->headers_out.status == NGX_HTTP_SWITCHING_PROTOCOLS) {
 
         /*
-         * the admin plane never upgrades: a worker's 101 becomes a bare
-         * 502, and header_only ends the upstream request at once
+         * the admin plane never upgrades: a worker's 101 becomes a JSON
+         * 502, and header_only then ends the upstream request at once
          */
 
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
@@ -353,16 +415,50 @@ ngx_http_dynamo_rl_admin_header_filter(ngx_http_request_t *r)
 
         ngx_http_dynamo_rl_admin_headers_clear(r);
 
+        if (r->upstream != NULL) {
+            r->upstream->upgrade = 0;
+        }
+
         r->headers_out.status = NGX_HTTP_BAD_GATEWAY;
         r->headers_out.status_line.len = 0;
-        r->headers_out.content_length_n = 0;
-        r->header_only = 1;
+        r->headers_out.content_length_n = sizeof(body) - 1;
+
+        ngx_str_set(&r->headers_out.content_type, "application/json");
+        r->headers_out.content_type_len = r->headers_out.content_type.len;
+        r->headers_out.content_type_lowcase = NULL;
+
         r->keepalive = 0;
 
         ctx->admin_decided = 1;
         ctx->admin_error = 1;
 
-        return ngx_http_next_header_filter(r);
+        rc = ngx_http_next_header_filter(r);
+
+        if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+            return rc;
+        }
+
+        b = ngx_calloc_buf(r->pool);
+        if (b == NULL) {
+            return NGX_ERROR;
+        }
+
+        b->pos = body;
+        b->last = body + sizeof(body) - 1;
+        b->memory = 1;
+        b->last_buf = 1;
+        b->last_in_chain = 1;
+
+        out.buf = b;
+        out.next = NULL;
+
+        rc = ngx_http_next_body_filter(r, &out);
+
+        /* the worker's stream after its 101 is never read: header_only */
+
+        r->header_only = 1;
+
+        return rc == NGX_ERROR ? NGX_ERROR : NGX_OK;
     }
 
     if (r->headers_out.status < NGX_HTTP_OK

@@ -11,10 +11,27 @@
 #endif
 
 
+/*
+ * a refresh subrequest's state, reached through its post_subrequest, which
+ * internal redirects and error_page keep, unlike the subrequest's r->ctx
+ */
+
+typedef struct {
+    ngx_http_dynamo_rl_ctx_t       *ctx;
+    ngx_http_dynamo_rl_ctx_t       *doc;
+} ngx_http_dynamo_rl_refresh_t;
+
+
 static ngx_int_t ngx_http_dynamo_rl_refresh(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 static ngx_int_t ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
+static ngx_http_dynamo_rl_refresh_t *ngx_http_dynamo_rl_refresh_of(
+    ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_discovery_upstream(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx);
+static void ngx_http_dynamo_rl_discovery_finalize(ngx_http_request_t *r,
+    ngx_int_t rc);
 static void ngx_http_dynamo_rl_flight_end(ngx_http_dynamo_rl_zone_t *zone,
     ngx_uint_t abandoned);
 static void ngx_http_dynamo_rl_wait_handler(ngx_http_request_t *r);
@@ -38,6 +55,7 @@ static ngx_int_t ngx_http_dynamo_rl_discovery_body_filter(
     ngx_http_request_t *r, ngx_chain_t *in);
 static ngx_int_t ngx_http_dynamo_rl_discovery_append(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_buf_t *b, size_t max);
+static void ngx_http_dynamo_rl_discovery_discard(ngx_buf_t *b);
 static ngx_int_t ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 static ngx_int_t ngx_http_dynamo_rl_discovery_invalid(ngx_http_request_t *r,
@@ -399,23 +417,33 @@ static ngx_int_t
 ngx_http_dynamo_rl_refresh(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
 {
-    ngx_http_request_t          *sr;
-    ngx_http_dynamo_rl_ctx_t    *sctx;
-    ngx_http_post_subrequest_t  *ps;
+    ngx_http_request_t            *sr;
+    ngx_http_dynamo_rl_ctx_t      *sctx;
+    ngx_http_post_subrequest_t    *ps;
+    ngx_http_dynamo_rl_refresh_t  *rf;
 
     ps = ngx_palloc(r->pool, sizeof(ngx_http_post_subrequest_t));
     if (ps == NULL) {
         return NGX_ERROR;
     }
 
+    rf = ngx_pcalloc(r->pool, sizeof(ngx_http_dynamo_rl_refresh_t));
+    if (rf == NULL) {
+        return NGX_ERROR;
+    }
+
+    rf->ctx = ctx;
+
     ps->handler = ngx_http_dynamo_rl_refresh_done;
-    ps->data = ctx;
+    ps->data = rf;
 
     /*
      * not NGX_HTTP_SUBREQUEST_IN_MEMORY: its buffer is the discovery
      * location's subrequest_output_buffer_size, and a larger document
      * would end the whole request; the discovery body filter collects
-     * the document instead, bounded by max_size, and passes nothing on
+     * the document instead, bounded by max_size, and passes nothing of
+     * the subrequest on, found by its post_subrequest whatever an
+     * internal redirect does to it
      */
 
     if (ngx_http_subrequest(r, &drlcf->discovery, NULL, &sr, ps,
@@ -432,6 +460,8 @@ ngx_http_dynamo_rl_refresh(ngx_http_request_t *r,
 
     sctx->refresh_sr = 1;
     sctx->doc_hold = 1;
+
+    rf->doc = sctx;
 
     ngx_http_set_ctx(sr, sctx, ngx_http_dynamo_rl_module);
 
@@ -451,6 +481,9 @@ ngx_http_dynamo_rl_refresh(ngx_http_request_t *r,
     sr->headers_in.content_length_n = -1;
     sr->headers_in.transfer_encoding = NULL;
     sr->headers_in.chunked = 0;
+
+    /* the proxy module tunnels a 101 only for a request with an Upgrade */
+    sr->headers_in.upgrade = NULL;
 
     if (ngx_list_init(&sr->headers_in.headers, r->pool, 1,
                       sizeof(ngx_table_elt_t))
@@ -473,18 +506,21 @@ static ngx_int_t
 ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
     ngx_int_t rc)
 {
-    ngx_http_dynamo_rl_ctx_t *ctx = data;
+    ngx_http_dynamo_rl_refresh_t *rf = data;
 
     u_char                          *doc;
     size_t                           len;
     ngx_str_t                        reason;
-    ngx_http_dynamo_rl_ctx_t        *sctx;
+    ngx_http_dynamo_rl_ctx_t        *ctx, *sctx;
     ngx_uint_t                       generation;
     ngx_pool_t                      *pool;
     ngx_http_dynamo_rl_zone_t       *zone;
     ngx_http_dynamo_rl_index_t      *index;
     ngx_http_dynamo_rl_loc_conf_t   *drlcf;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    ctx = rf->ctx;
+    sctx = rf->doc;
 
     if (ctx->refresh != NGX_HTTP_DYNAMO_RL_REFRESH_RUNNING) {
         return rc;
@@ -510,7 +546,25 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
         return rc;
     }
 
-    if (rc != NGX_OK || r->headers_out.status != NGX_HTTP_OK) {
+    if (sctx->doc_error.len) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "discovery refresh from \"%V\" failed: %V",
+                      &drlcf->discovery, &sctx->doc_error);
+        goto failed;
+    }
+
+    /* internal redirects clear r->ctx: its answer is not the listener's */
+
+    if (ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module) != sctx) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "discovery refresh from \"%V\" failed: it was "
+                      "redirected to \"%V\" (X-Accel-Redirect or "
+                      "error_page), never followed", &drlcf->discovery,
+                      &r->uri);
+        goto failed;
+    }
+
+    if (rc > NGX_OK || r->headers_out.status != NGX_HTTP_OK) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "discovery refresh from \"%V\" failed: status %ui",
                       &drlcf->discovery,
@@ -519,14 +573,18 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
         goto failed;
     }
 
-    sctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+    if (rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "discovery refresh from \"%V\" failed: the "
+                      "subrequest ended with %i", &drlcf->discovery, rc);
+        goto failed;
+    }
 
-    if (sctx == NULL || sctx->doc_too_big) {
+    if (sctx->doc_too_big) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "discovery document from \"%V\" is invalid: "
                       "%O bytes exceed max_size %uz", &drlcf->discovery,
-                      sctx ? sctx->doc_total : 0,
-                      drlcf->discovery_max_size);
+                      sctx->doc_total, drlcf->discovery_max_size);
         goto failed;
     }
 
@@ -571,6 +629,128 @@ failed:
     ngx_http_dynamo_rl_flight_end(zone, 0);
 
     return rc;
+}
+
+
+/* the refresh that a subrequest, or one of its ancestors, is */
+
+static ngx_http_dynamo_rl_refresh_t *
+ngx_http_dynamo_rl_refresh_of(ngx_http_request_t *r)
+{
+    for ( /* void */ ; r != r->main; r = r->parent) {
+        if (r->post_subrequest != NULL
+            && r->post_subrequest->handler == ngx_http_dynamo_rl_refresh_done)
+        {
+            return r->post_subrequest->data;
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * the listener's answer on the discovery plane or to a refresh: never an
+ * upgrade, and an answer cut short or stalled after its header is still
+ * answered for (ngx_http_dynamo_rl_discovery_finalize)
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_discovery_upstream(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    u_char               *p;
+    ngx_http_upstream_t  *u;
+
+    u = r->upstream;
+
+    if (u != NULL) {
+        u->upgrade = 0;
+
+        if (u->finalize_request != ngx_http_dynamo_rl_discovery_finalize) {
+            ctx->doc_finalize = u->finalize_request;
+            u->finalize_request = ngx_http_dynamo_rl_discovery_finalize;
+        }
+    }
+
+    if (r->headers_out.status >= NGX_HTTP_OK) {
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, sizeof("the listener answered , an upgrade "
+                                    "is never honoured") - 1
+                             + NGX_INT_T_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->doc_error.data = p;
+    ctx->doc_error.len = ngx_sprintf(p, "the listener answered %ui, an "
+                                     "upgrade is never honoured",
+                                     r->headers_out.status)
+                         - p;
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * u->finalize_request of the listener's answer held by the discovery
+ * plane or a refresh: when it fails after its header (closed before
+ * Content-Length, read timeout), nothing of it has been sent, so nginx
+ * is told so and answers for it; the discovery filters make that answer
+ * a 502 discovery_invalid, or the refresh a failed one
+ */
+
+static void
+ngx_http_dynamo_rl_discovery_finalize(ngx_http_request_t *r, ngx_int_t rc)
+{
+    ngx_http_upstream_t           *u;
+    ngx_http_dynamo_rl_ctx_t      *ctx;
+    ngx_http_dynamo_rl_refresh_t  *rf;
+
+    if (r == r->main) {
+        ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    } else {
+        rf = ngx_http_dynamo_rl_refresh_of(r);
+        ctx = rf ? rf->doc : NULL;
+    }
+
+    if (ctx == NULL || ctx->doc_finalize == NULL) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "dynamo rl discovery: no context to finalize");
+        return;
+    }
+
+    ctx->doc_finalize(r, rc);
+
+    u = r->upstream;
+
+    if (!ctx->doc_hold
+        || rc < NGX_HTTP_SPECIAL_RESPONSE
+        || rc == NGX_HTTP_REQUEST_TIME_OUT
+        || rc == NGX_HTTP_CLIENT_CLOSED_REQUEST
+        || r->connection->error)
+    {
+        return;
+    }
+
+    if (ctx->doc_error.len == 0) {
+        if (rc == NGX_HTTP_GATEWAY_TIME_OUT
+            || (u->peer.connection != NULL
+                && u->peer.connection->read->timedout))
+        {
+            ngx_str_set(&ctx->doc_error, "the listener timed out before "
+                        "the document was complete");
+
+        } else {
+            ngx_str_set(&ctx->doc_error, "the listener's answer ended "
+                        "before the document was complete");
+        }
+    }
+
+    u->header_sent = 0;
 }
 
 
@@ -921,17 +1101,34 @@ ngx_http_dynamo_rl_discovery_filter_init(ngx_conf_t *cf)
 static ngx_int_t
 ngx_http_dynamo_rl_discovery_header_filter(ngx_http_request_t *r)
 {
+    ngx_int_t                       rc;
     ngx_http_dynamo_rl_ctx_t       *ctx;
+    ngx_http_dynamo_rl_refresh_t   *rf;
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
 
     if (r != r->main) {
-        ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+        rf = ngx_http_dynamo_rl_refresh_of(r);
 
-        if (ctx == NULL || !ctx->refresh_sr) {
+        if (rf == NULL) {
             return ngx_http_next_header_filter(r);
         }
 
-        /* a refresh: nothing of it reaches the admin call's client */
+        /*
+         * a refresh: nothing of it reaches the admin call's client, and
+         * only the answer of the location it was sent to is kept
+         */
+
+        ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+        if (ctx != rf->doc || ctx->doc_error.len) {
+            return NGX_OK;
+        }
+
+        rc = ngx_http_dynamo_rl_discovery_upstream(r, ctx);
+
+        if (rc != NGX_OK) {
+            return rc == NGX_ERROR ? NGX_ERROR : NGX_HTTP_BAD_GATEWAY;
+        }
 
         if (r->headers_out.content_encoding != NULL
             && r->headers_out.content_encoding->value.len)
@@ -959,6 +1156,13 @@ ngx_http_dynamo_rl_discovery_header_filter(ngx_http_request_t *r)
         || ctx->deny_reason.len || r->upstream == NULL)
     {
         return ngx_http_next_header_filter(r);
+    }
+
+    rc = ngx_http_dynamo_rl_discovery_upstream(r, ctx);
+
+    if (rc != NGX_OK) {
+        ctx->doc_hold = 1;
+        return rc == NGX_ERROR ? NGX_ERROR : NGX_HTTP_BAD_GATEWAY;
     }
 
     /* the trainer reads the document as the listener wrote it */
@@ -1015,16 +1219,30 @@ ngx_http_dynamo_rl_discovery_body_filter(ngx_http_request_t *r,
     ngx_uint_t                      last;
     ngx_chain_t                    *cl;
     ngx_http_dynamo_rl_ctx_t       *ctx;
+    ngx_http_dynamo_rl_refresh_t   *rf;
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
 
     if (r != r->main) {
-        ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+        rf = ngx_http_dynamo_rl_refresh_of(r);
 
-        if (ctx == NULL || !ctx->refresh_sr) {
+        if (rf == NULL) {
             return ngx_http_next_body_filter(r, in);
         }
 
-        drlcf = ngx_http_get_module_loc_conf(r->parent,
+        ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+        if (ctx != rf->doc || ctx->doc_error.len) {
+
+            /* a redirected refresh, or an error page after a failed one */
+
+            for (cl = in; cl; cl = cl->next) {
+                ngx_http_dynamo_rl_discovery_discard(cl->buf);
+            }
+
+            return NGX_OK;
+        }
+
+        drlcf = ngx_http_get_module_loc_conf(r->main,
                                              ngx_http_dynamo_rl_module);
 
         for (cl = in; cl; cl = cl->next) {
@@ -1127,6 +1345,15 @@ ngx_http_dynamo_rl_discovery_append(ngx_http_request_t *r,
 
 consumed:
 
+    ngx_http_dynamo_rl_discovery_discard(b);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_dynamo_rl_discovery_discard(ngx_buf_t *b)
+{
     if (ngx_buf_in_memory(b)) {
         b->pos = b->last;
     }
@@ -1134,8 +1361,6 @@ consumed:
     if (b->in_file) {
         b->file_pos = b->file_last;
     }
-
-    return NGX_OK;
 }
 
 
@@ -1155,6 +1380,10 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
 
     drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
     drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    if (ctx->doc_error.len) {
+        return ngx_http_dynamo_rl_discovery_invalid(r, &ctx->doc_error);
+    }
 
     if (ctx->doc_status != NGX_HTTP_OK) {
         reason.data = ngx_pnalloc(r->pool, sizeof("listener answered ") - 1

@@ -345,7 +345,14 @@ ngx_http_dynamo_rl_get_ctx(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
 
-    if (ctx == NULL && (r->internal || r->filter_finalize)) {
+    /*
+     * a subrequest shares its main request's pool, and so its cleanups:
+     * the walk is for the main request only, or a subrequest (one that an
+     * upstream or error_page redirected, say) would act on the main
+     * request's context
+     */
+
+    if (ctx == NULL && r == r->main && (r->internal || r->filter_finalize)) {
 
         for (cln = r->pool->cleanup; cln; cln = cln->next) {
             if (cln->handler == ngx_http_dynamo_rl_cleanup) {

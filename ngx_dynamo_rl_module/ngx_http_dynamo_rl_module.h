@@ -127,6 +127,9 @@ typedef struct {
     size_t                          doc_size;
     off_t                           doc_total;
     ngx_uint_t                      doc_status;
+    ngx_str_t                       doc_error;
+    void                          (*doc_finalize)(ngx_http_request_t *r,
+                                                   ngx_int_t rc);
 
     unsigned                        doc_hold:1;
     unsigned                        refresh_sr:1;

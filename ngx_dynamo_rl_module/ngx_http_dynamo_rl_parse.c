@@ -954,3 +954,47 @@ ngx_http_dynamo_rl_escape_log(u_char *dst, u_char *last, u_char *src,
 
     return dst;
 }
+
+
+/*
+ * the host of a system_url that ngx_http_dynamo_rl_system_url_valid()
+ * accepted: what follows the scheme, up to a port, a path or the end
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_system_url_host(u_char *p, size_t len, ngx_str_t *host)
+{
+    u_char  *last;
+
+    last = p + len;
+
+    if (len > 7 && ngx_strncmp(p, "http://", 7) == 0) {
+        p += 7;
+
+    } else if (len > 8 && ngx_strncmp(p, "https://", 8) == 0) {
+        p += 8;
+
+    } else {
+        return NGX_DECLINED;
+    }
+
+    host->data = p;
+
+    if (p < last && *p == '[') {
+        p = ngx_strlchr(p, last, ']');
+        if (p == NULL) {
+            return NGX_DECLINED;
+        }
+
+        p++;
+
+    } else {
+        while (p < last && *p != ':' && *p != '/') {
+            p++;
+        }
+    }
+
+    host->len = p - host->data;
+
+    return host->len ? NGX_OK : NGX_DECLINED;
+}

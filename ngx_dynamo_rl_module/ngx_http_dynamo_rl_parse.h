@@ -63,6 +63,8 @@ ngx_int_t ngx_http_dynamo_rl_route_valid(u_char *p, size_t len);
 ngx_int_t ngx_http_dynamo_rl_parse_admin_path(u_char *p, size_t len,
     uint64_t *id, ngx_str_t *route);
 ngx_int_t ngx_http_dynamo_rl_system_url_valid(u_char *p, size_t len);
+ngx_int_t ngx_http_dynamo_rl_system_url_host(u_char *p, size_t len,
+    ngx_str_t *host);
 ngx_uint_t ngx_http_dynamo_rl_scan_bound(u_char *p, size_t len);
 ngx_int_t ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
     ngx_http_dynamo_rl_scan_t *scan);

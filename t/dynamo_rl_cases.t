@@ -672,10 +672,14 @@ for my $id (5001 .. 5009, 5014, 5015) {
 		or diag(fwd_summary($r), $r->{raw});
 }
 
+# a host name that is an upstream{} group's (issue 12): refused, as
+# proxy_pass would send the call to that group without a resolver
+
 $r = request(target => "$W/5011/engine/flush_cache");
 
-is(join(' ', $r->{status}, fwd_summary($r)), '200 worker0 /engine/flush_cache',
-	'D9: a host name without a port: allowed (an upstream{} name here)');
+ok(denied($r, 503, 'no_system_url'),
+	'D9: a host name that names an upstream{} group: 503 no_system_url,'
+	. ' nothing forwarded') or diag(fwd_summary($r), $r->{raw});
 
 for my $c ([ 5012, "http://[::1]:$P99" ], [ 5013, "https://127.0.0.1:$P99" ]) {
 	$r = request(target => "$W/$c->[0]/engine/flush_cache");
