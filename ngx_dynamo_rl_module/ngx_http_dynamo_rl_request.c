@@ -47,6 +47,24 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
 
     if (r != r->main) {
+
+        /*
+         * a background subrequest ("mirror", a cache update) of a plane
+         * request would send the same generation or admin call again
+         */
+
+        ctx = ngx_http_get_module_ctx(r->main, ngx_http_dynamo_rl_module);
+
+        if (r->background && ctx != NULL
+            && ctx->plane > NGX_HTTP_DYNAMO_RL_PLANE_NONE)
+        {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "dynamo rl: background subrequest \"%V\" of a "
+                          "plane request not sent", &r->uri);
+
+            return NGX_HTTP_FORBIDDEN;
+        }
+
         return NGX_DECLINED;
     }
 

@@ -51,7 +51,7 @@ my @BLOCKS = qw/ nested if limit_except /;
 # per block and protocol: request 9, discovery 5, admin 7
 my $MATRIX = scalar(@BLOCKS) * 2 * (9 + 5 + 7);
 
-$t->plan($MATRIX + 5 + 24 + 6);
+$t->plan($MATRIX + 5 + 27 + 6);
 
 my $CONF = <<'EOF';
 
@@ -144,6 +144,17 @@ http {
 
         location @fallback {
             proxy_pass http://frontend;
+        }
+
+        location /mirrored/ {
+            dynamo_rl_plane request;
+            mirror /_mirror;
+            proxy_pass http://frontend/v1/;
+        }
+
+        location = /_mirror {
+            internal;
+            proxy_pass http://frontend/v1/completions;
         }
 
         location /missing {
@@ -367,6 +378,16 @@ is($r->{status}, 500, 'error_page static: status kept');
 isnt($r->{headers}{'x-dynamo-rl-reason'}, 'redirected',
 	'error_page static: served');
 is(scalar frontend_with('again-static'), 1, 'error_page static: sent once');
+
+# a mirror of a plane request is not sent
+
+$r = call(8103, 'POST', '/mirrored/completions', body => $BODY,
+	headers => [ 'X-Dynamo-Attempt-Id' => 'mirrored' ]);
+is($r->{status}, 200, 'mirror: the request itself');
+ok($t->wait_for(sub { $t->log_lines('error.log', qr/\[error\].*background/
+	. qr/ subrequest "\/_mirror" of a plane request not sent/) }),
+	'mirror: refused, one error line');
+is(scalar frontend_with('mirrored'), 1, 'mirror: sent once');
 
 # an internal redirect into a plane location from outside one: the raw
 # target is not the location's, so it is refused, never forwarded
