@@ -33,7 +33,7 @@ select STDOUT; $| = 1;
 $SIG{ALRM} = sub { die "test timed out\n" };
 alarm(180);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(34);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(37);
 
 # max_size=16k needs at least 16k + 256 + 64k: 96k leaves the ledger about
 # 200 records, the snapshot its own 16k
@@ -246,6 +246,25 @@ is(scalar grep({ ($_->{headers} // '') =~ /big-body/i }
 $r = attempt('big-body', '/small/completions', '{"prompt":"p"}');
 is($r->{status}, 200, '413: the same id with a small body is forwarded');
 ok(wait_state('big-body', 'succeeded'), '413: then succeeded');
+
+# a reload that keeps the zone (same name and size) keeps its room: a
+# larger max_size that passes the size check still needs a restart
+
+my $conf = $t->read_file('nginx.conf');
+(my $bigger = $conf) =~ s/max_size=16k/max_size=24k/ or die "no max_size\n";
+
+$t->write_file('nginx.conf', $bigger);
+$t->allow_log(qr/holds 16384 bytes for a discovery snapshot/);
+$t->reload();
+
+ok($t->reload_failed(), 'reload with max_size=24k: refused');
+is(scalar $t->log_lines('error.log', qr/\[emerg\] .*dynamo_rl zone "rl" holds 16384 bytes for a discovery snapshot and max_size now needs 24576: restart nginx/), 1,
+	'reload: the emerg line says why');
+
+$t->write_file('nginx.conf', $conf);
+
+$r = admin($ADMIN);
+is($r->{status}, 200, 'reload refused: the old configuration still works');
 
 ###############################################################################
 
