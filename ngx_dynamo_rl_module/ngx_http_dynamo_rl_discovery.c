@@ -874,37 +874,35 @@ ngx_http_dynamo_rl_palloc(void *data, size_t size)
 }
 
 
+/*
+ * the document was validated in process memory; it is copied over the
+ * old one in the room reserved for it, under the mutex under which every
+ * reader copies it out, so one copy's room is enough and nothing else in
+ * the zone, ledger records least of all, gives way to it
+ */
+
 static ngx_int_t
 ngx_http_dynamo_rl_store(ngx_log_t *log, ngx_http_dynamo_rl_zone_t *zone,
     u_char *doc, size_t len, ngx_uint_t source, ngx_uint_t *generation)
 {
-    u_char                      *raw, *old;
     ngx_http_dynamo_rl_shctx_t  *sh;
 
     sh = zone->sh;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    raw = ngx_slab_alloc_locked(zone->shpool, len ? len : 1);
+    if (len > sh->room_size) {
 
-    if (raw == NULL && sh->raw != NULL) {
-        /* the old snapshot goes anyway; a stale one is never used */
+        /* nginx -t sized the room for the largest max_size */
 
-        ngx_slab_free_locked(zone->shpool, sh->raw);
-        sh->raw = NULL;
-        sh->raw_len = 0;
-        sh->generation++;
+        if (sh->raw != NULL) {
+            /* the old snapshot goes anyway; a stale one is never used */
 
-        raw = ngx_slab_alloc_locked(zone->shpool, len ? len : 1);
-    }
+            sh->raw = NULL;
+            sh->raw_len = 0;
+            sh->generation++;
+        }
 
-    /* a current snapshot matters more than the oldest finished attempts */
-
-    while (raw == NULL && ngx_http_dynamo_rl_ledger_evict(zone) > 0) {
-        raw = ngx_slab_alloc_locked(zone->shpool, len ? len : 1);
-    }
-
-    if (raw == NULL) {
         /* a refresh is counted as failed where its flight ends */
 
         if (sh->updating && sh->updater == ngx_pid
@@ -916,24 +914,17 @@ ngx_http_dynamo_rl_store(ngx_log_t *log, ngx_http_dynamo_rl_zone_t *zone,
 
         ngx_shmtx_unlock(&zone->shpool->mutex);
 
-        ngx_log_error(NGX_LOG_CRIT, log, 0,
+        ngx_log_error(NGX_LOG_ALERT, log, 0,
                       "could not store a discovery snapshot of %uz bytes "
-                      "in dynamo_rl zone \"%V\"", len, &zone->name);
+                      "in dynamo_rl zone \"%V\": %uz bytes are reserved",
+                      len, &zone->name, sh->room_size);
 
         return NGX_ERROR;
     }
 
-    ngx_shmtx_unlock(&zone->shpool->mutex);
+    ngx_memcpy(sh->room, doc, len);
 
-    /* the copy is not visible to anyone until it is published */
-
-    ngx_memcpy(raw, doc, len);
-
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    old = sh->raw;
-
-    sh->raw = raw;
+    sh->raw = sh->room;
     sh->raw_len = len;
     sh->generation++;
     sh->fetched = ngx_current_msec;
@@ -950,10 +941,6 @@ ngx_http_dynamo_rl_store(ngx_log_t *log, ngx_http_dynamo_rl_zone_t *zone,
     }
 
     *generation = sh->generation;
-
-    if (old != NULL) {
-        ngx_slab_free_locked(zone->shpool, old);
-    }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 

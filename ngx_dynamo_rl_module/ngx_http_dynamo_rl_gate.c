@@ -78,6 +78,10 @@ ngx_http_dynamo_rl_gate_check(ngx_http_request_t *r,
                   "dynamo rl gate: closed, attempt \"%V\" refused",
                   &ctx->attempt_id);
 
+    /* counted before the check, it is not in flight after all */
+
+    ngx_http_dynamo_rl_gate_leave(ctx);
+
     return ngx_http_dynamo_rl_deny(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                                    "gate_closed",
                                    "generation is paused for a policy "
@@ -122,7 +126,11 @@ ngx_http_dynamo_rl_gate_leave(ngx_http_dynamo_rl_ctx_t *ctx)
 }
 
 
-/* the slot was left by a process that exited, however it exited */
+/*
+ * the slot was left by a process that exited, however it exited (the
+ * ledger has ended its attempts by now); under the mutex, under which
+ * the ledger frees the slots of processes that died
+ */
 
 void
 ngx_http_dynamo_rl_gate_init_process(ngx_http_dynamo_rl_zone_t *zone)
@@ -131,21 +139,21 @@ ngx_http_dynamo_rl_gate_init_process(ngx_http_dynamo_rl_zone_t *zone)
 
     slot = ngx_http_dynamo_rl_slot();
 
-    if (slot == NGX_HTTP_DYNAMO_RL_SLOTS - 1) {
-        /* shared by the highest slots: never reset, never checked */
-        return;
-    }
+    ngx_shmtx_lock(&zone->shpool->mutex);
 
     zone->sh->slot_requests[slot] = 0;
     zone->sh->slot_pid[slot] = ngx_pid;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
+
+/* one slot for each of nginx's, NGX_MAX_PROCESSES: none is shared */
 
 static ngx_uint_t
 ngx_http_dynamo_rl_slot(void)
 {
-    return ngx_min((ngx_uint_t) ngx_process_slot,
-                   NGX_HTTP_DYNAMO_RL_SLOTS - 1);
+    return (ngx_uint_t) ngx_process_slot % NGX_HTTP_DYNAMO_RL_SLOTS;
 }
 
 

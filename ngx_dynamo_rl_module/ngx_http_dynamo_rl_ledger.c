@@ -17,6 +17,13 @@ static void ngx_http_dynamo_rl_ledger_delete(ngx_http_dynamo_rl_zone_t *zone,
     ngx_http_dynamo_rl_node_t *lr);
 static ngx_uint_t ngx_http_dynamo_rl_ledger_expire(
     ngx_http_dynamo_rl_zone_t *zone, uint64_t now, ngx_uint_t force);
+static void ngx_http_dynamo_rl_ledger_end(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_node_t *lr, ngx_uint_t state, ngx_uint_t reason,
+    uint64_t now);
+static void ngx_http_dynamo_rl_ledger_reaper(ngx_event_t *ev);
+static void ngx_http_dynamo_rl_ledger_reap(ngx_http_dynamo_rl_zone_t *zone);
+static ngx_uint_t ngx_http_dynamo_rl_ledger_settle(
+    ngx_http_dynamo_rl_zone_t *zone, ngx_uint_t slot, ngx_pid_t pid);
 static ngx_int_t ngx_http_dynamo_rl_ledger_header_filter(
     ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r,
@@ -33,6 +40,13 @@ ngx_str_t  ngx_http_dynamo_rl_ledger_states[] = {
     ngx_string("succeeded"),
     ngx_string("failed"),
     ngx_string("canceled")
+};
+
+
+static ngx_str_t  ngx_http_dynamo_rl_ledger_reasons[] = {
+    ngx_null_string,
+    ngx_string("worker_exited"),
+    ngx_string("not_forwarded")
 };
 
 
@@ -161,16 +175,6 @@ ngx_http_dynamo_rl_ledger_expire(ngx_http_dynamo_rl_zone_t *zone,
 }
 
 
-/* under the mutex: room for a snapshot at the cost of finished records */
-
-ngx_uint_t
-ngx_http_dynamo_rl_ledger_evict(ngx_http_dynamo_rl_zone_t *zone)
-{
-    return ngx_http_dynamo_rl_ledger_expire(zone, ngx_http_dynamo_rl_now(),
-                                            1);
-}
-
-
 /*
  * NGX_OK: recorded as accepted; NGX_BUSY: the id is in the ledger, in
  * flight or finished; NGX_DECLINED: the zone is full of in-flight and
@@ -219,15 +223,21 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     }
 
     if (lr != NULL) {
-        if (lr->state < NGX_HTTP_DYNAMO_RL_SUCCEEDED || lr->expires > now) {
+        if (lr->state < NGX_HTTP_DYNAMO_RL_SUCCEEDED
+            || (lr->expires > now
+                && lr->reason != NGX_HTTP_DYNAMO_RL_NOT_FORWARDED))
+        {
             zone->sh->duplicates++;
             ngx_shmtx_unlock(&zone->shpool->mutex);
             return NGX_BUSY;
         }
 
-        /* expired: the id is free again */
+        /* expired, or never sent upstream: the id is free again */
 
-        zone->sh->expired++;
+        if (lr->expires <= now) {
+            zone->sh->expired++;
+        }
+
         ngx_http_dynamo_rl_ledger_delete(zone, lr);
     }
 
@@ -250,21 +260,25 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     }
 
     lr->hash = (uint32_t) hash;
+    lr->pid = ngx_pid;
     lr->state = NGX_HTTP_DYNAMO_RL_ACCEPTED;
     lr->stream = 0;
+    lr->reason = 0;
     lr->len = (u_char) ctx->attempt_id.len;
     lr->status = 0;
     lr->bytes = 0;
     lr->started = now;
     lr->ended = 0;
-    lr->expires = 0;
+
+    /* the TTL, for whichever process ends the record */
+    lr->expires = drlcf->attempt_ttl;
 
     ngx_memcpy(lr->id, ctx->attempt_id.data, ctx->attempt_id.len);
 
     lr->next = zone->sh->buckets[hash & zone->sh->mask];
     zone->sh->buckets[hash & zone->sh->mask] = lr;
 
-    ngx_queue_init(&lr->queue);
+    ngx_queue_insert_head(&zone->sh->active, &lr->queue);
 
     zone->sh->records++;
     zone->sh->in_flight++;
@@ -285,7 +299,7 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
 {
     off_t                            sent;
     uint64_t                         now;
-    ngx_uint_t                       state, status;
+    ngx_uint_t                       state, status, reason;
     ngx_connection_t                *c;
     ngx_http_dynamo_rl_node_t       *lr;
     ngx_http_dynamo_rl_zone_t       *zone;
@@ -339,22 +353,27 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
         sent = 0;
     }
 
+    /*
+     * an attempt of which not a byte went upstream (its body was too
+     * large, or never came, or no upstream took the connection) did not
+     * use up its id: the record stays, to say what happened, but the id
+     * may be sent again
+     */
+
+    reason = (r->upstream != NULL && r->upstream->request_sent)
+             ? 0 : NGX_HTTP_DYNAMO_RL_NOT_FORWARDED;
+
     now = ngx_http_dynamo_rl_now();
 
     zone = ctx->ledger_zone;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    lr->state = (u_char) state;
     lr->status = (u_short) status;
     lr->stream = ctx->sse_on;
     lr->bytes = sent;
-    lr->ended = now;
-    lr->expires = now + ctx->ttl;
 
-    ngx_queue_insert_head(&zone->sh->finished, &lr->queue);
-
-    zone->sh->in_flight--;
+    ngx_http_dynamo_rl_ledger_end(zone, lr, state, reason, now);
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
@@ -385,15 +404,145 @@ ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx)
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    lr->state = NGX_HTTP_DYNAMO_RL_FAILED;
-    lr->ended = now;
-    lr->expires = now + ctx->ttl;
+    ngx_http_dynamo_rl_ledger_end(zone, lr, NGX_HTTP_DYNAMO_RL_FAILED, 0, now);
 
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+/* under the mutex: an in-flight record takes its terminal state */
+
+static void
+ngx_http_dynamo_rl_ledger_end(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_node_t *lr, ngx_uint_t state, ngx_uint_t reason,
+    uint64_t now)
+{
+    lr->state = (u_char) state;
+    lr->reason = (u_char) reason;
+    lr->ended = now;
+    lr->expires = now + lr->expires;
+
+    ngx_queue_remove(&lr->queue);
     ngx_queue_insert_head(&zone->sh->finished, &lr->queue);
 
     zone->sh->in_flight--;
+}
+
+
+/*
+ * every worker process looks once a second, and once as it starts (its
+ * slot may be a dead process's), for processes that died with attempts
+ * in flight: nothing else would ever end them
+ */
+
+void
+ngx_http_dynamo_rl_ledger_init_process(ngx_http_dynamo_rl_zone_t *zone)
+{
+    ngx_event_t  *ev;
+
+    ngx_http_dynamo_rl_ledger_reap(zone);
+
+    ev = &zone->reaper;
+
+    ev->handler = ngx_http_dynamo_rl_ledger_reaper;
+    ev->data = zone;
+    ev->log = ngx_cycle->log;
+    ev->cancelable = 1;
+
+    ngx_add_timer(ev, 1000);
+}
+
+
+static void
+ngx_http_dynamo_rl_ledger_reaper(ngx_event_t *ev)
+{
+    if (ngx_exiting || ngx_quit || ngx_terminate) {
+        return;
+    }
+
+    ngx_http_dynamo_rl_ledger_reap(ev->data);
+
+    ngx_add_timer(ev, 1000);
+}
+
+
+static void
+ngx_http_dynamo_rl_ledger_reap(ngx_http_dynamo_rl_zone_t *zone)
+{
+    ngx_pid_t                    pid;
+    ngx_uint_t                   i, n;
+    ngx_http_dynamo_rl_shctx_t  *sh;
+
+    sh = zone->sh;
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_SLOTS; i++) {
+        pid = sh->slot_pid[i];
+
+        if (pid == 0 || pid == ngx_pid
+            || kill(pid, 0) == 0 || ngx_errno != NGX_ESRCH)
+        {
+            continue;
+        }
+
+        n = ngx_http_dynamo_rl_ledger_settle(zone, i, pid);
+
+        if (n) {
+            ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                          "dynamo rl ledger: %ui attempt(s) in flight in "
+                          "worker process %P, which exited, ended as "
+                          "failed", n, pid);
+        }
+    }
+}
+
+
+/* the process in the slot is gone: its attempts end, its slot is free */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_ledger_settle(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_uint_t slot, ngx_pid_t pid)
+{
+    uint64_t                     now;
+    ngx_uint_t                   n;
+    ngx_queue_t                 *q, *next;
+    ngx_http_dynamo_rl_node_t   *lr;
+    ngx_http_dynamo_rl_shctx_t  *sh;
+
+    sh = zone->sh;
+    now = ngx_http_dynamo_rl_now();
+    n = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    /* another process may have been quicker */
+
+    if (sh->slot_pid[slot] != pid) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        return 0;
+    }
+
+    for (q = ngx_queue_head(&sh->active);
+         q != ngx_queue_sentinel(&sh->active);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        lr = ngx_queue_data(q, ngx_http_dynamo_rl_node_t, queue);
+
+        if (lr->pid != pid) {
+            continue;
+        }
+
+        ngx_http_dynamo_rl_ledger_end(zone, lr, NGX_HTTP_DYNAMO_RL_FAILED,
+                                      NGX_HTTP_DYNAMO_RL_WORKER_EXITED, now);
+        n++;
+    }
+
+    sh->slot_pid[slot] = 0;
+    sh->slot_requests[slot] = 0;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return n;
 }
 
 
@@ -571,7 +720,7 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
     uint64_t                    now, started, ended, bytes;
     ngx_int_t                   rc;
     ngx_str_t                   id, body;
-    ngx_uint_t                  found, state, status, stream;
+    ngx_uint_t                  found, state, status, stream, reason;
     ngx_http_dynamo_rl_node_t  *lr;
     ngx_http_dynamo_rl_zone_t  *zone;
     ngx_http_core_loc_conf_t   *clcf;
@@ -606,6 +755,7 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
     state = 0;
     status = 0;
     stream = 0;
+    reason = 0;
     bytes = 0;
     started = 0;
     ended = 0;
@@ -624,6 +774,7 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
         state = lr->state;
         status = lr->status;
         stream = lr->stream;
+        reason = lr->reason;
         bytes = lr->bytes;
         started = lr->started;
         ended = lr->ended;
@@ -640,6 +791,7 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
     len = sizeof("{\"attempt_id\":\"\",\"state\":\"\",\"status\":,"
                  "\"stream\":false,\"bytes_sent\":,\"started\":\"\","
                  "\"ended\":\"\",\"duration_ms\":}") - 1
+          + sizeof(",\"reason\":\"not_forwarded\"")
           + id.len + sizeof("streaming") + 3 * NGX_INT64_LEN
           + 2 * NGX_HTTP_DYNAMO_RL_ISO_LEN;
 
@@ -671,8 +823,17 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
         p = ngx_cpymem(p, "null", 4);
     }
 
-    p = ngx_sprintf(p, ",\"duration_ms\":%uL}",
+    p = ngx_sprintf(p, ",\"duration_ms\":%uL",
                     (ended ? ended : ngx_max(now, started)) - started);
+
+    /* only when there is one: the fields of a plain record stay as they were */
+
+    if (reason) {
+        p = ngx_sprintf(p, ",\"reason\":\"%V\"",
+                        &ngx_http_dynamo_rl_ledger_reasons[reason]);
+    }
+
+    *p++ = '}';
 
     body.len = p - body.data;
 

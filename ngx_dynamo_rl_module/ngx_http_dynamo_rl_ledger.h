@@ -14,10 +14,16 @@
 #define NGX_HTTP_DYNAMO_RL_FAILED     4
 #define NGX_HTTP_DYNAMO_RL_CANCELED   5
 
+/* why a record ended as it did, when its state alone does not say */
+#define NGX_HTTP_DYNAMO_RL_WORKER_EXITED  1
+#define NGX_HTTP_DYNAMO_RL_NOT_FORWARDED  2
+
 
 /*
- * an attempt record: one 128-byte slab slot with ids up to 56 bytes, in a
- * hash index of the zone (a tree walk missed the cache at every level)
+ * an attempt record: one 128-byte slab slot with ids up to 58 bytes, in a
+ * hash index of the zone (a tree walk missed the cache at every level);
+ * in flight, it is in the "active" queue, owned by the worker process
+ * "pid", and "expires" holds the TTL it will get when it ends
  */
 
 typedef struct ngx_http_dynamo_rl_node_s  ngx_http_dynamo_rl_node_t;
@@ -30,9 +36,11 @@ struct ngx_http_dynamo_rl_node_s {
     uint64_t                        ended;
     uint64_t                        expires;
     uint32_t                        hash;
+    ngx_pid_t                       pid;
     u_short                         status;
     u_char                          state;
     u_char                          stream;
+    u_char                          reason;
     u_char                          len;
     u_char                          id[1];
 };
@@ -47,7 +55,7 @@ ngx_int_t ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 void ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
-ngx_uint_t ngx_http_dynamo_rl_ledger_evict(ngx_http_dynamo_rl_zone_t *zone);
+void ngx_http_dynamo_rl_ledger_init_process(ngx_http_dynamo_rl_zone_t *zone);
 void ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx);
 ngx_int_t ngx_http_dynamo_rl_ledger_filter_init(ngx_conf_t *cf);
 char *ngx_http_dynamo_rl_attempts_api(ngx_conf_t *cf, ngx_command_t *cmd,

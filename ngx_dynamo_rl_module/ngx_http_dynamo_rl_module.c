@@ -861,6 +861,7 @@ ngx_http_dynamo_rl_create_main_conf(ngx_conf_t *cf)
      * set by ngx_pcalloc():
      *
      *     drmcf->shm_zone = NULL;
+     *     drmcf->snapshot_max = 0;
      *     drmcf->rand = NULL;
      *     drmcf->rand_pos = 0;
      *     drmcf->index = NULL;
@@ -1034,6 +1035,14 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                            conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
                            ? " for the attempt ledger and the gate" : "");
         return NGX_CONF_ERROR;
+    }
+
+    /* the zone reserves room for the largest snapshot: see zone_reserve */
+
+    if (conf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        && conf->discovery_max_size > drmcf->snapshot_max)
+    {
+        drmcf->snapshot_max = conf->discovery_max_size;
     }
 
     if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_ADMIN) {
@@ -1289,9 +1298,19 @@ ngx_http_dynamo_rl_add_handler(ngx_http_core_main_conf_t *cmcf,
 static ngx_int_t
 ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 {
-    ngx_http_core_main_conf_t  *cmcf;
+    ngx_http_core_main_conf_t       *cmcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+    drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
+
+    if (drmcf->shm_zone != NULL
+        && ngx_http_dynamo_rl_zone_reserve(cf, drmcf->shm_zone,
+                                           drmcf->snapshot_max)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
 
     /*
      * the access phase runs its handlers from the end of the array: first
@@ -1370,6 +1389,8 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
     drmcf->rand_pos = NGX_HTTP_DYNAMO_RL_RAND_SIZE;
 
     if (drmcf->shm_zone != NULL) {
+        /* first the ledger ends a dead predecessor's attempts */
+        ngx_http_dynamo_rl_ledger_init_process(drmcf->shm_zone->data);
         ngx_http_dynamo_rl_gate_init_process(drmcf->shm_zone->data);
     }
 

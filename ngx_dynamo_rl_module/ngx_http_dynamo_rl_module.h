@@ -45,6 +45,9 @@
 typedef struct {
     ngx_shm_zone_t                 *shm_zone;
 
+    /* the largest max_size of the locations that store a snapshot */
+    size_t                          snapshot_max;
+
     /* per-process randomness for UUIDv7, refilled with RAND_bytes() */
     u_char                         *rand;
     ngx_uint_t                      rand_pos;

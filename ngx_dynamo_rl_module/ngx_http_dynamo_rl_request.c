@@ -207,6 +207,16 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
 
     ctx->admitted = 1;
 
+    /*
+     * counted before the gate is read, with an atomic add that is a full
+     * barrier: a close either comes after the count and sees it in the
+     * drain, or before the read and refuses the request
+     */
+
+    if (drlcf->gate || drlcf->ledger) {
+        ngx_http_dynamo_rl_gate_enter(r, ctx);
+    }
+
     if (drlcf->gate) {
         rc = ngx_http_dynamo_rl_gate_check(r, ctx);
 
@@ -216,15 +226,22 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
     }
 
     if (!drlcf->ledger) {
-        goto admitted;
+        return NGX_DECLINED;
     }
 
     /* the attempt is recorded last: nothing refused before is recorded */
 
-    switch (ngx_http_dynamo_rl_ledger_add(r, ctx)) {
+    rc = ngx_http_dynamo_rl_ledger_add(r, ctx);
 
-    case NGX_OK:
-        goto admitted;
+    if (rc == NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    /* the deny may free the request: the count goes first */
+
+    ngx_http_dynamo_rl_gate_leave(ctx);
+
+    switch (rc) {
 
     case NGX_BUSY:
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -255,16 +272,6 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
                                        "ledger_full",
                                        "attempt ledger is full");
     }
-
-admitted:
-
-    /* the gate's drain counts it until its response is done */
-
-    if (drlcf->gate || drlcf->ledger) {
-        ngx_http_dynamo_rl_gate_enter(r, ctx);
-    }
-
-    return NGX_DECLINED;
 }
 
 

@@ -97,11 +97,54 @@ ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     zone->name = name;
+    zone->file = cf->conf_file->file.name.data;
+    zone->line = cf->conf_file->line;
 
     drmcf->shm_zone->init = ngx_http_dynamo_rl_init_zone;
     drmcf->shm_zone->data = zone;
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * after the http block, with the largest max_size of the locations that
+ * store a snapshot: the room is reserved in the zone, apart from the
+ * ledger, so that no pattern of request-plane traffic can keep a valid
+ * snapshot out, and nginx -t refuses a zone that cannot hold it
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_zone_reserve(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone,
+    size_t max_size)
+{
+    size_t                      need;
+    ngx_http_dynamo_rl_zone_t  *zone;
+
+    zone = shm_zone->data;
+
+    if (max_size == 0) {
+        zone->reserve = 0;
+        return NGX_OK;
+    }
+
+    zone->reserve = ngx_align(max_size, ngx_pagesize);
+
+    need = max_size + max_size / 64 + NGX_HTTP_DYNAMO_RL_ZONE_BASE;
+
+    if (shm_zone->shm.size >= need) {
+        return NGX_OK;
+    }
+
+    ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                  "dynamo_rl zone \"%V\" of %uz bytes is too small for a "
+                  "discovery snapshot of max_size=%uz: it needs at least "
+                  "max_size + max_size/64 + 64k = %uz bytes, plus the "
+                  "attempt ledger, in %s:%ui",
+                  &zone->name, shm_zone->shm.size, max_size, need,
+                  zone->file, zone->line);
+
+    return NGX_ERROR;
 }
 
 
@@ -122,6 +165,18 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
                           "incompatible version of the module, "
                           "restart nginx instead of reloading it",
                           &shm_zone->shm.name);
+            return NGX_ERROR;
+        }
+
+        /* the pages of a zone in use cannot be rearranged under it */
+
+        if (zone->reserve > ozone->sh->room_size) {
+            ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                          "dynamo_rl zone \"%V\" holds %uz bytes for a "
+                          "discovery snapshot and max_size now needs %uz: "
+                          "restart nginx, or change the zone's size for "
+                          "a new zone", &shm_zone->shm.name,
+                          ozone->sh->room_size, zone->reserve);
             return NGX_ERROR;
         }
 
@@ -148,8 +203,27 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     zone->sh->version = NGX_HTTP_DYNAMO_RL_ZONE_VERSION;
 
     ngx_queue_init(&zone->sh->finished);
+    ngx_queue_init(&zone->sh->active);
 
-    if (ngx_http_dynamo_rl_ledger_init(zone, shm_zone->shm.size) != NGX_OK) {
+    /* first, while the pool is empty: the pages are contiguous */
+
+    if (zone->reserve) {
+        zone->sh->room = ngx_slab_alloc(zone->shpool, zone->reserve);
+        if (zone->sh->room == NULL) {
+            ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                          "dynamo_rl zone \"%V\" cannot hold a discovery "
+                          "snapshot of %uz bytes", &shm_zone->shm.name,
+                          zone->reserve);
+            return NGX_ERROR;
+        }
+
+        zone->sh->room_size = zone->reserve;
+    }
+
+    if (ngx_http_dynamo_rl_ledger_init(zone,
+                                       shm_zone->shm.size - zone->reserve)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 

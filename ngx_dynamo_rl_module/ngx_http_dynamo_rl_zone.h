@@ -9,7 +9,7 @@
 
 
 /* bumped whenever the layout of the shared context changes */
-#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  5
+#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  6
 
 #define NGX_HTTP_DYNAMO_RL_PLANES        3     /* request, discovery, admin */
 #define NGX_HTTP_DYNAMO_RL_OUTCOMES      4
@@ -18,8 +18,15 @@
 #define NGX_HTTP_DYNAMO_RL_RECENT        16
 #define NGX_HTTP_DYNAMO_RL_GATE_REASON   128
 
-/* process slots tracked one by one; higher slots share the last one */
-#define NGX_HTTP_DYNAMO_RL_SLOTS         64
+/* every process slot nginx has, each tracked on its own */
+#define NGX_HTTP_DYNAMO_RL_SLOTS         NGX_MAX_PROCESSES
+
+/*
+ * room beside a snapshot of max_size that nginx -t asks of a zone: the
+ * shared context, the ledger's hash index and a few pages of records,
+ * plus 1/64 of max_size for the slab's page table
+ */
+#define NGX_HTTP_DYNAMO_RL_ZONE_BASE     65536
 
 
 /* a denial, for the dashboard: fixed codes only, no request data */
@@ -35,9 +42,15 @@ typedef struct {
 typedef struct {
     ngx_uint_t                      version;
 
-    /* the discovery snapshot: the listener's bytes, never a parse of them */
+    /*
+     * the discovery snapshot: the listener's bytes, never a parse of them;
+     * "raw" is NULL or "room", pages reserved when the zone was created
+     * for the largest max_size, which the ledger never uses
+     */
     u_char                         *raw;
     size_t                          raw_len;
+    u_char                         *room;
+    size_t                          room_size;
     ngx_uint_t                      generation;
     ngx_msec_t                      fetched;       /* ngx_current_msec */
     time_t                          fetched_time;  /* wall clock */
@@ -57,6 +70,7 @@ typedef struct {
     ngx_uint_t                      mask;
     u_char                          key[16];       /* SipHash's, secret */
     ngx_queue_t                     finished;
+    ngx_queue_t                     active;        /* in flight */
     ngx_uint_t                      records;
     ngx_uint_t                      in_flight;
     ngx_uint_t                      evictions;
@@ -100,11 +114,23 @@ typedef struct {
     ngx_http_dynamo_rl_shctx_t     *sh;
     ngx_slab_pool_t                *shpool;
     ngx_str_t                       name;
+
+    /* the room a snapshot needs, from the largest max_size configured */
+    size_t                          reserve;
+
+    /* where the directive is, for the size check after the http block */
+    u_char                         *file;
+    ngx_uint_t                      line;
+
+    /* the worker process's look for processes that died */
+    ngx_event_t                     reaper;
 } ngx_http_dynamo_rl_zone_t;
 
 
 char *ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+ngx_int_t ngx_http_dynamo_rl_zone_reserve(ngx_conf_t *cf,
+    ngx_shm_zone_t *shm_zone, size_t max_size);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_ZONE_H_INCLUDED_ */

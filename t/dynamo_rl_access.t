@@ -39,7 +39,7 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%%
 
-    dynamo_rl_zone zone=rl:1m;
+    dynamo_rl_zone zone=rl:5m;
 
     server {
         listen 127.0.0.1:8080;

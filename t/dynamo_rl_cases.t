@@ -705,9 +705,10 @@ $r = request(port => 8084, target => "$W/$IDA/engine/flush_cache");
 ok(denied($r, 503, 'discovery_unavailable'),
 	'D10: listener unreachable: admin 503 at once (no max_stale)');
 
-# D11: a document larger than the zone (the minimal 32k zone, 8 pages): the
-# snapshot is not stored, crit in the log and no alert, and the older
-# snapshot is not used either (fail closed)
+# D11: a document larger than the zone could hold: nginx -t sizes the zone
+# for max_size (here 16k in a 96k zone), so it is refused as over
+# max_size, an error in the log and no alert, and the older snapshot is
+# not used either (fail closed)
 
 {
 	my $m = Test::DynamoRL->new();
@@ -730,7 +731,7 @@ ok(denied($r, 503, 'discovery_unavailable'),
 	$t->fake_set('discovery.json', $big);
 
 	cmp_ok(length $big, '>', 32768,
-		'D11: the big document exceeds the zone');
+		'D11: the big document exceeds max_size and the zone');
 
 	my $off = -s $m->testdir() . '/error.log';
 
@@ -747,9 +748,9 @@ ok(denied($r, 503, 'discovery_unavailable'),
 		<$fh>;
 	};
 
-	is(scalar(grep { /\[crit\].*could not store a discovery snapshot/
-		&& / of \d+ bytes in dynamo_rl zone "rl"/ } @lines), 1,
-		'D11: one crit line naming the zone') or diag(@lines);
+	is(scalar(grep { /\[error\].*discovery document from "\/_rl_discovery"/
+		&& / \d+ bytes exceed max_size 16384/ } @lines), 1,
+		'D11: one error line naming max_size') or diag(@lines);
 
 	$res = request(port => 8088, target => "$W/$IDA/engine/flush_cache",
 		nolog => 1);
@@ -1528,10 +1529,10 @@ $t->write_file_expand('nginx.conf', main_conf());
 
 	$t->fake_set('discovery.status', '500');
 
-	$t->write_file_expand('nginx.conf', main_conf(zone => '2m'));
+	$t->write_file_expand('nginx.conf', main_conf(zone => '6m'));
 	$t->reload();
 
-	ok(!$t->reload_failed(), 'L3: reloaded with zone=rl:2m');
+	ok(!$t->reload_failed(), 'L3: reloaded with zone=rl:6m');
 
 	$r = request(port => 8086, target => "$W/$IDA/engine/flush_cache");
 
@@ -1711,7 +1712,7 @@ alarm(0);
 sub main_conf {
 	my (%o) = @_;
 
-	my $zone = $o{zone} // '1m';
+	my $zone = $o{zone} // '5m';
 
 	my $extra = ($o{bad} // '') eq 'plane'
 		? "\n    dynamo_rl_plane admin;\n" : '';
@@ -2478,7 +2479,7 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%%
 
-    dynamo_rl_zone zone=rl:32k;
+    dynamo_rl_zone zone=rl:96k;
 
     proxy_http_version 1.1;
     proxy_set_header Connection "";
@@ -2489,12 +2490,13 @@ http {
 
         location = /v1/rl/workers {
             dynamo_rl_plane discovery;
+            dynamo_rl_discovery /_rl_discovery max_size=16k;
             proxy_pass http://127.0.0.1:8082;
         }
 
         location /v1/rl/workers/ {
             dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=0;
+            dynamo_rl_discovery /_rl_discovery valid=0 max_size=16k;
 
             proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
             proxy_next_upstream off;

@@ -580,7 +580,7 @@ events {
 }
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
 
     log_format rl escape=json '{"msec":\$msec,"rt":\$request_time,'
                               '"method":"\$request_method",'

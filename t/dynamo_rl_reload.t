@@ -146,7 +146,7 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%%
 
-    dynamo_rl_zone zone=rl:1m;
+    dynamo_rl_zone zone=rl:5m;
 
     log_format rl escape=json '{"t":"\$http_x_test","status":"\$status",'
         '"port":"\$server_port","pid":"\$pid",'

@@ -334,7 +334,7 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%%
 
-    dynamo_rl_zone zone=rl:1m;
+    dynamo_rl_zone zone=rl:5m;
 
     log_format rl escape=json '{"attempt":"\$dynamo_rl_attempt_id",'
         '"status":"\$status","pid":"\$pid","uri":"\$request_uri",'
