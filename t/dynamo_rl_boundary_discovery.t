@@ -74,7 +74,7 @@ events {
 }
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:4m;
+    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
 
     log_format rl '$uri $status $dynamo_rl_deny_reason';
     access_log %%TESTDIR%%/rl.log rl;

@@ -74,7 +74,7 @@ events {
 }
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:2m;
+    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
 
     dynamo_rl_discovery /_rl_discovery valid=100s;
 
