@@ -11,6 +11,8 @@
 
 static ngx_inline ngx_uint_t ngx_http_dynamo_rl_ledger_hash(
     ngx_http_dynamo_rl_shctx_t *sh, ngx_str_t *id);
+static ngx_inline uint64_t ngx_http_dynamo_rl_ledger_elapsed(
+    ngx_http_dynamo_rl_node_t *lr, uint64_t now);
 static ngx_http_dynamo_rl_node_t *ngx_http_dynamo_rl_ledger_lookup(
     ngx_http_dynamo_rl_shctx_t *sh, ngx_uint_t hash, u_char *id, size_t len);
 static void ngx_http_dynamo_rl_ledger_delete(ngx_http_dynamo_rl_zone_t *zone,
@@ -75,6 +77,18 @@ static ngx_inline ngx_uint_t
 ngx_http_dynamo_rl_ledger_hash(ngx_http_dynamo_rl_shctx_t *sh, ngx_str_t *id)
 {
     return (uint32_t) ngx_http_dynamo_rl_siphash(sh->key, id->data, id->len);
+}
+
+
+/*
+ * an attempt's age on the monotonic clock, which no wall-clock step moves;
+ * never negative, even on a clock that is not monotonic after all
+ */
+
+static ngx_inline uint64_t
+ngx_http_dynamo_rl_ledger_elapsed(ngx_http_dynamo_rl_node_t *lr, uint64_t now)
+{
+    return now > lr->begun ? now - lr->begun : 0;
 }
 
 
@@ -255,8 +269,9 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     lr->len = (u_char) ctx->attempt_id.len;
     lr->status = 0;
     lr->bytes = 0;
-    lr->started = now;
+    lr->started = ngx_http_dynamo_rl_wall();
     lr->ended = 0;
+    lr->begun = now;
     lr->expires = 0;
 
     ngx_memcpy(lr->id, ctx->attempt_id.data, ctx->attempt_id.len);
@@ -349,7 +364,7 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
     lr->status = (u_short) status;
     lr->stream = ctx->sse_on;
     lr->bytes = sent;
-    lr->ended = now;
+    lr->ended = lr->started + ngx_http_dynamo_rl_ledger_elapsed(lr, now);
     lr->expires = now + ctx->ttl;
 
     ngx_queue_insert_head(&zone->sh->finished, &lr->queue);
@@ -386,7 +401,7 @@ ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx)
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     lr->state = NGX_HTTP_DYNAMO_RL_FAILED;
-    lr->ended = now;
+    lr->ended = lr->started + ngx_http_dynamo_rl_ledger_elapsed(lr, now);
     lr->expires = now + ctx->ttl;
 
     ngx_queue_insert_head(&zone->sh->finished, &lr->queue);
@@ -568,7 +583,7 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
 {
     u_char                     *p;
     size_t                      len;
-    uint64_t                    now, started, ended, bytes;
+    uint64_t                    now, started, ended, duration, bytes;
     ngx_int_t                   rc;
     ngx_str_t                   id, body;
     ngx_uint_t                  found, state, status, stream;
@@ -609,6 +624,7 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
     bytes = 0;
     started = 0;
     ended = 0;
+    duration = 0;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
@@ -627,6 +643,8 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
         bytes = lr->bytes;
         started = lr->started;
         ended = lr->ended;
+        duration = ended ? ended - started
+                         : ngx_http_dynamo_rl_ledger_elapsed(lr, now);
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -671,8 +689,7 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
         p = ngx_cpymem(p, "null", 4);
     }
 
-    p = ngx_sprintf(p, ",\"duration_ms\":%uL}",
-                    (ended ? ended : ngx_max(now, started)) - started);
+    p = ngx_sprintf(p, ",\"duration_ms\":%uL}", duration);
 
     body.len = p - body.data;
 

@@ -16,7 +16,7 @@
 
 
 /*
- * an attempt record: one 128-byte slab slot with ids up to 56 bytes, in a
+ * an attempt record: one 128-byte slab slot with ids up to 55 bytes, in a
  * hash index of the zone (a tree walk missed the cache at every level)
  */
 
@@ -26,9 +26,10 @@ struct ngx_http_dynamo_rl_node_s {
     ngx_http_dynamo_rl_node_t      *next;
     ngx_queue_t                     queue;
     uint64_t                        bytes;
-    uint64_t                        started;   /* ms since the epoch */
-    uint64_t                        ended;
-    uint64_t                        expires;
+    uint64_t                        started;   /* wall ms, for display */
+    uint64_t                        ended;     /* started + duration */
+    uint64_t                        begun;     /* ngx_http_dynamo_rl_now() */
+    uint64_t                        expires;   /* ngx_http_dynamo_rl_now() */
     uint32_t                        hash;
     u_short                         status;
     u_char                          state;

@@ -378,7 +378,10 @@ ngx_http_dynamo_rl_report(ngx_http_request_t *r,
     rp->has_snapshot = (sh->raw != NULL);
     rp->generation = sh->generation;
     rp->source = sh->source;
-    rp->age = ngx_current_msec - sh->fetched;
+    /* another process's cached clock may be a little ahead of this one's */
+
+    rp->age = (ngx_msec_int_t) (ngx_current_msec - sh->fetched) > 0
+              ? ngx_current_msec - sh->fetched : 0;
     rp->fetched = sh->fetched_time;
 
     rp->records = sh->records;
@@ -388,7 +391,7 @@ ngx_http_dynamo_rl_report(ngx_http_request_t *r,
     rp->duplicates = sh->duplicates;
     rp->exhausted = sh->exhausted;
 
-    /* a record takes one 128-byte slot with an id of up to 63 bytes */
+    /* a record takes one 128-byte slot with an id of up to 55 bytes */
     rp->capacity = sh->records + zone->shpool->pfree * (ngx_pagesize / 128);
 
     n = ngx_min(sh->recent_next, NGX_HTTP_DYNAMO_RL_RECENT);
@@ -494,7 +497,7 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
     p = ngx_sprintf(p, "{\"version\":\"" NGX_HTTP_DYNAMO_RL_VERSION "\","
                     "\"nginx\":\"" NGINX_VERSION "\",\"zone\":\"%V\","
                     "\"time\":\"", &zone->name);
-    p = ngx_http_dynamo_rl_iso_time(p, ngx_http_dynamo_rl_now());
+    p = ngx_http_dynamo_rl_iso_time(p, ngx_http_dynamo_rl_wall());
 
     p = ngx_sprintf(p, "\",\"snapshot\":{\"generation\":%ui,", rp->generation);
 
@@ -939,7 +942,7 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
                     "progress.\n# TYPE dynamo_rl_in_flight gauge\n"
                     "dynamo_rl_in_flight %ui\n",
                     rp->gate.closed, rp->gate.epoch,
-                    rp->gate.closed ? rp->gate.expires / 1000 : 0,
+                    rp->gate.closed ? rp->gate.expires_wall / 1000 : 0,
                     rp->gate.expired, rp->gate.in_flight);
 
     p = ngx_sprintf(p, "# HELP dynamo_rl_ledger_records Attempt records in "
