@@ -54,14 +54,24 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(24);
 my $DIR = $t->testdir();
 my $RC = "$DIR/faketime.rc";
 
-# nginx's wall clock only: the sanitizer's runtime, if any, stays first in
-# LD_PRELOAD; nginx passes the FAKETIME_* variables to its worker
-# processes through "env"
+# nginx's wall clock only; nginx passes the FAKETIME_* variables to its
+# worker processes through "env".  Under make asan, libfaketime comes
+# before the sanitizer's runtime in LD_PRELOAD: the other way round, its
+# initialization hangs in every program (Debian 12's libfaketime 0.9.10
+# and gcc 12's libasan), so the sanitizer is told not to insist on being
+# first.
 
 set_clock('+0');
 
+$t->asan_options('verify_asan_link_order=0') if $ENV{TEST_NGINX_PRELOAD};
+
 $ENV{TEST_NGINX_PRELOAD} = join ' ', grep { defined && length }
-	$ENV{TEST_NGINX_PRELOAD}, $FAKETIME;
+	$FAKETIME, $ENV{TEST_NGINX_PRELOAD};
+
+# the sanitizer's reports of worker processes, which run as "nobody" when
+# the tests run as root, must be able to land in the test directory
+
+chmod(01777, $DIR) or die "cannot chmod $DIR: $!\n";
 $ENV{FAKETIME_TIMESTAMP_FILE} = $RC;
 $ENV{FAKETIME_NO_CACHE} = 1;
 $ENV{FAKETIME_DONT_FAKE_MONOTONIC} = 1;
