@@ -111,7 +111,7 @@ static ngx_str_t  ngx_http_dynamo_rl_reasons[] = {
 #define NGX_HTTP_DYNAMO_RL_STATUS_FIXED  16384
 #define NGX_HTTP_DYNAMO_RL_WORKER_JSON   160
 #define NGX_HTTP_DYNAMO_RL_FLEET_TAIL                                        \
-    sizeof("],\"workers\":,\"eligible\":") - 1 + 2 * NGX_INT_T_LEN
+    (sizeof("],\"workers\":,\"eligible\":") - 1 + 2 * NGX_INT_T_LEN)
 
 
 /* upper bounds in milliseconds; the last bucket is +Inf */
@@ -378,6 +378,7 @@ ngx_http_dynamo_rl_report(ngx_http_request_t *r,
     rp->has_snapshot = (sh->raw != NULL);
     rp->generation = sh->generation;
     rp->source = sh->source;
+
     /* another process's cached clock may be a little ahead of this one's */
 
     rp->age = (ngx_msec_int_t) (ngx_current_msec - sh->fetched) > 0
