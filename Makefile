@@ -25,7 +25,7 @@ SOURCES    := config $(wildcard $(SRCDIR)/*.c $(SRCDIR)/*.h)
 
 BUILD_DEBS := nginx-core nginx-dev libjansson-dev libssl-dev
 TEST_DEBS  := $(BUILD_DEBS) curl clang libclang-rt-14-dev perl prometheus \
-              chromium nghttp2-client nodejs libyaml-libyaml-perl
+              chromium nghttp2-client nodejs libyaml-libyaml-perl faketime
 RUN_DEBS   := $(BUILD_DEBS) curl perl
 
 PROVE      ?= prove

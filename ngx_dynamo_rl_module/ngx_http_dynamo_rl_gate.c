@@ -202,6 +202,7 @@ ngx_http_dynamo_rl_gate_state(ngx_http_dynamo_rl_zone_t *zone,
     gs->closed = sh->gate_closed;
     gs->epoch = sh->gate_epoch;
     gs->expires = sh->gate_expires;
+    gs->expires_wall = sh->gate_expires_wall;
     gs->changed = sh->gate_changed;
     gs->reason_len = sh->gate_reason_len;
     ngx_memcpy(gs->reason, sh->gate_reason, sh->gate_reason_len);
@@ -246,7 +247,7 @@ ngx_http_dynamo_rl_gate_json(u_char *p, ngx_http_dynamo_rl_gate_state_t *gs)
 
     if (gs->closed && gs->expires) {
         *p++ = '"';
-        p = ngx_http_dynamo_rl_iso_time(p, gs->expires);
+        p = ngx_http_dynamo_rl_iso_time(p, gs->expires_wall);
         *p++ = '"';
 
     } else {
@@ -431,13 +432,14 @@ static ngx_int_t
 ngx_http_dynamo_rl_gate_apply(ngx_http_request_t *r,
     ngx_http_dynamo_rl_gate_req_t *req, char **err)
 {
-    uint64_t                     now;
+    uint64_t                     now, wall;
     ngx_http_dynamo_rl_zone_t   *zone;
     ngx_http_dynamo_rl_shctx_t  *sh;
 
     zone = ngx_http_dynamo_rl_get_zone(r);
     sh = zone->sh;
     now = ngx_http_dynamo_rl_now();
+    wall = ngx_http_dynamo_rl_wall();
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
@@ -453,6 +455,7 @@ ngx_http_dynamo_rl_gate_apply(ngx_http_request_t *r,
         sh->gate_closed = 1;
         sh->gate_lease = req->lease;
         sh->gate_expires = req->lease ? now + req->lease : 0;
+        sh->gate_expires_wall = req->lease ? wall + req->lease : 0;
         sh->gate_reason_len = req->reason_len;
         ngx_memcpy(sh->gate_reason, req->reason, req->reason_len);
         break;
@@ -475,12 +478,14 @@ ngx_http_dynamo_rl_gate_apply(ngx_http_request_t *r,
         }
 
         sh->gate_expires = now + sh->gate_lease;
+        sh->gate_expires_wall = wall + sh->gate_lease;
         break;
 
     default: /* NGX_HTTP_DYNAMO_RL_GATE_OPEN */
         sh->gate_closed = 0;
         sh->gate_lease = 0;
         sh->gate_expires = 0;
+        sh->gate_expires_wall = 0;
         sh->gate_reason_len = 0;
         break;
     }

@@ -15,6 +15,7 @@ typedef struct {
     ngx_uint_t                      epoch;
     ngx_uint_t                      in_flight;
     uint64_t                        expires;
+    uint64_t                        expires_wall;
     uint64_t                        now;
     ngx_uint_t                      expired;
     time_t                          changed;

@@ -612,22 +612,25 @@ ngx_http_dynamo_rl_json_integer(u_char *p, u_char *last)
 /*
  * the first worker with that id, and in *n how many have it: they follow
  * the first in sorted[]; the count spares reading the next one's id, and
- * for a unique id the slot's own pointer spares reading sorted[]
+ * for a unique id the slot's own pointer spares reading sorted[]; the
+ * probe visits each slot at most once, so that even a table without an
+ * empty slot (never built, but a lookup must not trust that) ends
  */
 
 ngx_http_dynamo_rl_worker_t **
 ngx_http_dynamo_rl_index_find(ngx_http_dynamo_rl_index_t *index, uint64_t id,
     ngx_uint_t *n)
 {
-    ngx_uint_t                  h;
+    ngx_uint_t                  h, i;
     ngx_http_dynamo_rl_slot_t  *slot;
 
-    for (h = ngx_http_dynamo_rl_slot_hash(id); /* void */ ; h++) {
+    h = ngx_http_dynamo_rl_slot_hash(id);
+
+    for (i = 0; i <= index->mask; i++, h++) {
         slot = &index->slots[h & index->mask];
 
         if (slot->first == 0) {
-            *n = 0;
-            return NULL;
+            break;
         }
 
         if (slot->id == id) {
@@ -636,6 +639,10 @@ ngx_http_dynamo_rl_index_find(ngx_http_dynamo_rl_index_t *index, uint64_t id,
                                 : &index->sorted[slot->first - 1];
         }
     }
+
+    *n = 0;
+
+    return NULL;
 }
 
 

@@ -11,6 +11,8 @@
 
 static ngx_inline ngx_uint_t ngx_http_dynamo_rl_ledger_hash(
     ngx_http_dynamo_rl_shctx_t *sh, ngx_str_t *id);
+static ngx_inline uint64_t ngx_http_dynamo_rl_ledger_elapsed(
+    ngx_http_dynamo_rl_node_t *lr, uint64_t now);
 static ngx_http_dynamo_rl_node_t *ngx_http_dynamo_rl_ledger_lookup(
     ngx_http_dynamo_rl_shctx_t *sh, ngx_uint_t hash, u_char *id, size_t len);
 static void ngx_http_dynamo_rl_ledger_delete(ngx_http_dynamo_rl_zone_t *zone,
@@ -89,6 +91,18 @@ static ngx_inline ngx_uint_t
 ngx_http_dynamo_rl_ledger_hash(ngx_http_dynamo_rl_shctx_t *sh, ngx_str_t *id)
 {
     return (uint32_t) ngx_http_dynamo_rl_siphash(sh->key, id->data, id->len);
+}
+
+
+/*
+ * an attempt's age on the monotonic clock, which no wall-clock step moves;
+ * never negative, even on a clock that is not monotonic after all
+ */
+
+static ngx_inline uint64_t
+ngx_http_dynamo_rl_ledger_elapsed(ngx_http_dynamo_rl_node_t *lr, uint64_t now)
+{
+    return now > lr->begun ? now - lr->begun : 0;
 }
 
 
@@ -267,8 +281,9 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     lr->len = (u_char) ctx->attempt_id.len;
     lr->status = 0;
     lr->bytes = 0;
-    lr->started = now;
+    lr->started = ngx_http_dynamo_rl_wall();
     lr->ended = 0;
+    lr->begun = now;
 
     /* the TTL, for whichever process ends the record */
     lr->expires = drlcf->attempt_ttl;
@@ -419,7 +434,7 @@ ngx_http_dynamo_rl_ledger_end(ngx_http_dynamo_rl_zone_t *zone,
 {
     lr->state = (u_char) state;
     lr->reason = (u_char) reason;
-    lr->ended = now;
+    lr->ended = lr->started + ngx_http_dynamo_rl_ledger_elapsed(lr, now);
     lr->expires = now + lr->expires;
 
     ngx_queue_remove(&lr->queue);
@@ -717,7 +732,7 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
 {
     u_char                     *p;
     size_t                      len;
-    uint64_t                    now, started, ended, bytes;
+    uint64_t                    now, started, ended, duration, bytes;
     ngx_int_t                   rc;
     ngx_str_t                   id, body;
     ngx_uint_t                  found, state, status, stream, reason;
@@ -759,6 +774,7 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
     bytes = 0;
     started = 0;
     ended = 0;
+    duration = 0;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
@@ -778,6 +794,8 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
         bytes = lr->bytes;
         started = lr->started;
         ended = lr->ended;
+        duration = ended ? ended - started
+                         : ngx_http_dynamo_rl_ledger_elapsed(lr, now);
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -823,8 +841,7 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
         p = ngx_cpymem(p, "null", 4);
     }
 
-    p = ngx_sprintf(p, ",\"duration_ms\":%uL",
-                    (ended ? ended : ngx_max(now, started)) - started);
+    p = ngx_sprintf(p, ",\"duration_ms\":%uL", duration);
 
     /* only when there is one: the fields of a plain record stay as they were */
 

@@ -20,7 +20,7 @@
 
 
 /*
- * an attempt record: one 128-byte slab slot with ids up to 58 bytes, in a
+ * an attempt record: one 128-byte slab slot with ids up to 50 bytes, in a
  * hash index of the zone (a tree walk missed the cache at every level);
  * in flight, it is in the "active" queue, owned by the worker process
  * "pid", and "expires" holds the TTL it will get when it ends
@@ -32,9 +32,10 @@ struct ngx_http_dynamo_rl_node_s {
     ngx_http_dynamo_rl_node_t      *next;
     ngx_queue_t                     queue;
     uint64_t                        bytes;
-    uint64_t                        started;   /* ms since the epoch */
-    uint64_t                        ended;
-    uint64_t                        expires;
+    uint64_t                        started;   /* wall ms, for display */
+    uint64_t                        ended;     /* started + duration */
+    uint64_t                        begun;     /* ngx_http_dynamo_rl_now() */
+    uint64_t                        expires;   /* ngx_http_dynamo_rl_now() */
     uint32_t                        hash;
     ngx_pid_t                       pid;
     u_short                         status;

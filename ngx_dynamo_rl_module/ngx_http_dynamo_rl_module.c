@@ -481,8 +481,37 @@ ngx_http_dynamo_rl_send(ngx_http_request_t *r, ngx_uint_t status,
 }
 
 
+/*
+ * the clock of attempt ttls, gate leases and durations, in milliseconds:
+ * CLOCK_MONOTONIC, which a step of the wall clock moves neither way and
+ * whose origin is the same in every process of the machine (the zone is
+ * shared by the worker processes and outlives reloads); read each time,
+ * not nginx's ngx_current_msec, which each process caches at its own
+ * moments, so that no process reads a time earlier than one another
+ * process has already stored
+ */
+
 uint64_t
 ngx_http_dynamo_rl_now(void)
+{
+#if (NGX_HAVE_CLOCK_MONOTONIC)
+
+    struct timespec  ts;
+
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0) {
+        return (uint64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    }
+
+#endif
+
+    return (uint64_t) ngx_current_msec;
+}
+
+
+/* the wall clock in milliseconds since the epoch: for display only */
+
+uint64_t
+ngx_http_dynamo_rl_wall(void)
 {
     ngx_time_t  *tp;
 

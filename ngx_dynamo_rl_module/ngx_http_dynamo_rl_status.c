@@ -50,9 +50,11 @@ static void ngx_http_dynamo_rl_report(ngx_http_request_t *r,
 static ngx_int_t ngx_http_dynamo_rl_status_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_metrics_handler(ngx_http_request_t *r);
 static u_char *ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_report_t *rp, u_char *p);
+    ngx_http_dynamo_rl_report_t *rp, ngx_http_dynamo_rl_index_t *index,
+    u_char *p, u_char *last);
+static size_t ngx_http_dynamo_rl_fleet_len(ngx_http_dynamo_rl_index_t *index);
 static u_char *ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r,
-    u_char *p);
+    ngx_http_dynamo_rl_index_t *index, u_char *p, u_char *last);
 static ngx_int_t ngx_http_dynamo_rl_status_html(ngx_http_request_t *r,
     ngx_str_t *json);
 static u_char *ngx_http_dynamo_rl_metrics_text(
@@ -99,6 +101,19 @@ static ngx_str_t  ngx_http_dynamo_rl_reasons[] = {
     ngx_string("cross_origin"),
     ngx_null_string
 };
+
+
+/*
+ * the status document without its fleet: the fixed fields, the counters
+ * of each plane and reason, and the recent denials and the gate, whose
+ * bounds are added to it; a worker of the fleet takes at most
+ * NGX_HTTP_DYNAMO_RL_WORKER_JSON bytes plus its escaped strings
+ */
+
+#define NGX_HTTP_DYNAMO_RL_STATUS_FIXED  16384
+#define NGX_HTTP_DYNAMO_RL_WORKER_JSON   160
+#define NGX_HTTP_DYNAMO_RL_FLEET_TAIL                                        \
+    (sizeof("],\"workers\":,\"eligible\":") - 1 + 2 * NGX_INT_T_LEN)
 
 
 /* upper bounds in milliseconds; the last bucket is +Inf */
@@ -365,7 +380,11 @@ ngx_http_dynamo_rl_report(ngx_http_request_t *r,
     rp->has_snapshot = (sh->raw != NULL);
     rp->generation = sh->generation;
     rp->source = sh->source;
-    rp->age = ngx_current_msec - sh->fetched;
+
+    /* another process's cached clock may be a little ahead of this one's */
+
+    rp->age = (ngx_msec_int_t) (ngx_current_msec - sh->fetched) > 0
+              ? ngx_current_msec - sh->fetched : 0;
     rp->fetched = sh->fetched_time;
 
     rp->records = sh->records;
@@ -375,7 +394,7 @@ ngx_http_dynamo_rl_report(ngx_http_request_t *r,
     rp->duplicates = sh->duplicates;
     rp->exhausted = sh->exhausted;
 
-    /* a record takes one 128-byte slot with an id of up to 63 bytes */
+    /* a record takes one 128-byte slot with an id of up to 50 bytes */
     rp->capacity = sh->records + zone->shpool->pfree * (ngx_pagesize / 128);
 
     n = ngx_min(sh->recent_next, NGX_HTTP_DYNAMO_RL_RECENT);
@@ -398,7 +417,7 @@ ngx_http_dynamo_rl_status_handler(ngx_http_request_t *r)
     size_t                        size;
     ngx_int_t                     rc;
     ngx_str_t                     json, type, format;
-    ngx_uint_t                    html, i;
+    ngx_uint_t                    html;
     ngx_http_dynamo_rl_index_t   *index;
     ngx_http_dynamo_rl_report_t   rp;
 
@@ -425,26 +444,32 @@ ngx_http_dynamo_rl_status_handler(ngx_http_request_t *r)
 
     ngx_http_dynamo_rl_report(r, &rp);
 
+    /*
+     * one index for the whole render: another worker process may store
+     * a snapshot meanwhile, and asking again could give a larger one
+     * than the buffer was sized for, and free this one
+     */
+
     index = ngx_http_dynamo_rl_discovery_index(r);
 
-    /* the fleet dominates: a bound per worker, then the fixed parts */
-
-    size = 16384 + NGX_HTTP_DYNAMO_RL_RECENT * 128
-           + ngx_http_dynamo_rl_gate_json_len(&rp.gate);
-
-    if (index != NULL) {
-        for (i = 0; i < index->nworkers; i++) {
-            size += 160 + 6 * (index->workers[i].namespace.len
-                               + index->workers[i].model.len);
-        }
-    }
+    size = NGX_HTTP_DYNAMO_RL_STATUS_FIXED + NGX_HTTP_DYNAMO_RL_RECENT * 128
+           + ngx_http_dynamo_rl_gate_json_len(&rp.gate)
+           + ngx_http_dynamo_rl_fleet_len(index);
 
     p = ngx_pnalloc(r->pool, size);
     if (p == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    last = ngx_http_dynamo_rl_status_json(r, &rp, p);
+    last = ngx_http_dynamo_rl_status_json(r, &rp, index, p, p + size);
+
+    if (last == NULL) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "status of dynamo_rl zone \"%V\" exceeds its "
+                      "%uz bytes", &ngx_http_dynamo_rl_get_zone(r)->name,
+                      size);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     json.data = p;
     json.len = last - p;
@@ -459,9 +484,12 @@ ngx_http_dynamo_rl_status_handler(ngx_http_request_t *r)
 }
 
 
+/* NULL if the document would pass "last", which the sizing rules out */
+
 static u_char *
 ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_report_t *rp, u_char *p)
+    ngx_http_dynamo_rl_report_t *rp, ngx_http_dynamo_rl_index_t *index,
+    u_char *p, u_char *last)
 {
     ngx_uint_t                    i, j;
     ngx_http_dynamo_rl_zone_t    *zone;
@@ -472,7 +500,7 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
     p = ngx_sprintf(p, "{\"version\":\"" NGX_HTTP_DYNAMO_RL_VERSION "\","
                     "\"nginx\":\"" NGINX_VERSION "\",\"zone\":\"%V\","
                     "\"time\":\"", &zone->name);
-    p = ngx_http_dynamo_rl_iso_time(p, ngx_http_dynamo_rl_now());
+    p = ngx_http_dynamo_rl_iso_time(p, ngx_http_dynamo_rl_wall());
 
     p = ngx_sprintf(p, "\",\"snapshot\":{\"generation\":%ui,", rp->generation);
 
@@ -490,7 +518,21 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
                               "\"fetched\":null") - 1);
     }
 
-    p = ngx_http_dynamo_rl_fleet_json(r, p);
+    p = ngx_http_dynamo_rl_fleet_json(r, index, p,
+                                      last - (NGX_HTTP_DYNAMO_RL_STATUS_FIXED
+                                              / 2));
+    if (p == NULL) {
+        return NULL;
+    }
+
+    /* what follows is bounded by the fixed part, the gate and the denials */
+
+    if ((size_t) (last - p) < NGX_HTTP_DYNAMO_RL_STATUS_FIXED / 2
+                              + NGX_HTTP_DYNAMO_RL_RECENT * 128
+                              + ngx_http_dynamo_rl_gate_json_len(&rp->gate))
+    {
+        return NULL;
+    }
 
     p = ngx_cpymem(p, "},\"gate\":", sizeof("},\"gate\":") - 1);
     p = ngx_http_dynamo_rl_gate_json(p, &rp->gate);
@@ -562,19 +604,50 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
 }
 
 
-/* the workers of the process's index, as the status location's scope sees */
+/* the bound of the fleet's JSON, from the index it is rendered from */
+
+static size_t
+ngx_http_dynamo_rl_fleet_len(ngx_http_dynamo_rl_index_t *index)
+{
+    size_t       size;
+    ngx_uint_t   i;
+
+    size = sizeof(",\"fleet\":[") - 1 + NGX_HTTP_DYNAMO_RL_FLEET_TAIL;
+
+    if (index == NULL) {
+        return size;
+    }
+
+    for (i = 0; i < index->nworkers; i++) {
+        size += NGX_HTTP_DYNAMO_RL_WORKER_JSON
+                + 6 * (index->workers[i].namespace.len
+                       + index->workers[i].model.len);
+    }
+
+    return size;
+}
+
+
+/*
+ * the workers of the index, as the status location's scope sees them;
+ * each worker is written only if its bound fits before "last", else NULL
+ */
 
 static u_char *
-ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r, u_char *p)
+ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_index_t *index, u_char *p, u_char *last)
 {
     char                           *admin;
+    size_t                          len;
     ngx_uint_t                      i, k, n, eligible, dup;
     ngx_http_dynamo_rl_worker_t    *w, **wp;
-    ngx_http_dynamo_rl_index_t     *index;
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
 
-    index = ngx_http_dynamo_rl_discovery_index(r);
     drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    if ((size_t) (last - p) < ngx_http_dynamo_rl_fleet_len(NULL)) {
+        return NULL;
+    }
 
     if (index == NULL) {
         return ngx_cpymem(p, ",\"workers\":0,\"eligible\":0,\"fleet\":[]",
@@ -632,6 +705,14 @@ ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r, u_char *p)
 
         if (admin[0] == 'e') {
             eligible++;
+        }
+
+        len = NGX_HTTP_DYNAMO_RL_WORKER_JSON
+              + 6 * (w->namespace.len + w->model.len)
+              + NGX_HTTP_DYNAMO_RL_FLEET_TAIL;
+
+        if ((size_t) (last - p) < len) {
+            return NULL;
         }
 
         p = ngx_sprintf(p, "%s{\"instance_id\":", n++ ? "," : "");
@@ -864,7 +945,7 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
                     "progress.\n# TYPE dynamo_rl_in_flight gauge\n"
                     "dynamo_rl_in_flight %ui\n",
                     rp->gate.closed, rp->gate.epoch,
-                    rp->gate.closed ? rp->gate.expires / 1000 : 0,
+                    rp->gate.closed ? rp->gate.expires_wall / 1000 : 0,
                     rp->gate.expired, rp->gate.in_flight);
 
     p = ngx_sprintf(p, "# HELP dynamo_rl_ledger_records Attempt records in "

@@ -82,7 +82,8 @@ typedef struct {
     ngx_uint_t                      gate_closed;
     ngx_uint_t                      gate_epoch;
     ngx_msec_t                      gate_lease;
-    uint64_t                        gate_expires;   /* ms since the epoch */
+    uint64_t                        gate_expires;   /* monotonic ms */
+    uint64_t                        gate_expires_wall;  /* for display */
     time_t                          gate_changed;
     size_t                          gate_reason_len;
     u_char                          gate_reason[NGX_HTTP_DYNAMO_RL_GATE_REASON];

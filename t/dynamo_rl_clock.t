@@ -1,0 +1,356 @@
+#!/usr/bin/perl
+
+# (C) ngx_dynamo_rl_module developers
+
+# Wall-clock steps (issue 12, defect 8): nginx runs with libfaketime
+# (Debian faketime) in LD_PRELOAD, its wall clock read from a file that
+# the test rewrites, CLOCK_MONOTONIC left alone
+# (FAKETIME_DONT_FAKE_MONOTONIC=1).  Attempt ttls, the gate's lease and
+# duration_ms run on the monotonic clock:
+#
+# - an 11-minute forward step frees no used id within its ttl (a reused
+#   id is still refused with 409 and nothing is forwarded), and does not
+#   end a 120 s lease;
+# - a 71-minute backward step during an attempt gives a duration_ms of the
+#   attempt's real length, with "ended" minus "started" equal to it, and
+#   does not stretch a 3 s lease, which ends on time;
+# - a short ttl still frees an id once it has run out.
+#
+# Times shown to people stay wall-clock ISO 8601: "time" follows the
+# stepped clock; "started" and "lease_expires" are as the wall clock read
+# when they were recorded, and "ended" is "started" plus the duration.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use JSON::PP;
+use Time::HiRes qw/ time sleep /;
+use Time::Local qw/ timegm /;
+
+use lib 't/lib';
+use Test::DynamoRL;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+$SIG{ALRM} = sub { die "test timed out\n" };
+alarm(Test::DynamoRL::scale(120));
+
+my ($FAKETIME) = grep { -f }
+	glob('/usr/lib/*/faketime/libfaketime.so.1'),
+	'/usr/lib/faketime/libfaketime.so.1';
+
+die "libfaketime is missing: install Debian's faketime (make test-deps)\n"
+	unless defined $FAKETIME;
+
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(24);
+
+my $DIR = $t->testdir();
+my $RC = "$DIR/faketime.rc";
+
+# nginx's wall clock only; nginx passes the FAKETIME_* variables to its
+# worker processes through "env".  Under make asan, libfaketime comes
+# before the sanitizer's runtime in LD_PRELOAD: the other way round, its
+# initialization hangs in every program (Debian 12's libfaketime 0.9.10
+# and gcc 12's libasan), so the sanitizer is told not to insist on being
+# first.
+
+set_clock('+0');
+
+$t->asan_options('verify_asan_link_order=0') if $ENV{TEST_NGINX_PRELOAD};
+
+$ENV{TEST_NGINX_PRELOAD} = join ' ', grep { defined && length }
+	$FAKETIME, $ENV{TEST_NGINX_PRELOAD};
+
+# the sanitizer's reports of worker processes, which run as "nobody" when
+# the tests run as root, must be able to land in the test directory
+
+chmod(01777, $DIR) or die "cannot chmod $DIR: $!\n";
+$ENV{FAKETIME_TIMESTAMP_FILE} = $RC;
+$ENV{FAKETIME_NO_CACHE} = 1;
+$ENV{FAKETIME_DONT_FAKE_MONOTONIC} = 1;
+
+$t->write_file_expand('nginx.conf', <<'EOF');
+
+%%TEST_GLOBALS%%
+
+env FAKETIME_TIMESTAMP_FILE;
+env FAKETIME_NO_CACHE;
+env FAKETIME_DONT_FAKE_MONOTONIC;
+
+events {
+}
+
+http {
+    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+
+    upstream frontend {
+        server 127.0.0.1:8081;
+    }
+
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    proxy_buffering off;
+
+    server {
+        listen       127.0.0.1:8080;
+        server_name  localhost;
+
+        location /v1/ {
+            dynamo_rl_plane request;
+            dynamo_rl_attempt_ttl 10m;
+            proxy_pass http://frontend;
+        }
+    }
+
+    server {
+        listen       127.0.0.1:8084;
+        server_name  localhost;
+
+        location /v1/ {
+            dynamo_rl_plane request;
+            dynamo_rl_attempt_ttl 2s;
+            dynamo_rl_gate off;
+            proxy_pass http://frontend;
+        }
+    }
+
+    server {
+        listen       127.0.0.1:8083;
+        server_name  localhost;
+
+        location /rl/attempts/ {
+            dynamo_rl_attempts_api;
+        }
+
+        location = /rl/gate {
+            dynamo_rl_gate_api;
+        }
+
+        location = /rl/status {
+            dynamo_rl_status;
+        }
+    }
+}
+
+EOF
+
+$t->run_fake_dynamo();
+$t->run();
+
+###############################################################################
+
+my $ISO = qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
+
+ok(clock_is(0), 'nginx wall clock: real time to begin with');
+
+# an attempt, finished, within its 10m ttl
+
+my $r = complete('clock-1');
+is($r->{status}, 200, 'clock-1: forwarded');
+
+my $a = api('clock-1');
+is($a->{state}, 'succeeded', 'clock-1: succeeded');
+
+# a gate closed with a 120 s lease
+
+my $g = gate_post({ action => 'close', reason => 'clock', lease => '120s' });
+is($g->{state}, 'closed', 'gate: closed with a 120 s lease');
+
+my $lease_expires = $g->{lease_expires} // 'none';
+
+###############################################################################
+
+# 11 minutes forward
+
+set_clock('+660');
+ok(clock_is(660), 'nginx wall clock: 11 minutes ahead');
+
+$g = gate();
+is(join(',', $g->{state} // '', $g->{expired} ? 'expired' : 'running'),
+	'closed,running', 'forward step: the lease still runs');
+cmp_ok($g->{lease_remaining_ms} // 0, '>', 100000,
+	'forward step: about 120 s of lease left');
+is($g->{lease_expires}, $lease_expires,
+	'forward step: lease_expires as the wall clock read at the close');
+
+$g = gate_post({ action => 'open' });
+is($g->{state}, 'open', 'gate: opened');
+
+$r = complete('clock-1');
+is($r->{status}, 409, 'forward step: a used id within its ttl refused');
+is(forwarded('clock-1'), 1, 'forward step: clock-1 forwarded once only');
+
+$a = api('clock-1');
+is($a->{state}, 'succeeded', 'forward step: clock-1 still known');
+
+###############################################################################
+
+# an attempt of about 2 s, and a 3 s lease, across 71 minutes backward
+
+my $s = http(raw('POST', '/v1/chat/completions',
+	body => '{"messages":[{"role":"user","content":"hi"}],'
+		. '"stream":true}',
+	headers => [ 'X-Dynamo-Attempt-Id' => 'clock-2',
+		'x-fake-scenario' => 'slow',
+		'x-fake-events' => 8,
+		'x-fake-interval-ms' => 250 ]), start => 1);
+
+my $t0 = time();
+
+ok(Test::DynamoRL::wait_for(sub {
+	(api('clock-2')->{state} // '') eq 'streaming'
+}, 10), 'clock-2: streaming');
+
+$g = gate_post({ action => 'close', reason => 'clock', lease => '3s' });
+my $lease_start = time();
+is($g->{state}, 'closed', 'gate: closed with a 3 s lease');
+
+set_clock('-3600');
+ok(clock_is(-3600), 'nginx wall clock: an hour behind');
+
+$r = parse_response(http_end($s));
+my $real = time() - $t0;
+is($r->{status}, 200, 'backward step: clock-2 answered');
+
+$a = api('clock-2');
+is($a->{state}, 'succeeded', 'backward step: clock-2 succeeded');
+
+my $d = $a->{duration_ms} // -1;
+ok($d >= 1500 && $d <= ($real + 1) * 1000,
+	"backward step: duration_ms $d, the attempt's length");
+like($a->{ended} // '', $ISO, 'backward step: ended shown');
+ok(abs((iso_ms($a->{ended}) // 0) - (iso_ms($a->{started}) // 0) - $d) <= 1,
+	'backward step: ended minus started is duration_ms');
+
+my $expired = Test::DynamoRL::wait_for(sub { gate()->{expired} }, 15, 0.1);
+my $took = time() - $lease_start;
+
+ok($expired && $took < 10, 'backward step: the 3 s lease ended on time ('
+	. sprintf('%.1f', $took) . ' s)');
+
+###############################################################################
+
+# a ttl that runs out still frees the id
+
+$r = complete('short-1', port => 8084);
+is($r->{status}, 200, 'short ttl: forwarded');
+
+ok(Test::DynamoRL::wait_for(sub {
+	call('GET', '/rl/attempts/short-1', port => 8083)->{status} == 404
+}, 10), 'short ttl: expired after 2 s');
+
+$r = complete('short-1', port => 8084);
+is($r->{status}, 200, 'short ttl: the id is free again');
+
+###############################################################################
+
+# the file libfaketime reads on every call (FAKETIME_NO_CACHE): an offset
+# from the real time, in seconds
+
+sub set_clock {
+	my ($offset) = @_;
+
+	open my $fh, '>', "$RC.tmp" or die "cannot create $RC.tmp: $!\n";
+	print $fh "$offset\n";
+	close $fh or die "cannot write $RC.tmp: $!\n";
+	rename("$RC.tmp", $RC) or die "cannot rename $RC.tmp: $!\n";
+}
+
+# nginx's wall clock, as /rl/status shows it, is the real time plus
+# $offset seconds (within 5 s)
+
+sub clock_is {
+	my ($offset) = @_;
+
+	return Test::DynamoRL::wait_for(sub {
+		my $j = eval { decode_json(call('GET', '/rl/status',
+			port => 8083)->{body}) } // {};
+		my $ms = iso_ms($j->{time} // '') // return;
+		return abs($ms - (time() + $offset) * 1000) < 5000;
+	}, 10);
+}
+
+sub complete {
+	my ($id, %o) = @_;
+
+	return call('POST', '/v1/completions', port => $o{port} // 8080,
+		body => '{"prompt":"p","max_tokens":1}',
+		headers => [ 'X-Dynamo-Attempt-Id' => $id ]);
+}
+
+sub forwarded {
+	my ($id) = @_;
+
+	return scalar grep {
+		my $h = $_->{headers} // {};
+		grep { lc($_) eq 'x-dynamo-attempt-id' && ($h->{$_} // '') eq $id }
+			keys %$h;
+	} @{$t->fake_records('frontend')};
+}
+
+sub api {
+	my ($id) = @_;
+
+	return eval { decode_json(call('GET', "/rl/attempts/$id",
+		port => 8083)->{body}) } // {};
+}
+
+sub gate {
+	return eval { decode_json(call('GET', '/rl/gate', port => 8083)
+		->{body}) } // {};
+}
+
+sub gate_post {
+	my ($data) = @_;
+
+	return eval { decode_json(call('POST', '/rl/gate', port => 8083,
+		body => encode_json($data))->{body}) } // {};
+}
+
+sub call {
+	my ($method, $uri, %o) = @_;
+
+	my $port = delete $o{port} // 8080;
+
+	return parse_response(http(raw($method, $uri, %o),
+		PeerAddr => '127.0.0.1:' . port($port)))
+		// { status => 0, headers => {}, body => '' };
+}
+
+sub raw {
+	my ($method, $uri, %o) = @_;
+
+	my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
+		. "Connection: close\r\n";
+	my @h = @{$o{headers} // []};
+
+	while (my ($name, $value) = splice(@h, 0, 2)) {
+		$req .= "$name: $value\r\n";
+	}
+
+	if (defined $o{body}) {
+		$req .= "Content-Type: application/json\r\n"
+			. 'Content-Length: ' . length($o{body}) . "\r\n";
+	}
+
+	return "$req\r\n" . ($o{body} // '');
+}
+
+sub iso_ms {
+	my ($s) = @_;
+
+	my ($y, $mo, $d, $h, $mi, $sec, $ms) = ($s // '')
+		=~ /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z$/
+		or return undef;
+
+	return timegm($sec, $mi, $h, $d, $mo - 1, $y) * 1000 + $ms;
+}
+
+###############################################################################
