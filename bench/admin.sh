@@ -16,8 +16,11 @@
 #     bench/admin.sh                   5 rounds x 3 variants x 5 s: ~85 s
 #     ROUNDS=3 DURATION=5 bench/admin.sh
 #     PROFILE=1 bench/admin.sh         + perf record of the big gateway
-#     UPSTREAM_KEEPALIVE=0 bench/admin.sh   system_url an IP literal: a new
-#                                           upstream connection per call
+#
+# system_url is an IP literal, so each call opens a new upstream
+# connection, as in production: the module refuses a system_url that
+# names an upstream group of the gateway (a listener could name the
+# frontend's), which is what keepalive to the stub once needed.
 #
 # Prints markdown tables: per round requests/s, latency p50/p99, gateway
 # CPU per request, CPU 0 and CPU 1 busy, other processes' CPU and steal
@@ -34,7 +37,6 @@ rounds=${ROUNDS:-5}
 duration=${DURATION:-5}
 warmup=${WARMUP:-2}
 conns=${CONNECTIONS:-16}
-keepalive=${UPSTREAM_KEEPALIVE:-1}
 gw_cpu=${GATEWAY_CPU:-0}
 load_cpu=${LOAD_CPU:-1}
 big=${WORKERS:-10000}
@@ -135,12 +137,7 @@ cp "$module" "$prefix/module.so"
 module_time=$(date -u -r "$module" '+%H:%M:%S')
 mkdir -p "$prefix/docs" "$prefix/gw1" "$prefix/gwbig" "$prefix/stub"
 
-if [ "$keepalive" = 1 ]; then
-    # a name: the gateway's "upstream dynamo-bench-worker" block, keepalive
-    system_url=http://dynamo-bench-worker
-else
-    system_url=http://127.0.0.1:$stub_port
-fi
+system_url=http://127.0.0.1:$stub_port
 
 id=$("$snapbench" emit 1 "$system_url" "$prefix/docs/n1.json")
 id_big=$("$snapbench" emit "$big" "$system_url" "$prefix/docs/nbig.json" all)
@@ -217,11 +214,6 @@ $(temp_paths "$prefix/$1")
     upstream rl_listener {
         server     127.0.0.1:$listener_port;
         keepalive  4;
-    }
-
-    upstream dynamo-bench-worker {
-        server     127.0.0.1:$stub_port;
-        keepalive  32;
     }
 
     server {
@@ -502,7 +494,7 @@ echo "$(date -u '+%Y-%m-%d %H:%M:%S UTC'), $("$nginx" -v 2>&1 | sed 's/.*: //'),
 echo
 echo "POST $url_path, wrk -t1 -c$conns -d${duration}s --latency," \
      "gateways on CPU $gw_cpu, wrk and stub on CPU $load_cpu," \
-     "upstream keepalive $keepalive, $rounds rounds A B C A B C:" \
+     "a connection per call, $rounds rounds A B C A B C:" \
      "1 = the 1-worker snapshot; $big = the $big-worker one, the same" \
      "worker every call; $big-random = a worker at random per call"
 echo

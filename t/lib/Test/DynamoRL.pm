@@ -83,6 +83,7 @@ my %FEATURES = (
 my $SHUTTING_DOWN = qr/\] (\d+)#\d+: (?:gracefully shutting down|exiting)$/m;
 
 my $SANITIZER = qr/AddressSanitizer|LeakSanitizer|ThreadSanitizer
+	|ERROR:\ Can't\ open\ file
 	|MemorySanitizer|UndefinedBehaviorSanitizer|runtime\ error:
 	|==\d+==\s*ERROR\ SUMMARY:\ [1-9]/x;
 
@@ -320,11 +321,15 @@ sub run {
 			$ENV{LD_PRELOAD} = $ENV{TEST_NGINX_PRELOAD};
 
 			# one report file per process: reports of processes
-			# exiting together do not interleave
+			# exiting together do not interleave; worker processes
+			# run as "nobody" under root and write them too, so
+			# the folder is writable by all
+
+			mkdir("$d/sanitizer") and chmod(01777, "$d/sanitizer");
 
 			$ENV{ASAN_OPTIONS} = join ':', grep { length }
-				$ENV{ASAN_OPTIONS} // '',
-				@{$self->{_asan_options}}, "log_path=$d/asan";
+				$ENV{ASAN_OPTIONS} // '', @{$self->{_asan_options}},
+				"log_path=$d/sanitizer/asan";
 		}
 
 		{ exec @cmd; }
@@ -614,9 +619,11 @@ sub _finish {
 
 	my @errors;
 
-	for my $path ("$d/error.log", "$d/stderr", glob("$d/asan.*")) {
+	for my $path ("$d/error.log", "$d/stderr", glob("$d/asan.*"),
+		glob("$d/sanitizer/asan.*"))
+	{
 		next unless -f $path;
-		(my $name = $path) =~ s{.*/}{};
+		(my $name = $path) =~ s{^\Q$d\E/}{};
 		push @errors, map { "$name: $_" } _sanitizer_lines(
 			$self->read_file($name) // '');
 	}
