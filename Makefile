@@ -146,6 +146,7 @@ valgrind: test-deps build
 
 lint:
 	util/check-style
+	util/check-layers
 
 cppcheck: $(NGX_BUILD)/objs/Makefile
 	cppcheck -q --enable=warning,portability,performance \

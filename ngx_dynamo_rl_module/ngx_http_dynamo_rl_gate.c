@@ -11,7 +11,6 @@
 #define NGX_HTTP_DYNAMO_RL_RETRY_AFTER  5
 
 
-static ngx_uint_t ngx_http_dynamo_rl_slot(void);
 static ngx_uint_t ngx_http_dynamo_rl_gate_in_flight(
     ngx_http_dynamo_rl_shctx_t *sh);
 static ngx_int_t ngx_http_dynamo_rl_gate_handler(ngx_http_request_t *r);
@@ -80,49 +79,12 @@ ngx_http_dynamo_rl_gate_check(ngx_http_request_t *r,
 
     /* counted before the check, it is not in flight after all */
 
-    ngx_http_dynamo_rl_gate_leave(ctx);
+    ngx_http_dynamo_rl_drain_leave(ctx);
 
     return ngx_http_dynamo_rl_deny(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                                    "gate_closed",
                                    "generation is paused for a policy "
                                    "refresh, retry later");
-}
-
-
-/* a request admitted to the request plane, until its response is done */
-
-void
-ngx_http_dynamo_rl_gate_enter(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_ctx_t *ctx)
-{
-    ngx_http_dynamo_rl_zone_t  *zone;
-
-    if (ctx->counted) {
-        return;
-    }
-
-    zone = ngx_http_dynamo_rl_get_zone(r);
-
-    ctx->counted = 1;
-    ctx->slot_zone = zone;
-
-    (void) ngx_atomic_fetch_add(
-                   &zone->sh->slot_requests[ngx_http_dynamo_rl_slot()], 1);
-}
-
-
-void
-ngx_http_dynamo_rl_gate_leave(ngx_http_dynamo_rl_ctx_t *ctx)
-{
-    if (!ctx->counted) {
-        return;
-    }
-
-    ctx->counted = 0;
-
-    (void) ngx_atomic_fetch_add(
-                 &ctx->slot_zone->sh->slot_requests[ngx_http_dynamo_rl_slot()],
-                 -1);
 }
 
 
@@ -145,15 +107,6 @@ ngx_http_dynamo_rl_gate_init_process(ngx_http_dynamo_rl_zone_t *zone)
     zone->sh->slot_pid[slot] = ngx_pid;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
-}
-
-
-/* one slot for each of nginx's, NGX_MAX_PROCESSES: none is shared */
-
-static ngx_uint_t
-ngx_http_dynamo_rl_slot(void)
-{
-    return (ngx_uint_t) ngx_process_slot % NGX_HTTP_DYNAMO_RL_SLOTS;
 }
 
 

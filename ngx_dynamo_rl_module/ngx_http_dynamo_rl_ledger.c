@@ -56,37 +56,6 @@ static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
 
-/*
- * one bucket for every record the zone could hold (128 bytes each): a
- * new id, the common case, then walks about one record, which costs a
- * cache miss in a zone the kernel's work evicts between two requests
- */
-
-ngx_int_t
-ngx_http_dynamo_rl_ledger_init(ngx_http_dynamo_rl_zone_t *zone, size_t size)
-{
-    ngx_uint_t  n;
-
-    for (n = 64; n * 128 < size; n *= 2) { /* void */ }
-
-    if (RAND_bytes(zone->sh->key, sizeof(zone->sh->key)) != 1) {
-        ngx_log_error(NGX_LOG_EMERG, ngx_cycle->log, 0,
-                      "RAND_bytes() failed for dynamo_rl zone \"%V\"",
-                      &zone->name);
-        return NGX_ERROR;
-    }
-
-    zone->sh->buckets = ngx_slab_calloc(zone->shpool, n * sizeof(void *));
-    if (zone->sh->buckets == NULL) {
-        return NGX_ERROR;
-    }
-
-    zone->sh->mask = n - 1;
-
-    return NGX_OK;
-}
-
-
 static ngx_inline ngx_uint_t
 ngx_http_dynamo_rl_ledger_hash(ngx_http_dynamo_rl_shctx_t *sh, ngx_str_t *id)
 {
@@ -355,7 +324,7 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
 
     ctx->outcome = ngx_http_dynamo_rl_ledger_states[state];
 
-    ngx_http_dynamo_rl_gate_leave(ctx);
+    ngx_http_dynamo_rl_drain_leave(ctx);
 
     if (lr == NULL) {
         /* dynamo_rl_ledger off: the verdict is for the access log only */

@@ -50,8 +50,6 @@ struct ngx_http_dynamo_rl_node_s {
 extern ngx_str_t  ngx_http_dynamo_rl_ledger_states[];
 
 
-ngx_int_t ngx_http_dynamo_rl_ledger_init(ngx_http_dynamo_rl_zone_t *zone,
-    size_t size);
 ngx_int_t ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 void ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,

@@ -307,66 +307,6 @@ static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 extern ngx_module_t  ngx_http_proxy_module;
 
 
-ngx_http_dynamo_rl_ctx_t *
-ngx_http_dynamo_rl_create_ctx(ngx_http_request_t *r)
-{
-    ngx_pool_cleanup_t        *cln;
-    ngx_http_dynamo_rl_ctx_t  *ctx;
-
-    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_dynamo_rl_ctx_t));
-    if (ctx == NULL) {
-        return NULL;
-    }
-
-    /*
-     * the cleanup is how the context survives internal redirects, which
-     * clear r->ctx, and the point where the request's end is observed
-     */
-
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-    if (cln == NULL) {
-        return NULL;
-    }
-
-    cln->handler = ngx_http_dynamo_rl_cleanup;
-    cln->data = ctx;
-
-    ngx_http_set_ctx(r, ctx, ngx_http_dynamo_rl_module);
-
-    return ctx;
-}
-
-
-ngx_http_dynamo_rl_ctx_t *
-ngx_http_dynamo_rl_get_ctx(ngx_http_request_t *r)
-{
-    ngx_pool_cleanup_t        *cln;
-    ngx_http_dynamo_rl_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
-
-    /*
-     * a subrequest shares its main request's pool, and so its cleanups:
-     * the walk is for the main request only, or a subrequest (one that an
-     * upstream or error_page redirected, say) would act on the main
-     * request's context
-     */
-
-    if (ctx == NULL && r == r->main && (r->internal || r->filter_finalize)) {
-
-        for (cln = r->pool->cleanup; cln; cln = cln->next) {
-            if (cln->handler == ngx_http_dynamo_rl_cleanup) {
-                ctx = cln->data;
-                ngx_http_set_ctx(r, ctx, ngx_http_dynamo_rl_module);
-                break;
-            }
-        }
-    }
-
-    return ctx;
-}
-
-
 static void
 ngx_http_dynamo_rl_cleanup(void *data)
 {
@@ -375,165 +315,7 @@ ngx_http_dynamo_rl_cleanup(void *data)
     ngx_http_dynamo_rl_discovery_cleanup(ctx);
     ngx_http_dynamo_rl_ledger_abandon(ctx);
 
-    ngx_http_dynamo_rl_gate_leave(ctx);
-}
-
-
-/* the gate, attempts, status and metrics APIs: a zone and no other handler */
-
-char *
-ngx_http_dynamo_rl_content_handler(ngx_conf_t *cf, ngx_http_handler_pt handler)
-{
-    ngx_http_core_loc_conf_t        *clcf;
-    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
-    ngx_http_dynamo_rl_main_conf_t  *drmcf;
-
-    drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
-
-    if (drmcf->shm_zone == NULL) {
-        return "requires \"dynamo_rl_zone\" before it";
-    }
-
-    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-
-    if (clcf->handler != NULL) {
-        return "is duplicate";
-    }
-
-    clcf->handler = handler;
-
-    drlcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_dynamo_rl_module);
-    drlcf->api = 1;
-
-    return NGX_CONF_OK;
-}
-
-
-ngx_http_dynamo_rl_zone_t *
-ngx_http_dynamo_rl_get_zone(ngx_http_request_t *r)
-{
-    ngx_http_dynamo_rl_main_conf_t  *drmcf;
-
-    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
-
-    return drmcf->shm_zone->data;
-}
-
-
-ngx_int_t
-ngx_http_dynamo_rl_send_json(ngx_http_request_t *r, ngx_uint_t status,
-    ngx_str_t *body)
-{
-    ngx_str_t  type;
-
-    ngx_str_set(&type, "application/json");
-
-    return ngx_http_dynamo_rl_send(r, status, &type, body);
-}
-
-
-ngx_int_t
-ngx_http_dynamo_rl_send(ngx_http_request_t *r, ngx_uint_t status,
-    ngx_str_t *type, ngx_str_t *body)
-{
-    ngx_int_t     rc;
-    ngx_buf_t    *b;
-    ngx_chain_t   out;
-
-    rc = ngx_http_discard_request_body(r);
-
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    r->headers_out.status = status;
-    r->headers_out.content_length_n = body->len;
-
-    r->headers_out.content_type = *type;
-    r->headers_out.content_type_len = type->len;
-    r->headers_out.content_type_lowcase = NULL;
-
-    ngx_http_clear_accept_ranges(r);
-    ngx_http_clear_last_modified(r);
-    ngx_http_clear_etag(r);
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_ERROR;
-    }
-
-    b->pos = body->data;
-    b->last = body->data + body->len;
-    b->memory = body->len ? 1 : 0;
-    b->last_buf = 1;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
-}
-
-
-/*
- * the clock of attempt ttls, gate leases and durations, in milliseconds:
- * CLOCK_MONOTONIC, which a step of the wall clock moves neither way and
- * whose origin is the same in every process of the machine (the zone is
- * shared by the worker processes and outlives reloads); read each time,
- * not nginx's ngx_current_msec, which each process caches at its own
- * moments, so that no process reads a time earlier than one another
- * process has already stored
- */
-
-uint64_t
-ngx_http_dynamo_rl_now(void)
-{
-#if (NGX_HAVE_CLOCK_MONOTONIC)
-
-    struct timespec  ts;
-
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0) {
-        return (uint64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    }
-
-#endif
-
-    return (uint64_t) ngx_current_msec;
-}
-
-
-/* the wall clock in milliseconds since the epoch: for display only */
-
-uint64_t
-ngx_http_dynamo_rl_wall(void)
-{
-    ngx_time_t  *tp;
-
-    tp = ngx_timeofday();
-
-    return (uint64_t) tp->sec * 1000 + tp->msec;
-}
-
-
-/* RFC 3339 in UTC with milliseconds */
-
-u_char *
-ngx_http_dynamo_rl_iso_time(u_char *p, uint64_t ms)
-{
-    ngx_tm_t  tm;
-
-    ngx_gmtime((time_t) (ms / 1000), &tm);
-
-    return ngx_sprintf(p, "%4d-%02d-%02dT%02d:%02d:%02d.%03dZ",
-                       tm.ngx_tm_year, tm.ngx_tm_mon, tm.ngx_tm_mday,
-                       tm.ngx_tm_hour, tm.ngx_tm_min, tm.ngx_tm_sec,
-                       (int) (ms % 1000));
+    ngx_http_dynamo_rl_drain_leave(ctx);
 }
 
 
@@ -890,6 +672,7 @@ ngx_http_dynamo_rl_create_main_conf(ngx_conf_t *cf)
      * set by ngx_pcalloc():
      *
      *     drmcf->shm_zone = NULL;
+     *     drmcf->ctx_cleanup = NULL;
      *     drmcf->snapshot_max = 0;
      *     drmcf->rand = NULL;
      *     drmcf->rand_pos = 0;
@@ -897,6 +680,8 @@ ngx_http_dynamo_rl_create_main_conf(ngx_conf_t *cf)
      *     drmcf->index_pool = NULL;
      *     drmcf->index_generation = 0;
      */
+
+    drmcf->ctx_cleanup = ngx_http_dynamo_rl_cleanup;
 
     return drmcf;
 }

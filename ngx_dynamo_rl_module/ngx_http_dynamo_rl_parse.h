@@ -20,6 +20,8 @@
 
 #define NGX_HTTP_DYNAMO_RL_SCAN_DEPTH  64
 
+#define NGX_HTTP_DYNAMO_RL_ATTEMPT_ID_LEN  128
+
 
 /* a worker element of a discovery document, as byte positions in it */
 

@@ -19,8 +19,6 @@ static ngx_int_t ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf,
     ngx_uint_t client_id);
 static ngx_int_t ngx_http_dynamo_rl_routing_header(ngx_table_elt_t *h);
-static ngx_int_t ngx_http_dynamo_rl_header_is(ngx_table_elt_t *h,
-    ngx_str_t *name);
 static ngx_int_t ngx_http_dynamo_rl_push_header(ngx_list_t *list,
     ngx_str_t *name, ngx_uint_t hash, ngx_str_t *value);
 
@@ -214,7 +212,7 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
      */
 
     if (drlcf->gate || drlcf->ledger) {
-        ngx_http_dynamo_rl_gate_enter(r, ctx);
+        ngx_http_dynamo_rl_drain_enter(r, ctx);
     }
 
     if (drlcf->gate) {
@@ -239,7 +237,7 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
 
     /* the deny may free the request: the count goes first */
 
-    ngx_http_dynamo_rl_gate_leave(ctx);
+    ngx_http_dynamo_rl_drain_leave(ctx);
 
     switch (rc) {
 
@@ -272,99 +270,6 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
                                        "ledger_full",
                                        "attempt ledger is full");
     }
-}
-
-
-/*
- * a phase handler's refusal: the error is sent, the request finalized,
- * and NGX_DONE stops the phases
- */
-
-ngx_int_t
-ngx_http_dynamo_rl_deny(ngx_http_request_t *r, ngx_uint_t status,
-    char *reason, char *message)
-{
-    ngx_http_finalize_request(r,
-                              ngx_http_dynamo_rl_error(r, status, reason,
-                                                       message));
-
-    return NGX_DONE;
-}
-
-
-/*
- * the gateway's own error in the plane's shape: the request plane uses
- * Dynamo's flat {"message","type","code"}, the trusted planes and APIs
- * {"error","message"}
- */
-
-ngx_int_t
-ngx_http_dynamo_rl_error(ngx_http_request_t *r, ngx_uint_t status,
-    char *reason, char *message)
-{
-    u_char                    *p;
-    size_t                     len, size;
-    uintptr_t                  esc;
-    ngx_str_t                  body, type;
-    ngx_table_elt_t           *h;
-    ngx_http_dynamo_rl_ctx_t  *ctx;
-
-    ctx = ngx_http_dynamo_rl_get_ctx(r);
-
-    if (ctx != NULL) {
-        ctx->deny_reason.data = (u_char *) reason;
-        ctx->deny_reason.len = ngx_strlen(reason);
-        ngx_str_set(&ctx->outcome, "rejected");
-    }
-
-    if (ctx != NULL && ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
-
-        /* the flat shape has no reason: a client tells ours from Dynamo's */
-
-        h = ngx_list_push(&r->headers_out.headers);
-        if (h == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        h->hash = 1;
-        ngx_str_set(&h->key, "X-Dynamo-RL-Reason");
-        h->value = ctx->deny_reason;
-    }
-
-    ngx_http_dynamo_rl_status_type(status, &type);
-
-    /* reasons and types are fixed strings; a message may have quotes */
-
-    len = ngx_strlen(message);
-    esc = ngx_escape_json(NULL, (u_char *) message, len);
-
-    size = sizeof("{\"message\":\"\",\"type\":\"\",\"code\":}") - 1
-           + len + esc + type.len + NGX_INT_T_LEN
-           + sizeof("{\"error\":\"\",\"message\":\"\"}") - 1
-           + ngx_strlen(reason);
-
-    p = ngx_pnalloc(r->pool, size);
-    if (p == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    body.data = p;
-
-    if (ctx != NULL && ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
-        p = ngx_cpymem(p, "{\"message\":\"", sizeof("{\"message\":\"") - 1);
-        p = (u_char *) ngx_escape_json(p, (u_char *) message, len);
-        p = ngx_sprintf(p, "\",\"type\":\"%V\",\"code\":%ui}", &type, status);
-
-    } else {
-        p = ngx_sprintf(p, "{\"error\":\"%s\",\"message\":\"", reason);
-        p = (u_char *) ngx_escape_json(p, (u_char *) message, len);
-        *p++ = '"';
-        *p++ = '}';
-    }
-
-    body.len = p - body.data;
-
-    return ngx_http_dynamo_rl_send_json(r, status, &body);
 }
 
 
@@ -662,19 +567,6 @@ ngx_http_dynamo_rl_routing_header(ngx_table_elt_t *h)
 
 
 static ngx_int_t
-ngx_http_dynamo_rl_header_is(ngx_table_elt_t *h, ngx_str_t *name)
-{
-    if (h->key.len == name->len
-        && ngx_strncasecmp(h->key.data, name->data, name->len) == 0)
-    {
-        return NGX_OK;
-    }
-
-    return NGX_DECLINED;
-}
-
-
-static ngx_int_t
 ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
     ngx_uint_t hash, ngx_str_t *value)
 {
@@ -700,230 +592,4 @@ ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
     }
 
     return NGX_OK;
-}
-
-
-/*
- * the prologue of the read-only APIs: NGX_DECLINED for a GET or HEAD,
- * whose body is then discarded; otherwise what the handler returns,
- * a 405 with Allow among them
- */
-
-ngx_int_t
-ngx_http_dynamo_rl_read_only(ngx_http_request_t *r)
-{
-    ngx_int_t  rc;
-
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        if (ngx_http_dynamo_rl_allow(r, NGX_HTTP_GET|NGX_HTTP_HEAD)
-            != NGX_OK)
-        {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        return ngx_http_dynamo_rl_error(r, NGX_HTTP_NOT_ALLOWED, "method",
-                                        "only GET and HEAD");
-    }
-
-    rc = ngx_http_discard_request_body(r);
-
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    return NGX_DECLINED;
-}
-
-
-/*
- * a POST from a page of another site through an operator's browser (a
- * CORS "simple request" needs no preflight) changes nothing: 403
- * "cross_origin" and one line; requests without Origin and Sec-Fetch-Site
- * are not a browser's and pass
- */
-
-ngx_int_t
-ngx_http_dynamo_rl_cross_origin(ngx_http_request_t *r)
-{
-    ngx_str_t                       origin, *site, *host;
-    ngx_uint_t                      i, n, https;
-    ngx_list_part_t                *part;
-    ngx_table_elt_t                *header;
-    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
-
-    static ngx_str_t  origin_name = ngx_string("Origin");
-    static ngx_str_t  site_name = ngx_string("Sec-Fetch-Site");
-
-    n = 0;
-    site = NULL;
-    ngx_str_null(&origin);
-
-    part = &r->headers_in.headers.part;
-    header = part->elts;
-
-    for (i = 0; /* void */ ; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            header = part->elts;
-            i = 0;
-        }
-
-        if (ngx_http_dynamo_rl_header_is(&header[i], &origin_name) == NGX_OK) {
-            origin = header[i].value;
-            n++;
-
-        } else if (ngx_http_dynamo_rl_header_is(&header[i], &site_name)
-                   == NGX_OK)
-        {
-            site = &header[i].value;
-        }
-    }
-
-    host = r->headers_in.host ? &r->headers_in.host->value : NULL;
-
-    https = 0;
-
-#if (NGX_HTTP_SSL)
-    https = (r->connection->ssl != NULL);
-#endif
-
-    if (ngx_http_dynamo_rl_same_origin(&origin, n, site, host, https)
-        == NGX_OK)
-    {
-        return NGX_OK;
-    }
-
-    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
-
-    ngx_log_error(drlcf->log_level, r->connection->log, 0,
-                  "dynamo rl: cross-origin \"%V\" refused, origin \"%V\"%s%V",
-                  &r->method_name, &origin,
-                  site ? ", sec-fetch-site " : "",
-                  site ? site : &origin);
-
-    return NGX_DECLINED;
-}
-
-
-ngx_int_t
-ngx_http_dynamo_rl_allow(ngx_http_request_t *r, ngx_uint_t methods)
-{
-    u_char           *p;
-    ngx_table_elt_t  *h;
-
-    static struct {
-        ngx_uint_t    method;
-        char         *name;
-    } names[] = {
-        { NGX_HTTP_GET, "GET" },
-        { NGX_HTTP_HEAD, "HEAD" },
-        { NGX_HTTP_POST, "POST" },
-        { NGX_HTTP_PUT, "PUT" },
-        { NGX_HTTP_DELETE, "DELETE" },
-        { NGX_HTTP_PATCH, "PATCH" },
-        { NGX_HTTP_OPTIONS, "OPTIONS" },
-        { 0, NULL }
-    };
-
-    ngx_uint_t  i;
-
-    p = ngx_pnalloc(r->pool, sizeof("GET, HEAD, POST, PUT, DELETE, PATCH, "
-                                    "OPTIONS"));
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    h->hash = 1;
-    ngx_str_set(&h->key, "Allow");
-    h->value.data = p;
-
-    for (i = 0; names[i].name; i++) {
-        if (methods & names[i].method) {
-            if (p != h->value.data) {
-                *p++ = ','; *p++ = ' ';
-            }
-
-            p = ngx_cpymem(p, names[i].name, ngx_strlen(names[i].name));
-        }
-    }
-
-    h->value.len = p - h->value.data;
-
-    return NGX_OK;
-}
-
-
-/* the canonical reason phrase, Dynamo's "type" of a flat error */
-
-void
-ngx_http_dynamo_rl_status_type(ngx_uint_t status, ngx_str_t *type)
-{
-    switch (status) {
-
-    case NGX_HTTP_BAD_REQUEST:
-        ngx_str_set(type, "Bad Request");
-        break;
-
-    case NGX_HTTP_FORBIDDEN:
-        ngx_str_set(type, "Forbidden");
-        break;
-
-    case NGX_HTTP_NOT_FOUND:
-        ngx_str_set(type, "Not Found");
-        break;
-
-    case NGX_HTTP_NOT_ALLOWED:
-        ngx_str_set(type, "Method Not Allowed");
-        break;
-
-    case NGX_HTTP_REQUEST_TIME_OUT:
-        ngx_str_set(type, "Request Timeout");
-        break;
-
-    case NGX_HTTP_CONFLICT:
-        ngx_str_set(type, "Conflict");
-        break;
-
-    case NGX_HTTP_REQUEST_ENTITY_TOO_LARGE:
-        ngx_str_set(type, "Payload Too Large");
-        break;
-
-    case NGX_HTTP_REQUEST_URI_TOO_LARGE:
-        ngx_str_set(type, "URI Too Long");
-        break;
-
-    case NGX_HTTP_TOO_MANY_REQUESTS:
-        ngx_str_set(type, "Too Many Requests");
-        break;
-
-    case NGX_HTTP_BAD_GATEWAY:
-        ngx_str_set(type, "Bad Gateway");
-        break;
-
-    case NGX_HTTP_SERVICE_UNAVAILABLE:
-        ngx_str_set(type, "Service Unavailable");
-        break;
-
-    case NGX_HTTP_GATEWAY_TIME_OUT:
-        ngx_str_set(type, "Gateway Timeout");
-        break;
-
-    default:
-        if (status >= NGX_HTTP_INTERNAL_SERVER_ERROR) {
-            ngx_str_set(type, "Internal Server Error");
-
-        } else {
-            ngx_str_set(type, "Bad Request");
-        }
-    }
 }

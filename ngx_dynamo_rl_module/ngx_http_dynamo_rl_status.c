@@ -218,7 +218,7 @@ ngx_http_dynamo_rl_account(ngx_http_request_t *r,
     zone = drmcf->shm_zone->data;
     sh = zone->sh;
 
-    ngx_http_dynamo_rl_gate_leave(ctx);
+    ngx_http_dynamo_rl_drain_leave(ctx);
 
     plane = ctx->plane - NGX_HTTP_DYNAMO_RL_PLANE_REQUEST;
     outcome = ngx_http_dynamo_rl_outcome(r, ctx);

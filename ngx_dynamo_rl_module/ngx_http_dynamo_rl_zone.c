@@ -6,7 +6,11 @@
 
 #include "ngx_http_dynamo_rl_module.h"
 
+#include <openssl/rand.h>
 
+
+static ngx_int_t ngx_http_dynamo_rl_zone_buckets(
+    ngx_http_dynamo_rl_zone_t *zone, size_t size);
 static ngx_int_t ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 
@@ -220,7 +224,7 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         zone->sh->room_size = zone->reserve;
     }
 
-    if (ngx_http_dynamo_rl_ledger_init(zone,
+    if (ngx_http_dynamo_rl_zone_buckets(zone,
                                        shm_zone->shm.size - zone->reserve)
         != NGX_OK)
     {
@@ -241,6 +245,38 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     /* exhaustion is expected under load and logged once, by the caller */
     zone->shpool->log_nomem = 0;
+
+    return NGX_OK;
+}
+
+
+/*
+ * the ledger's index: one bucket for every record the zone could hold
+ * (128 bytes each): a new id, the common case, then walks about one
+ * record, which costs a cache miss in a zone the kernel's work evicts
+ * between two requests; and the key of its SipHash, drawn per zone
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_zone_buckets(ngx_http_dynamo_rl_zone_t *zone, size_t size)
+{
+    ngx_uint_t  n;
+
+    for (n = 64; n * 128 < size; n *= 2) { /* void */ }
+
+    if (RAND_bytes(zone->sh->key, sizeof(zone->sh->key)) != 1) {
+        ngx_log_error(NGX_LOG_EMERG, ngx_cycle->log, 0,
+                      "RAND_bytes() failed for dynamo_rl zone \"%V\"",
+                      &zone->name);
+        return NGX_ERROR;
+    }
+
+    zone->sh->buckets = ngx_slab_calloc(zone->shpool, n * sizeof(void *));
+    if (zone->sh->buckets == NULL) {
+        return NGX_ERROR;
+    }
+
+    zone->sh->mask = n - 1;
 
     return NGX_OK;
 }

@@ -1,0 +1,621 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+/*
+ * The layer every plane and feature stands on: the per-request context,
+ * the zone, the clocks, the gate's drain count, the module's own answers
+ * (JSON errors, 405 with Allow) and the prologue of its APIs (read-only
+ * methods, cross-site POSTs, the content handler install).  It calls
+ * nothing above it.
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+
+ngx_http_dynamo_rl_ctx_t *
+ngx_http_dynamo_rl_create_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t              *cln;
+    ngx_http_dynamo_rl_ctx_t        *ctx;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_dynamo_rl_ctx_t));
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    /*
+     * the cleanup is how the context survives internal redirects, which
+     * clear r->ctx, and the point where the request's end is observed
+     */
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    cln->handler = drmcf->ctx_cleanup;
+    cln->data = ctx;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_dynamo_rl_module);
+
+    return ctx;
+}
+
+
+ngx_http_dynamo_rl_ctx_t *
+ngx_http_dynamo_rl_get_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t              *cln;
+    ngx_http_dynamo_rl_ctx_t        *ctx;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+    /*
+     * a subrequest shares its main request's pool, and so its cleanups:
+     * the walk is for the main request only, or a subrequest (one that an
+     * upstream or error_page redirected, say) would act on the main
+     * request's context
+     */
+
+    if (ctx == NULL && r == r->main && (r->internal || r->filter_finalize)) {
+
+        drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+        for (cln = r->pool->cleanup; cln; cln = cln->next) {
+            if (cln->handler == drmcf->ctx_cleanup) {
+                ctx = cln->data;
+                ngx_http_set_ctx(r, ctx, ngx_http_dynamo_rl_module);
+                break;
+            }
+        }
+    }
+
+    return ctx;
+}
+
+
+/* the gate, attempts, status and metrics APIs: a zone and no other handler */
+
+char *
+ngx_http_dynamo_rl_content_handler(ngx_conf_t *cf, ngx_http_handler_pt handler)
+{
+    ngx_http_core_loc_conf_t        *clcf;
+    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
+
+    if (drmcf->shm_zone == NULL) {
+        return "requires \"dynamo_rl_zone\" before it";
+    }
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler != NULL) {
+        return "is duplicate";
+    }
+
+    clcf->handler = handler;
+
+    drlcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_dynamo_rl_module);
+    drlcf->api = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+ngx_http_dynamo_rl_zone_t *
+ngx_http_dynamo_rl_get_zone(ngx_http_request_t *r)
+{
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    return drmcf->shm_zone->data;
+}
+
+
+/*
+ * the clock of attempt ttls, gate leases and durations, in milliseconds:
+ * CLOCK_MONOTONIC, which a step of the wall clock moves neither way and
+ * whose origin is the same in every process of the machine (the zone is
+ * shared by the worker processes and outlives reloads); read each time,
+ * not nginx's ngx_current_msec, which each process caches at its own
+ * moments, so that no process reads a time earlier than one another
+ * process has already stored
+ */
+
+uint64_t
+ngx_http_dynamo_rl_now(void)
+{
+#if (NGX_HAVE_CLOCK_MONOTONIC)
+
+    struct timespec  ts;
+
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0) {
+        return (uint64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    }
+
+#endif
+
+    return (uint64_t) ngx_current_msec;
+}
+
+
+/* the wall clock in milliseconds since the epoch: for display only */
+
+uint64_t
+ngx_http_dynamo_rl_wall(void)
+{
+    ngx_time_t  *tp;
+
+    tp = ngx_timeofday();
+
+    return (uint64_t) tp->sec * 1000 + tp->msec;
+}
+
+
+/* RFC 3339 in UTC with milliseconds */
+
+u_char *
+ngx_http_dynamo_rl_iso_time(u_char *p, uint64_t ms)
+{
+    ngx_tm_t  tm;
+
+    ngx_gmtime((time_t) (ms / 1000), &tm);
+
+    return ngx_sprintf(p, "%4d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+                       tm.ngx_tm_year, tm.ngx_tm_mon, tm.ngx_tm_mday,
+                       tm.ngx_tm_hour, tm.ngx_tm_min, tm.ngx_tm_sec,
+                       (int) (ms % 1000));
+}
+
+
+ngx_int_t
+ngx_http_dynamo_rl_send_json(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *body)
+{
+    ngx_str_t  type;
+
+    ngx_str_set(&type, "application/json");
+
+    return ngx_http_dynamo_rl_send(r, status, &type, body);
+}
+
+
+ngx_int_t
+ngx_http_dynamo_rl_send(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, ngx_str_t *body)
+{
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_chain_t   out;
+
+    rc = ngx_http_discard_request_body(r);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    r->headers_out.status = status;
+    r->headers_out.content_length_n = body->len;
+
+    r->headers_out.content_type = *type;
+    r->headers_out.content_type_len = type->len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    ngx_http_clear_accept_ranges(r);
+    ngx_http_clear_last_modified(r);
+    ngx_http_clear_etag(r);
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->pos = body->data;
+    b->last = body->data + body->len;
+    b->memory = body->len ? 1 : 0;
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+/*
+ * the gateway's own error in the plane's shape: the request plane uses
+ * Dynamo's flat {"message","type","code"}, the trusted planes and APIs
+ * {"error","message"}
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_error(ngx_http_request_t *r, ngx_uint_t status,
+    char *reason, char *message)
+{
+    u_char                    *p;
+    size_t                     len, size;
+    uintptr_t                  esc;
+    ngx_str_t                  body, type;
+    ngx_table_elt_t           *h;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    if (ctx != NULL) {
+        ctx->deny_reason.data = (u_char *) reason;
+        ctx->deny_reason.len = ngx_strlen(reason);
+        ngx_str_set(&ctx->outcome, "rejected");
+    }
+
+    if (ctx != NULL && ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
+
+        /* the flat shape has no reason: a client tells ours from Dynamo's */
+
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "X-Dynamo-RL-Reason");
+        h->value = ctx->deny_reason;
+    }
+
+    ngx_http_dynamo_rl_status_type(status, &type);
+
+    /* reasons and types are fixed strings; a message may have quotes */
+
+    len = ngx_strlen(message);
+    esc = ngx_escape_json(NULL, (u_char *) message, len);
+
+    size = sizeof("{\"message\":\"\",\"type\":\"\",\"code\":}") - 1
+           + len + esc + type.len + NGX_INT_T_LEN
+           + sizeof("{\"error\":\"\",\"message\":\"\"}") - 1
+           + ngx_strlen(reason);
+
+    p = ngx_pnalloc(r->pool, size);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    body.data = p;
+
+    if (ctx != NULL && ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
+        p = ngx_cpymem(p, "{\"message\":\"", sizeof("{\"message\":\"") - 1);
+        p = (u_char *) ngx_escape_json(p, (u_char *) message, len);
+        p = ngx_sprintf(p, "\",\"type\":\"%V\",\"code\":%ui}", &type, status);
+
+    } else {
+        p = ngx_sprintf(p, "{\"error\":\"%s\",\"message\":\"", reason);
+        p = (u_char *) ngx_escape_json(p, (u_char *) message, len);
+        *p++ = '"';
+        *p++ = '}';
+    }
+
+    body.len = p - body.data;
+
+    return ngx_http_dynamo_rl_send_json(r, status, &body);
+}
+
+
+/*
+ * a phase handler's refusal: the error is sent, the request finalized,
+ * and NGX_DONE stops the phases
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_deny(ngx_http_request_t *r, ngx_uint_t status,
+    char *reason, char *message)
+{
+    ngx_http_finalize_request(r,
+                              ngx_http_dynamo_rl_error(r, status, reason,
+                                                       message));
+
+    return NGX_DONE;
+}
+
+
+/* the canonical reason phrase, Dynamo's "type" of a flat error */
+
+void
+ngx_http_dynamo_rl_status_type(ngx_uint_t status, ngx_str_t *type)
+{
+    switch (status) {
+
+    case NGX_HTTP_BAD_REQUEST:
+        ngx_str_set(type, "Bad Request");
+        break;
+
+    case NGX_HTTP_FORBIDDEN:
+        ngx_str_set(type, "Forbidden");
+        break;
+
+    case NGX_HTTP_NOT_FOUND:
+        ngx_str_set(type, "Not Found");
+        break;
+
+    case NGX_HTTP_NOT_ALLOWED:
+        ngx_str_set(type, "Method Not Allowed");
+        break;
+
+    case NGX_HTTP_REQUEST_TIME_OUT:
+        ngx_str_set(type, "Request Timeout");
+        break;
+
+    case NGX_HTTP_CONFLICT:
+        ngx_str_set(type, "Conflict");
+        break;
+
+    case NGX_HTTP_REQUEST_ENTITY_TOO_LARGE:
+        ngx_str_set(type, "Payload Too Large");
+        break;
+
+    case NGX_HTTP_REQUEST_URI_TOO_LARGE:
+        ngx_str_set(type, "URI Too Long");
+        break;
+
+    case NGX_HTTP_TOO_MANY_REQUESTS:
+        ngx_str_set(type, "Too Many Requests");
+        break;
+
+    case NGX_HTTP_BAD_GATEWAY:
+        ngx_str_set(type, "Bad Gateway");
+        break;
+
+    case NGX_HTTP_SERVICE_UNAVAILABLE:
+        ngx_str_set(type, "Service Unavailable");
+        break;
+
+    case NGX_HTTP_GATEWAY_TIME_OUT:
+        ngx_str_set(type, "Gateway Timeout");
+        break;
+
+    default:
+        if (status >= NGX_HTTP_INTERNAL_SERVER_ERROR) {
+            ngx_str_set(type, "Internal Server Error");
+
+        } else {
+            ngx_str_set(type, "Bad Request");
+        }
+    }
+}
+
+
+ngx_int_t
+ngx_http_dynamo_rl_allow(ngx_http_request_t *r, ngx_uint_t methods)
+{
+    u_char           *p;
+    ngx_table_elt_t  *h;
+
+    static struct {
+        ngx_uint_t    method;
+        char         *name;
+    } names[] = {
+        { NGX_HTTP_GET, "GET" },
+        { NGX_HTTP_HEAD, "HEAD" },
+        { NGX_HTTP_POST, "POST" },
+        { NGX_HTTP_PUT, "PUT" },
+        { NGX_HTTP_DELETE, "DELETE" },
+        { NGX_HTTP_PATCH, "PATCH" },
+        { NGX_HTTP_OPTIONS, "OPTIONS" },
+        { 0, NULL }
+    };
+
+    ngx_uint_t  i;
+
+    p = ngx_pnalloc(r->pool, sizeof("GET, HEAD, POST, PUT, DELETE, PATCH, "
+                                    "OPTIONS"));
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Allow");
+    h->value.data = p;
+
+    for (i = 0; names[i].name; i++) {
+        if (methods & names[i].method) {
+            if (p != h->value.data) {
+                *p++ = ','; *p++ = ' ';
+            }
+
+            p = ngx_cpymem(p, names[i].name, ngx_strlen(names[i].name));
+        }
+    }
+
+    h->value.len = p - h->value.data;
+
+    return NGX_OK;
+}
+
+
+/*
+ * the prologue of the read-only APIs: NGX_DECLINED for a GET or HEAD,
+ * whose body is then discarded; otherwise what the handler returns,
+ * a 405 with Allow among them
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_read_only(ngx_http_request_t *r)
+{
+    ngx_int_t  rc;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        if (ngx_http_dynamo_rl_allow(r, NGX_HTTP_GET|NGX_HTTP_HEAD)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_dynamo_rl_error(r, NGX_HTTP_NOT_ALLOWED, "method",
+                                        "only GET and HEAD");
+    }
+
+    rc = ngx_http_discard_request_body(r);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * a POST from a page of another site through an operator's browser (a
+ * CORS "simple request" needs no preflight) changes nothing: 403
+ * "cross_origin" and one line; requests without Origin and Sec-Fetch-Site
+ * are not a browser's and pass
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_cross_origin(ngx_http_request_t *r)
+{
+    ngx_str_t                       origin, *site, *host;
+    ngx_uint_t                      i, n, https;
+    ngx_list_part_t                *part;
+    ngx_table_elt_t                *header;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+
+    static ngx_str_t  origin_name = ngx_string("Origin");
+    static ngx_str_t  site_name = ngx_string("Sec-Fetch-Site");
+
+    n = 0;
+    site = NULL;
+    ngx_str_null(&origin);
+
+    part = &r->headers_in.headers.part;
+    header = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            header = part->elts;
+            i = 0;
+        }
+
+        if (ngx_http_dynamo_rl_header_is(&header[i], &origin_name) == NGX_OK) {
+            origin = header[i].value;
+            n++;
+
+        } else if (ngx_http_dynamo_rl_header_is(&header[i], &site_name)
+                   == NGX_OK)
+        {
+            site = &header[i].value;
+        }
+    }
+
+    host = r->headers_in.host ? &r->headers_in.host->value : NULL;
+
+    https = 0;
+
+#if (NGX_HTTP_SSL)
+    https = (r->connection->ssl != NULL);
+#endif
+
+    if (ngx_http_dynamo_rl_same_origin(&origin, n, site, host, https)
+        == NGX_OK)
+    {
+        return NGX_OK;
+    }
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    ngx_log_error(drlcf->log_level, r->connection->log, 0,
+                  "dynamo rl: cross-origin \"%V\" refused, origin \"%V\"%s%V",
+                  &r->method_name, &origin,
+                  site ? ", sec-fetch-site " : "",
+                  site ? site : &origin);
+
+    return NGX_DECLINED;
+}
+
+
+ngx_int_t
+ngx_http_dynamo_rl_header_is(ngx_table_elt_t *h, ngx_str_t *name)
+{
+    if (h->key.len == name->len
+        && ngx_strncasecmp(h->key.data, name->data, name->len) == 0)
+    {
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * the gate's drain: a request admitted to the request plane is counted in
+ * its process's slot until its response is done
+ */
+
+void
+ngx_http_dynamo_rl_drain_enter(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    ngx_http_dynamo_rl_zone_t  *zone;
+
+    if (ctx->counted) {
+        return;
+    }
+
+    zone = ngx_http_dynamo_rl_get_zone(r);
+
+    ctx->counted = 1;
+    ctx->slot_zone = zone;
+
+    (void) ngx_atomic_fetch_add(
+                   &zone->sh->slot_requests[ngx_http_dynamo_rl_slot()], 1);
+}
+
+
+void
+ngx_http_dynamo_rl_drain_leave(ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    if (!ctx->counted) {
+        return;
+    }
+
+    ctx->counted = 0;
+
+    (void) ngx_atomic_fetch_add(
+                 &ctx->slot_zone->sh->slot_requests[ngx_http_dynamo_rl_slot()],
+                 -1);
+}
+
+
+/* one slot for each of nginx's, NGX_MAX_PROCESSES: none is shared */
+
+ngx_uint_t
+ngx_http_dynamo_rl_slot(void)
+{
+    return (ngx_uint_t) ngx_process_slot % NGX_HTTP_DYNAMO_RL_SLOTS;
+}

@@ -1,0 +1,183 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#ifndef _NGX_HTTP_DYNAMO_RL_COMMON_H_INCLUDED_
+#define _NGX_HTTP_DYNAMO_RL_COMMON_H_INCLUDED_
+
+
+#define NGX_HTTP_DYNAMO_RL_VERSION          "0.1.0"
+
+#define NGX_HTTP_DYNAMO_RL_PLANE_UNSET      0
+#define NGX_HTTP_DYNAMO_RL_PLANE_NONE       1
+#define NGX_HTTP_DYNAMO_RL_PLANE_REQUEST    2
+#define NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY  3
+#define NGX_HTTP_DYNAMO_RL_PLANE_ADMIN      4
+
+#define NGX_HTTP_DYNAMO_RL_UUID_LEN         36
+
+#define NGX_HTTP_DYNAMO_RL_RAND_SIZE        4096
+#define NGX_HTTP_DYNAMO_RL_ISO_LEN  sizeof("2026-01-01T00:00:00.000Z")
+
+#define NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH    1
+#define NGX_HTTP_DYNAMO_RL_SOURCE_DISCOVERY  2
+
+#define NGX_HTTP_DYNAMO_RL_REFRESH_NONE      0
+#define NGX_HTTP_DYNAMO_RL_REFRESH_RUNNING   1
+#define NGX_HTTP_DYNAMO_RL_REFRESH_WAITING   2
+#define NGX_HTTP_DYNAMO_RL_REFRESH_DONE      3
+#define NGX_HTTP_DYNAMO_RL_REFRESH_FAILED    4
+
+
+typedef struct {
+    ngx_shm_zone_t                 *shm_zone;
+
+    /* the request context's pool cleanup, the module's own */
+    ngx_pool_cleanup_pt             ctx_cleanup;
+
+    /* the largest max_size of the locations that store a snapshot */
+    size_t                          snapshot_max;
+
+    /* per-process randomness for UUIDv7, refilled with RAND_bytes() */
+    u_char                         *rand;
+    ngx_uint_t                      rand_pos;
+
+    /* per-process index of the zone's snapshot */
+    ngx_http_dynamo_rl_index_t     *index;
+    ngx_pool_t                     *index_pool;
+    ngx_uint_t                      index_generation;
+} ngx_http_dynamo_rl_main_conf_t;
+
+
+typedef struct {
+    ngx_uint_t                      plane;
+    ngx_uint_t                      methods;
+    ngx_str_t                       admin_prefix;
+    ngx_flag_t                      api;
+
+    ngx_str_t                       attempt_header;
+    ngx_uint_t                      attempt_header_hash;
+    ngx_str_t                       attempt_upstream_header;
+    ngx_uint_t                      attempt_upstream_header_hash;
+
+    ngx_flag_t                      strip_routing_headers;
+    ngx_flag_t                      accel_buffering;
+
+    ngx_str_t                       discovery;
+    ngx_msec_t                      discovery_valid;
+    size_t                          discovery_max_size;
+
+    ngx_uint_t                      ns_mode;
+    ngx_str_t                       ns_scope;
+
+    ngx_array_t                    *admin_routes;
+
+    ngx_uint_t                      log_level;
+
+    ngx_flag_t                      ledger;
+    ngx_msec_t                      attempt_ttl;
+    ngx_flag_t                      gate;
+} ngx_http_dynamo_rl_loc_conf_t;
+
+
+typedef struct {
+    ngx_uint_t                      plane;
+
+    ngx_str_t                       attempt_id;
+    ngx_str_t                       outcome;
+    ngx_str_t                       deny_reason;
+    ngx_str_t                       error;
+
+    ngx_str_t                      *header;
+    ngx_http_log_handler_pt         log_handler;
+
+    /* admin plane */
+    ngx_str_t                       instance_id;
+    ngx_str_t                       route;
+    ngx_str_t                       system_url;
+    ngx_str_t                       engine_path;
+    ngx_str_t                       generation;
+    ngx_http_dynamo_rl_zone_t      *zone;
+    ngx_uint_t                      refresh;
+    ngx_uint_t                      flights;
+    ngx_uint_t                      seen;
+
+    /* attempt ledger */
+    void                           *node;
+    ngx_http_dynamo_rl_zone_t      *ledger_zone;
+    ngx_http_dynamo_rl_zone_t      *slot_zone;
+    ngx_msec_t                      ttl;
+    ngx_http_dynamo_rl_sse_t        sse;
+
+    /* admin plane: the worker's answer, for ok or error */
+    u_char                         *admin_body;
+    size_t                          admin_len;
+    ngx_str_t                       admin_result;
+
+    /* discovery plane: the listener's document, held until complete */
+    u_char                         *doc;
+    size_t                          doc_len;
+    size_t                          doc_size;
+    off_t                           doc_total;
+    ngx_uint_t                      doc_status;
+    ngx_str_t                       doc_error;
+    void                          (*doc_finalize)(ngx_http_request_t *r,
+                                                   ngx_int_t rc);
+
+    unsigned                        doc_hold:1;
+    unsigned                        refresh_sr:1;
+    unsigned                        doc_too_big:1;
+    unsigned                        doc_encoded:1;
+    unsigned                        admin_done:1;
+    unsigned                        error_body:1;
+    unsigned                        sse_on:1;
+    unsigned                        complete:1;
+    unsigned                        counted:1;
+    unsigned                        logged:1;
+    unsigned                        settled:1;
+    unsigned                        admitted:1;
+    unsigned                        passed:1;
+    unsigned                        admin_inspect:1;
+    unsigned                        admin_overflow:1;
+    unsigned                        admin_error:1;
+    unsigned                        admin_decided:1;
+
+    u_char                          id[NGX_HTTP_DYNAMO_RL_UUID_LEN];
+} ngx_http_dynamo_rl_ctx_t;
+
+
+extern ngx_module_t  ngx_http_dynamo_rl_module;
+
+
+ngx_http_dynamo_rl_ctx_t *ngx_http_dynamo_rl_create_ctx(ngx_http_request_t *r);
+ngx_http_dynamo_rl_ctx_t *ngx_http_dynamo_rl_get_ctx(ngx_http_request_t *r);
+char *ngx_http_dynamo_rl_content_handler(ngx_conf_t *cf,
+    ngx_http_handler_pt handler);
+ngx_http_dynamo_rl_zone_t *ngx_http_dynamo_rl_get_zone(ngx_http_request_t *r);
+uint64_t ngx_http_dynamo_rl_now(void);
+uint64_t ngx_http_dynamo_rl_wall(void);
+u_char *ngx_http_dynamo_rl_iso_time(u_char *p, uint64_t ms);
+ngx_int_t ngx_http_dynamo_rl_send_json(ngx_http_request_t *r,
+    ngx_uint_t status, ngx_str_t *body);
+ngx_int_t ngx_http_dynamo_rl_send(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *type, ngx_str_t *body);
+ngx_int_t ngx_http_dynamo_rl_error(ngx_http_request_t *r,
+    ngx_uint_t status, char *reason, char *message);
+ngx_int_t ngx_http_dynamo_rl_deny(ngx_http_request_t *r,
+    ngx_uint_t status, char *reason, char *message);
+void ngx_http_dynamo_rl_status_type(ngx_uint_t status, ngx_str_t *type);
+ngx_int_t ngx_http_dynamo_rl_allow(ngx_http_request_t *r,
+    ngx_uint_t methods);
+ngx_int_t ngx_http_dynamo_rl_read_only(ngx_http_request_t *r);
+ngx_int_t ngx_http_dynamo_rl_cross_origin(ngx_http_request_t *r);
+ngx_int_t ngx_http_dynamo_rl_header_is(ngx_table_elt_t *h,
+    ngx_str_t *name);
+void ngx_http_dynamo_rl_drain_enter(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx);
+void ngx_http_dynamo_rl_drain_leave(ngx_http_dynamo_rl_ctx_t *ctx);
+ngx_uint_t ngx_http_dynamo_rl_slot(void);
+
+
+#endif /* _NGX_HTTP_DYNAMO_RL_COMMON_H_INCLUDED_ */
