@@ -231,8 +231,8 @@ ngx_module_t  ngx_http_dynamo_rl_module = {
     ngx_http_dynamo_rl_init_process,       /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    NULL,                                  /* exit process */
-    NULL,                                  /* exit master */
+    ngx_http_dynamo_rl_state_exit_process, /* exit process */
+    ngx_http_dynamo_rl_state_exit_master,  /* exit master */
     NGX_MODULE_V1_PADDING
 };
 
@@ -1298,6 +1298,13 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
 
     if (drmcf->shm_zone != NULL) {
         ngx_http_dynamo_rl_gate_init_process(drmcf->shm_zone->data);
+
+        if (ngx_http_dynamo_rl_state_init_process(cycle,
+                                                  drmcf->shm_zone->data)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
     }
 
     /* the process's snapshot index is not cycle pool memory */

@@ -171,6 +171,7 @@ extern ngx_module_t  ngx_http_dynamo_rl_module;
 #include "ngx_http_dynamo_rl_ledger.h"
 #include "ngx_http_dynamo_rl_gate.h"
 #include "ngx_http_dynamo_rl_status.h"
+#include "ngx_http_dynamo_rl_state.h"
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_MODULE_H_INCLUDED_ */

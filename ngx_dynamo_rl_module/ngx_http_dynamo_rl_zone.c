@@ -18,7 +18,7 @@ ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     u_char                     *p;
     ssize_t                     size;
-    ngx_str_t                  *value, name, s;
+    ngx_str_t                  *value, *state, name, s;
     ngx_uint_t                  i;
     ngx_http_dynamo_rl_zone_t  *zone;
 
@@ -30,6 +30,7 @@ ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     size = 0;
     name.len = 0;
+    state = NULL;
 
     for (i = 1; i < cf->args->nelts; i++) {
 
@@ -67,6 +68,18 @@ ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
+        if (ngx_strncmp(value[i].data, "state=", 6) == 0) {
+
+            if (state != NULL) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "duplicate parameter \"%V\"", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            state = &value[i];
+            continue;
+        }
+
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid parameter \"%V\"", &value[i]);
         return NGX_CONF_ERROR;
@@ -97,6 +110,10 @@ ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     zone->name = name;
+
+    if (ngx_http_dynamo_rl_state_conf(cf, zone, state) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
 
     drmcf->shm_zone->init = ngx_http_dynamo_rl_init_zone;
     drmcf->shm_zone->data = zone;
@@ -168,5 +185,7 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     /* exhaustion is expected under load and logged once, by the caller */
     zone->shpool->log_nomem = 0;
 
-    return NGX_OK;
+    /* a new zone: a restart, a binary upgrade, a renamed or resized zone */
+
+    return ngx_http_dynamo_rl_state_load(zone, shm_zone->shm.log);
 }

@@ -9,7 +9,7 @@
 
 
 /* bumped whenever the layout of the shared context changes */
-#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  5
+#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  6
 
 #define NGX_HTTP_DYNAMO_RL_PLANES        3     /* request, discovery, admin */
 #define NGX_HTTP_DYNAMO_RL_OUTCOMES      4
@@ -93,6 +93,11 @@ typedef struct {
     /* the latest denials, under the mutex */
     ngx_uint_t                      recent_next;
     ngx_http_dynamo_rl_recent_t     recent[NGX_HTTP_DYNAMO_RL_RECENT];
+
+    /* the state file (state=) as this zone last read or wrote it */
+    uint64_t                        state_ino;
+    uint64_t                        state_size;
+    uint64_t                        state_mtime;    /* ns */
 } ngx_http_dynamo_rl_shctx_t;
 
 
@@ -100,6 +105,16 @@ typedef struct {
     ngx_http_dynamo_rl_shctx_t     *sh;
     ngx_slab_pool_t                *shpool;
     ngx_str_t                       name;
+
+    /* state=: the file, its directory, the file written then renamed */
+    ngx_str_t                       state;
+    ngx_str_t                       state_dir;
+    ngx_str_t                       state_temp;
+    ngx_msec_t                     *state_ttl;
+    ngx_fd_t                        state_fd;
+    ngx_event_t                     state_event;
+    ngx_uint_t                      state_ticks;
+    ngx_uint_t                      state_sig[5];
 } ngx_http_dynamo_rl_zone_t;
 
 
