@@ -32,7 +32,7 @@ select STDOUT; $| = 1;
 $SIG{ALRM} = sub { die "test timed out\n" };
 alarm(240);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(60);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(63);
 
 my $d = $t->testdir();
 my $STATE = "$d/state/rl.state";
@@ -258,6 +258,17 @@ is(scalar(() = $out =~ /$warn/g), 1,
 ($rc, $out) = $t->nginx_t(nginx_conf("state=$STATE", 8076));
 unlike($out, qr/"state" parameter/, 'state: nginx -t does not warn');
 
+for my $case (
+	[ 'state=', 'invalid state file "state="' ],
+	[ "state=$d/state/", qq{invalid state file "state=$d/state/"} ],
+	[ "state=$STATE state=$STATE", qq{duplicate parameter "state=$STATE"} ],
+) {
+	my ($param, $message) = @$case;
+	($rc, $out) = $t->nginx_t(nginx_conf($param, 8076));
+	like($out, qr/\[emerg\] \Q$message\E in \S+nginx-t.conf:\d+/,
+		"nginx -t: $message") or diag($out);
+}
+
 # without state=, today: a restart opens the gate and forgets the ids
 
 $t->stop_nginx();
@@ -306,6 +317,11 @@ sub nginx_conf {
 %%TEST_GLOBALS%%
 
 worker_processes 2;
+
+# a binary upgrade passes on only these: make asan's runtime and options
+env LD_PRELOAD;
+env ASAN_OPTIONS;
+env LSAN_OPTIONS;
 
 events {
     worker_connections 1024;
