@@ -32,7 +32,7 @@ select STDOUT; $| = 1;
 $SIG{ALRM} = sub { die "test timed out\n" };
 alarm(240);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(63);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(67);
 
 my $d = $t->testdir();
 my $STATE = "$d/state/rl.state";
@@ -184,6 +184,22 @@ is(join(' ', map { forwarded($_) } qw/ state-used-1 state-used-2 /), '1 1',
 	'upgrade done: used ids not forwarded again');
 
 is(gen('state-used-3')->{status}, 200, 'upgrade done: new id forwarded');
+
+# a gate change that cannot be written: made all the same, and said so
+
+chmod 0555, "$d/state" or die "cannot chmod $d/state: $!\n";
+
+$r = gate_post({ action => 'close', reason => 'disk full' });
+is(join(' ', $r->{status}, $r->{json}{error} // ''), '500 state_unwritable',
+	'unwritable: 500 state_unwritable');
+is(gate()->{state}, 'closed', 'unwritable: closed in the zone');
+is(scalar $t->log_lines('error.log', qr/\[crit\] .*open\(\) /
+	. qr/"\Q$STATE\E\.tmp" failed, state of dynamo_rl zone "rl" not /
+	. qr/written/), 1, 'unwritable: logged');
+
+chmod 0700, "$d/state" or die "cannot chmod $d/state: $!\n";
+
+is(gate_post({ action => 'open' })->{status}, 200, 'writable again: opened');
 
 # a corrupt state file: one byte changed, the gate closes and says why
 
