@@ -34,6 +34,8 @@
 
 #define NGX_HTTP_DYNAMO_RL_STATE_WATCH    200
 #define NGX_HTTP_DYNAMO_RL_STATE_SAVE     25      /* every 5 s when dirty */
+#define NGX_HTTP_DYNAMO_RL_STATE_SYNC     5       /* every 1 s with a peer */
+#define NGX_HTTP_DYNAMO_RL_STATE_PEER     60000
 #define NGX_HTTP_DYNAMO_RL_STATE_RECORD   256     /* a record line, at most */
 #define NGX_HTTP_DYNAMO_RL_STATE_MAX      (512 * 1024 * 1024)
 #define NGX_HTTP_DYNAMO_RL_STATE_TTL      600000
@@ -890,6 +892,16 @@ ngx_http_dynamo_rl_state_init_process(ngx_cycle_t *cycle,
         return NGX_OK;
     }
 
+    /*
+     * a binary upgrade (the listening sockets came from the old master):
+     * the old master runs too for now, and its workers learn of the ids
+     * used here only through the file
+     */
+
+    if (ngx_inherited) {
+        zone->state_peer = ngx_current_msec + NGX_HTTP_DYNAMO_RL_STATE_PEER;
+    }
+
     ev = &zone->state_event;
 
     ev->handler = ngx_http_dynamo_rl_state_timer;
@@ -905,14 +917,16 @@ ngx_http_dynamo_rl_state_init_process(ngx_cycle_t *cycle,
 
 /*
  * worker 0: a file that another master changed is merged within 200 ms;
- * the ledger is written every 5 s when it changed
+ * the ledger is written every 5 s when it changed, and every second for
+ * a minute after another master wrote the file (a binary upgrade, a
+ * reload that resized the zone), so that ids pass between the two
  */
 
 static void
 ngx_http_dynamo_rl_state_timer(ngx_event_t *ev)
 {
     ngx_err_t                   err;
-    ngx_uint_t                  due;
+    ngx_uint_t                  due, changed, every;
     ngx_http_dynamo_rl_zone_t  *zone;
 
     zone = ev->data;
@@ -922,10 +936,19 @@ ngx_http_dynamo_rl_state_timer(ngx_event_t *ev)
         return;
     }
 
-    due = (++zone->state_ticks % NGX_HTTP_DYNAMO_RL_STATE_SAVE == 0)
+    changed = ngx_http_dynamo_rl_state_changed(zone);
+
+    if (changed) {
+        zone->state_peer = ngx_current_msec + NGX_HTTP_DYNAMO_RL_STATE_PEER;
+    }
+
+    every = ((ngx_msec_int_t) (zone->state_peer - ngx_current_msec) > 0)
+            ? NGX_HTTP_DYNAMO_RL_STATE_SYNC : NGX_HTTP_DYNAMO_RL_STATE_SAVE;
+
+    due = (++zone->state_ticks % every == 0)
           && ngx_http_dynamo_rl_state_dirty(zone, 0);
 
-    if (due || ngx_http_dynamo_rl_state_changed(zone)) {
+    if (due || changed) {
         err = ngx_http_dynamo_rl_state_lock(zone);
 
         if (err) {

@@ -114,6 +114,7 @@ typedef struct {
     ngx_fd_t                        state_fd;
     ngx_event_t                     state_event;
     ngx_uint_t                      state_ticks;
+    ngx_msec_t                      state_peer;
     ngx_uint_t                      state_sig[5];
 } ngx_http_dynamo_rl_zone_t;
 

@@ -32,7 +32,7 @@ select STDOUT; $| = 1;
 $SIG{ALRM} = sub { die "test timed out\n" };
 alarm(240);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(67);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(73);
 
 my $d = $t->testdir();
 my $STATE = "$d/state/rl.state";
@@ -149,6 +149,23 @@ ok($t->wait_for(sub { gate(8075)->{state} eq 'open' }, 3),
 $r = gen('state-used-1');
 is(join(' ', $r->{status}, forwarded('state-used-1')), '409 1',
 	'overlap: used id refused');
+
+# an id used through one master is refused by the other once the first
+# has written it, every second while the other master runs
+
+for my $case ([ 'old', 8086, 8075, 8085 ], [ 'new', 8085, 8076, 8086 ]) {
+	my ($name, $via, $api, $other) = @$case;
+	my $id = "state-overlap-$name";
+
+	is(gen($id, $via)->{status}, 200, "overlap: id used through the $name");
+	ok($t->wait_for(sub {
+		http_json("/rl/attempts/$id", PeerAddr => addr($api))->{status}
+			== 200 }, 3), "overlap: id from the $name known to the other");
+
+	$r = gen($id, $other);
+	is(join(' ', $r->{status}, forwarded($id)), '409 1',
+		"overlap: id from the $name refused by the other");
+}
 
 $r = gate_post({ action => 'close', reason => 'overlap close' }, 8075);
 is(join(' ', $r->{status}, $r->{json}{epoch}), '200 5',
@@ -328,6 +345,11 @@ is(gen('nostate-used-1')->{status}, 200,
 sub nginx_conf {
 	my ($state, $extra) = @_;
 
+	# 8075 and 8085 for the new master of an upgrade, 8076 and 8086 for
+	# the old one
+
+	my $request = $extra + 10;
+
 	return <<"EOF";
 
 %%TEST_GLOBALS%%
@@ -352,6 +374,7 @@ http {
 
     server {
         listen       127.0.0.1:8080;
+        listen       127.0.0.1:$request;
         server_name  localhost;
 
         location /v1/ {
@@ -384,10 +407,10 @@ sub addr {
 }
 
 sub gen {
-	my ($id) = @_;
+	my ($id, $p) = @_;
 
 	return parse_response(http_post('/v1/completions',
-		'{"model":"m","prompt":"hello"}',
+		'{"model":"m","prompt":"hello"}', PeerAddr => addr($p // 8080),
 		headers => "X-Dynamo-Attempt-Id: $id")) // {};
 }
 
