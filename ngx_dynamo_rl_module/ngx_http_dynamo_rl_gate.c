@@ -304,6 +304,7 @@ ngx_http_dynamo_rl_gate_body(ngx_http_request_t *r)
     ssize_t                         got;
     ngx_int_t                       rc;
     ngx_chain_t                    *cl;
+    ngx_http_dynamo_rl_zone_t      *zone;
     ngx_http_dynamo_rl_gate_req_t   req;
 
     len = 0;
@@ -353,7 +354,25 @@ ngx_http_dynamo_rl_gate_body(ngx_http_request_t *r)
     if (err == NULL
         && ngx_http_dynamo_rl_json_gate(body, len, &req, &err) == NGX_OK)
     {
+        /* with state=, written to the file before the answer */
+
+        zone = ngx_http_dynamo_rl_get_zone(r);
+        ngx_http_dynamo_rl_state_begin(zone, r->connection->log);
+
         rc = ngx_http_dynamo_rl_gate_apply(r, &req, &err);
+
+        if (ngx_http_dynamo_rl_state_end(zone, rc == NGX_OK,
+                                         r->connection->log)
+            != NGX_OK)
+        {
+            rc = ngx_http_dynamo_rl_error(r, NGX_HTTP_INTERNAL_SERVER_ERROR,
+                                          "state_unwritable",
+                                          "the gate changed in this zone, "
+                                          "but the state file could not be "
+                                          "written: see the error log");
+            ngx_http_finalize_request(r, rc);
+            return;
+        }
 
         if (rc == NGX_OK) {
             ngx_http_finalize_request(r, ngx_http_dynamo_rl_gate_send(r));

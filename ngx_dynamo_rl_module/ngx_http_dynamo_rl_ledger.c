@@ -825,3 +825,95 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
 
     return ngx_http_dynamo_rl_send_json(r, NGX_HTTP_OK, &body);
 }
+
+
+/*
+ * under the mutex, for the state file: the records in flight, then the
+ * finished ones oldest first, so that a restore that puts each at the
+ * head of the queue keeps the order
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_ledger_walk(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_ledger_walk_pt handler, void *data)
+{
+    ngx_uint_t                  i;
+    ngx_queue_t                *q;
+    ngx_http_dynamo_rl_node_t  *lr;
+
+    for (i = 0; i <= zone->sh->mask; i++) {
+        for (lr = zone->sh->buckets[i]; lr; lr = lr->next) {
+            if (lr->state < NGX_HTTP_DYNAMO_RL_SUCCEEDED
+                && handler(data, lr) != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    for (q = ngx_queue_last(&zone->sh->finished);
+         q != ngx_queue_sentinel(&zone->sh->finished);
+         q = ngx_queue_prev(q))
+    {
+        lr = ngx_queue_data(q, ngx_http_dynamo_rl_node_t, queue);
+
+        if (handler(data, lr) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * under the mutex: a finished record from the state file, unless the id
+ * is in the ledger already; NGX_DECLINED: it is; NGX_ERROR: no room
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_ledger_restore(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_node_t *rec, ngx_str_t *id)
+{
+    ngx_uint_t                  hash;
+    ngx_http_dynamo_rl_node_t  *lr;
+
+    hash = ngx_http_dynamo_rl_ledger_hash(zone->sh, id);
+
+    if (ngx_http_dynamo_rl_ledger_lookup(zone->sh, hash, id->data, id->len)
+        != NULL)
+    {
+        return NGX_DECLINED;
+    }
+
+    lr = ngx_slab_alloc_locked(zone->shpool,
+                               offsetof(ngx_http_dynamo_rl_node_t, id)
+                               + id->len);
+    if (lr == NULL) {
+        return NGX_ERROR;
+    }
+
+    lr->hash = (uint32_t) hash;
+    lr->state = rec->state;
+    lr->stream = rec->stream;
+    lr->len = (u_char) id->len;
+    lr->status = rec->status;
+    lr->bytes = rec->bytes;
+    lr->started = rec->started;
+    lr->ended = rec->ended;
+    lr->begun = rec->begun;
+    lr->expires = rec->expires;
+    lr->pid = 0;
+    lr->reason = rec->reason;
+
+    ngx_memcpy(lr->id, id->data, id->len);
+
+    lr->next = zone->sh->buckets[hash & zone->sh->mask];
+    zone->sh->buckets[hash & zone->sh->mask] = lr;
+
+    ngx_queue_insert_head(&zone->sh->finished, &lr->queue);
+
+    zone->sh->records++;
+
+    return NGX_OK;
+}

@@ -47,6 +47,10 @@ struct ngx_http_dynamo_rl_node_s {
 };
 
 
+typedef ngx_int_t (*ngx_http_dynamo_rl_ledger_walk_pt)(void *data,
+    ngx_http_dynamo_rl_node_t *lr);
+
+
 extern ngx_str_t  ngx_http_dynamo_rl_ledger_states[];
 
 
@@ -59,6 +63,10 @@ void ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx);
 ngx_int_t ngx_http_dynamo_rl_ledger_filter_init(ngx_conf_t *cf);
 char *ngx_http_dynamo_rl_attempts_api(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+ngx_int_t ngx_http_dynamo_rl_ledger_walk(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_ledger_walk_pt handler, void *data);
+ngx_int_t ngx_http_dynamo_rl_ledger_restore(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_node_t *rec, ngx_str_t *id);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_LEDGER_H_INCLUDED_ */

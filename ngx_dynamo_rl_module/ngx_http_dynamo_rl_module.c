@@ -233,8 +233,8 @@ ngx_module_t  ngx_http_dynamo_rl_module = {
     ngx_http_dynamo_rl_init_process,       /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    NULL,                                  /* exit process */
-    NULL,                                  /* exit master */
+    ngx_http_dynamo_rl_state_exit_process, /* exit process */
+    ngx_http_dynamo_rl_state_exit_master,  /* exit master */
     NGX_MODULE_V1_PADDING
 };
 
@@ -1112,11 +1112,17 @@ ngx_http_dynamo_rl_add_handler(ngx_http_core_main_conf_t *cmcf,
 static ngx_int_t
 ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 {
+    ngx_http_dynamo_rl_zone_t       *zone;
     ngx_http_core_main_conf_t       *cmcf;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
     drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
+
+    if (drmcf->shm_zone != NULL) {
+        zone = drmcf->shm_zone->data;
+        zone->state_load = ngx_http_dynamo_rl_state_load;
+    }
 
     if (drmcf->shm_zone != NULL
         && ngx_http_dynamo_rl_zone_reserve(cf, drmcf->shm_zone,
@@ -1206,6 +1212,13 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
         /* first the ledger ends a dead predecessor's attempts */
         ngx_http_dynamo_rl_ledger_init_process(drmcf->shm_zone->data);
         ngx_http_dynamo_rl_gate_init_process(drmcf->shm_zone->data);
+
+        if (ngx_http_dynamo_rl_state_init_process(cycle,
+                                                  drmcf->shm_zone->data)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
     }
 
     /* the process's snapshot index is not cycle pool memory */

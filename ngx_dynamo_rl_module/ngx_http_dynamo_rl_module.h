@@ -31,6 +31,7 @@
 #include "ngx_http_dynamo_rl_admin.h"
 #include "ngx_http_dynamo_rl_request.h"
 #include "ngx_http_dynamo_rl_status.h"
+#include "ngx_http_dynamo_rl_state.h"
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_MODULE_H_INCLUDED_ */

@@ -11,6 +11,12 @@ static ngx_int_t ngx_http_dynamo_rl_host_valid(u_char *p, u_char *last);
 static void ngx_http_dynamo_rl_sse_line(ngx_http_dynamo_rl_sse_t *sse);
 static ngx_inline uint64_t ngx_http_dynamo_rl_le64(u_char *p);
 static ngx_int_t ngx_http_dynamo_rl_caseeq(u_char *a, u_char *b, size_t n);
+static ngx_int_t ngx_http_dynamo_rl_state_token(u_char **pos, u_char *end,
+    ngx_str_t *tok, u_char sep);
+static ngx_int_t ngx_http_dynamo_rl_state_u64(u_char **pos, u_char *end,
+    uint64_t *n, ngx_uint_t dash, u_char sep);
+static ngx_int_t ngx_http_dynamo_rl_state_hex(ngx_str_t *tok, u_char *dst,
+    size_t size, size_t *len);
 
 
 #define NGX_HTTP_DYNAMO_RL_SCAN_OTHER    0
@@ -997,4 +1003,393 @@ ngx_http_dynamo_rl_system_url_host(u_char *p, size_t len, ngx_str_t *host)
     host->len = p - host->data;
 
     return host->len ? NGX_OK : NGX_DECLINED;
+}
+
+
+/*
+ * The state file, text so that an operator can read it:
+ *
+ *     dynamo_rl_state 1
+ *     written <ms since the epoch>
+ *     gate <open|closed> <epoch> <lease ms> <remaining ms|-> <changed s>
+ *         <reason in hex|->
+ *     a <id> <state> <status> <stream> <bytes> <started ms ago>
+ *         <ended ms ago|-> <remaining ttl ms|->
+ *     ...
+ *     end <records> <SipHash-2-4 of everything before "end", 16 hex>
+ *
+ * each on one line, fields separated by one space; "-" marks an unset
+ * value; a record without an end was in flight when the file was written
+ */
+
+uint64_t
+ngx_http_dynamo_rl_state_checksum(u_char *p, size_t len)
+{
+    static u_char  key[16] = "dynamo_rl state";
+
+    return ngx_http_dynamo_rl_siphash(key, p, len);
+}
+
+
+ngx_int_t
+ngx_http_dynamo_rl_state_parse(u_char *p, size_t len,
+    ngx_http_dynamo_rl_state_file_t *sf, char **err)
+{
+    u_char                             *pos, *end, *last, *q;
+    uint64_t                            n, sum, got;
+    ngx_int_t                           rc;
+    ngx_str_t                           tok;
+    ngx_uint_t                          i;
+    ngx_http_dynamo_rl_state_record_t   rec;
+
+    pos = p;
+    last = p + len;
+
+    if (len == 0) {
+        *err = "empty";
+        return NGX_ERROR;
+    }
+
+    if (len < sizeof("dynamo_rl_state ") - 1
+        || ngx_memcmp(p, "dynamo_rl_state ", sizeof("dynamo_rl_state ") - 1)
+           != 0)
+    {
+        *err = "not a state file";
+        return NGX_ERROR;
+    }
+
+    pos += sizeof("dynamo_rl_state ") - 1;
+
+    if (ngx_http_dynamo_rl_state_u64(&pos, last, &n, 0, '\n') != NGX_OK) {
+        *err = "bad version line";
+        return NGX_ERROR;
+    }
+
+    if (n != NGX_HTTP_DYNAMO_RL_STATE_VERSION) {
+        *err = "unsupported version";
+        return NGX_ERROR;
+    }
+
+    /* the last line: "end <records> <checksum>\n" */
+
+    if (last == p || last[-1] != '\n') {
+        *err = "truncated";
+        return NGX_ERROR;
+    }
+
+    for (end = last - 1; end > pos && end[-1] != '\n'; end--) {
+        /* void */
+    }
+
+    q = end;
+
+    if (last - q < (ssize_t) sizeof("end 0 0123456789abcdef") - 1
+        || ngx_memcmp(q, "end ", 4) != 0)
+    {
+        *err = "truncated";
+        return NGX_ERROR;
+    }
+
+    q += 4;
+
+    if (ngx_http_dynamo_rl_state_u64(&q, last, &n, 0, ' ') != NGX_OK
+        || ngx_http_dynamo_rl_state_token(&q, last, &tok, '\n') != NGX_OK
+        || tok.len != 16 || q != last)
+    {
+        *err = "bad end line";
+        return NGX_ERROR;
+    }
+
+    sum = 0;
+
+    for (i = 0; i < 16; i++) {
+        if (tok.data[i] >= '0' && tok.data[i] <= '9') {
+            sum = sum << 4 | (uint64_t) (tok.data[i] - '0');
+
+        } else if (tok.data[i] >= 'a' && tok.data[i] <= 'f') {
+            sum = sum << 4 | (uint64_t) (tok.data[i] - 'a' + 10);
+
+        } else {
+            *err = "bad end line";
+            return NGX_ERROR;
+        }
+    }
+
+    got = ngx_http_dynamo_rl_state_checksum(p, end - p);
+
+    if (got != sum) {
+        *err = "checksum mismatch";
+        return NGX_ERROR;
+    }
+
+    sf->nrecords = (ngx_uint_t) n;
+
+    if (last - pos < 8 || ngx_memcmp(pos, "written ", 8) != 0) {
+        *err = "bad written line";
+        return NGX_ERROR;
+    }
+
+    pos += 8;
+
+    if (ngx_http_dynamo_rl_state_u64(&pos, end, &sf->written, 0, '\n')
+        != NGX_OK)
+    {
+        *err = "bad written line";
+        return NGX_ERROR;
+    }
+
+    if (end - pos < 5 || ngx_memcmp(pos, "gate ", 5) != 0) {
+        *err = "bad gate line";
+        return NGX_ERROR;
+    }
+
+    pos += 5;
+
+    if (ngx_http_dynamo_rl_state_token(&pos, end, &tok, ' ') != NGX_OK) {
+        *err = "bad gate line";
+        return NGX_ERROR;
+    }
+
+    if (tok.len == 6 && ngx_memcmp(tok.data, "closed", 6) == 0) {
+        sf->closed = 1;
+
+    } else if (tok.len == 4 && ngx_memcmp(tok.data, "open", 4) == 0) {
+        sf->closed = 0;
+
+    } else {
+        *err = "bad gate state";
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_dynamo_rl_state_u64(&pos, end, &n, 0, ' ') != NGX_OK
+        || ngx_http_dynamo_rl_state_u64(&pos, end, &sf->lease, 0, ' ')
+           != NGX_OK
+        || ngx_http_dynamo_rl_state_u64(&pos, end, &sf->remaining, 1, ' ')
+           != NGX_OK
+        || ngx_http_dynamo_rl_state_u64(&pos, end, &sf->changed, 0, ' ')
+           != NGX_OK
+        || ngx_http_dynamo_rl_state_token(&pos, end, &tok, '\n') != NGX_OK)
+    {
+        *err = "bad gate line";
+        return NGX_ERROR;
+    }
+
+    sf->epoch = (ngx_uint_t) n;
+    sf->leased = (sf->remaining != (uint64_t) -1);
+
+    if (!sf->leased) {
+        sf->remaining = 0;
+    }
+
+    if (tok.len == 1 && tok.data[0] == '-') {
+        sf->reason_len = 0;
+
+    } else if (ngx_http_dynamo_rl_state_hex(&tok, sf->reason,
+                                            sizeof(sf->reason),
+                                            &sf->reason_len)
+               != NGX_OK)
+    {
+        *err = "bad gate reason";
+        return NGX_ERROR;
+    }
+
+    sf->records = pos;
+    sf->end = end;
+
+    /* every record is checked before any is used */
+
+    for (i = 0; /* void */; i++) {
+        rc = ngx_http_dynamo_rl_state_record(&pos, end, &rec);
+
+        if (rc == NGX_DONE) {
+            break;
+        }
+
+        if (rc != NGX_OK) {
+            *err = "bad attempt record";
+            return NGX_ERROR;
+        }
+    }
+
+    if (i != sf->nrecords) {
+        *err = "record count mismatch";
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* NGX_OK: a record; NGX_DONE: no more; NGX_ERROR: a malformed line */
+
+ngx_int_t
+ngx_http_dynamo_rl_state_record(u_char **pos, u_char *end,
+    ngx_http_dynamo_rl_state_record_t *rec)
+{
+    u_char     *p;
+    uint64_t    n;
+    ngx_str_t   tok;
+
+    p = *pos;
+
+    if (p == end) {
+        return NGX_DONE;
+    }
+
+    if (end - p < 2 || p[0] != 'a' || p[1] != ' ') {
+        return NGX_ERROR;
+    }
+
+    p += 2;
+
+    if (ngx_http_dynamo_rl_state_token(&p, end, &tok, ' ') != NGX_OK
+        || ngx_http_dynamo_rl_attempt_id_valid(tok.data, tok.len) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    rec->id = tok.data;
+    rec->len = tok.len;
+
+    if (ngx_http_dynamo_rl_state_u64(&p, end, &n, 0, ' ') != NGX_OK
+        || n < 1 || n > 5)
+    {
+        return NGX_ERROR;
+    }
+
+    rec->state = (ngx_uint_t) n;
+
+    if (ngx_http_dynamo_rl_state_u64(&p, end, &n, 0, ' ') != NGX_OK
+        || n > 999)
+    {
+        return NGX_ERROR;
+    }
+
+    rec->status = (ngx_uint_t) n;
+
+    if (ngx_http_dynamo_rl_state_u64(&p, end, &n, 0, ' ') != NGX_OK
+        || n > 1)
+    {
+        return NGX_ERROR;
+    }
+
+    rec->stream = (ngx_uint_t) n;
+
+    if (ngx_http_dynamo_rl_state_u64(&p, end, &rec->bytes, 0, ' ') != NGX_OK
+        || ngx_http_dynamo_rl_state_u64(&p, end, &rec->started_ago, 0, ' ')
+           != NGX_OK
+        || ngx_http_dynamo_rl_state_u64(&p, end, &rec->ended_ago, 1, ' ')
+           != NGX_OK
+        || ngx_http_dynamo_rl_state_u64(&p, end, &rec->remaining, 1, '\n')
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    /* in flight: neither an end nor a ttl; finished: both */
+
+    rec->in_flight = (rec->ended_ago == (uint64_t) -1);
+
+    if (rec->in_flight != (rec->remaining == (uint64_t) -1)
+        || rec->in_flight != (rec->state < 3))
+    {
+        return NGX_ERROR;
+    }
+
+    *pos = p;
+
+    return NGX_OK;
+}
+
+
+/* a token of one or more bytes, then exactly the separator */
+
+static ngx_int_t
+ngx_http_dynamo_rl_state_token(u_char **pos, u_char *end, ngx_str_t *tok,
+    u_char sep)
+{
+    u_char  *p;
+
+    for (p = *pos; p < end && *p != ' ' && *p != '\n'; p++) {
+        if (*p < 0x21 || *p > 0x7e) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (p == *pos || p == end || *p != sep) {
+        return NGX_ERROR;
+    }
+
+    tok->data = *pos;
+    tok->len = p - *pos;
+
+    *pos = p + 1;
+
+    return NGX_OK;
+}
+
+
+/* canonical decimal, or with "dash" a "-" that reads as (uint64_t) -1 */
+
+static ngx_int_t
+ngx_http_dynamo_rl_state_u64(u_char **pos, u_char *end, uint64_t *n,
+    ngx_uint_t dash, u_char sep)
+{
+    ngx_str_t  tok;
+
+    if (ngx_http_dynamo_rl_state_token(pos, end, &tok, sep) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (dash && tok.len == 1 && tok.data[0] == '-') {
+        *n = (uint64_t) -1;
+        return NGX_OK;
+    }
+
+    if (ngx_http_dynamo_rl_parse_u64(tok.data, tok.len, n) != NGX_OK
+        || *n == (uint64_t) -1)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_state_hex(ngx_str_t *tok, u_char *dst, size_t size,
+    size_t *len)
+{
+    u_char      c;
+    size_t      i;
+    ngx_uint_t  v;
+
+    if (tok->len % 2 || tok->len / 2 > size) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < tok->len; i++) {
+        c = tok->data[i];
+
+        if (c >= '0' && c <= '9') {
+            v = c - '0';
+
+        } else if (c >= 'a' && c <= 'f') {
+            v = c - 'a' + 10;
+
+        } else {
+            return NGX_ERROR;
+        }
+
+        if (i % 2) {
+            dst[i / 2] |= (u_char) v;
+
+        } else {
+            dst[i / 2] = (u_char) (v << 4);
+        }
+    }
+
+    *len = tok->len / 2;
+
+    return NGX_OK;
 }

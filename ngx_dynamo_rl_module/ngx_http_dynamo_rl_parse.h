@@ -54,6 +54,42 @@ typedef struct {
 } ngx_http_dynamo_rl_sse_t;
 
 
+/* a state file (dynamo_rl_zone state=), checked whole before any use */
+
+#define NGX_HTTP_DYNAMO_RL_STATE_VERSION  1
+
+typedef struct {
+    uint64_t                       written;     /* ms since the epoch */
+    ngx_uint_t                     closed;
+    ngx_uint_t                     epoch;
+    uint64_t                       lease;
+    uint64_t                       remaining;
+    ngx_uint_t                     leased;      /* remaining is set */
+    uint64_t                       changed;     /* seconds since the epoch */
+    size_t                         reason_len;
+    u_char                         reason[128];
+    u_char                        *records;
+    u_char                        *end;
+    ngx_uint_t                     nrecords;
+} ngx_http_dynamo_rl_state_file_t;
+
+
+/* one attempt record of a state file; times relative to "written" */
+
+typedef struct {
+    u_char                        *id;
+    size_t                         len;
+    ngx_uint_t                     state;
+    ngx_uint_t                     status;
+    ngx_uint_t                     stream;
+    uint64_t                       bytes;
+    uint64_t                       started_ago;
+    uint64_t                       ended_ago;
+    uint64_t                       remaining;
+    ngx_uint_t                     in_flight;
+} ngx_http_dynamo_rl_state_record_t;
+
+
 ngx_int_t ngx_http_dynamo_rl_attempt_id_valid(u_char *p, size_t len);
 void ngx_http_dynamo_rl_sse_scan(ngx_http_dynamo_rl_sse_t *sse, u_char *p,
     size_t len, ngx_uint_t last);
@@ -73,6 +109,11 @@ ngx_int_t ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
 ngx_int_t ngx_http_dynamo_rl_parse_lease(u_char *p, size_t len,
     ngx_msec_t *ms);
 uint64_t ngx_http_dynamo_rl_siphash(u_char *key, u_char *p, size_t len);
+uint64_t ngx_http_dynamo_rl_state_checksum(u_char *p, size_t len);
+ngx_int_t ngx_http_dynamo_rl_state_parse(u_char *p, size_t len,
+    ngx_http_dynamo_rl_state_file_t *sf, char **err);
+ngx_int_t ngx_http_dynamo_rl_state_record(u_char **pos, u_char *end,
+    ngx_http_dynamo_rl_state_record_t *rec);
 ngx_int_t ngx_http_dynamo_rl_namespace_match(ngx_uint_t mode,
     ngx_str_t *scope, u_char *ns, size_t len);
 ngx_int_t ngx_http_dynamo_rl_same_origin(ngx_str_t *origin,

@@ -9,6 +9,8 @@
 #include <openssl/rand.h>
 
 
+static char *ngx_http_dynamo_rl_zone_state(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_zone_t *zone, ngx_str_t *value);
 static ngx_int_t ngx_http_dynamo_rl_zone_buckets(
     ngx_http_dynamo_rl_zone_t *zone, size_t size);
 static ngx_int_t ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone,
@@ -22,7 +24,7 @@ ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     u_char                     *p;
     ssize_t                     size;
-    ngx_str_t                  *value, name, s;
+    ngx_str_t                  *value, *state, name, s;
     ngx_uint_t                  i;
     ngx_http_dynamo_rl_zone_t  *zone;
 
@@ -34,6 +36,7 @@ ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     size = 0;
     name.len = 0;
+    state = NULL;
 
     for (i = 1; i < cf->args->nelts; i++) {
 
@@ -71,6 +74,18 @@ ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
+        if (ngx_strncmp(value[i].data, "state=", 6) == 0) {
+
+            if (state != NULL) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "duplicate parameter \"%V\"", &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
+            state = &value[i];
+            continue;
+        }
+
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid parameter \"%V\"", &value[i]);
         return NGX_CONF_ERROR;
@@ -103,6 +118,10 @@ ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     zone->name = name;
     zone->file = cf->conf_file->file.name.data;
     zone->line = cf->conf_file->line;
+
+    if (ngx_http_dynamo_rl_zone_state(cf, zone, state) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
 
     drmcf->shm_zone->init = ngx_http_dynamo_rl_init_zone;
     drmcf->shm_zone->data = zone;
@@ -246,7 +265,16 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     /* exhaustion is expected under load and logged once, by the caller */
     zone->shpool->log_nomem = 0;
 
-    return NGX_OK;
+    /*
+     * a new zone: a restart, a binary upgrade, a renamed or resized zone;
+     * the state file's reader, set by the module, is above this file
+     */
+
+    if (zone->state_load == NULL) {
+        return NGX_OK;
+    }
+
+    return zone->state_load(zone, shm_zone->shm.log);
 }
 
 
@@ -279,4 +307,92 @@ ngx_http_dynamo_rl_zone_buckets(ngx_http_dynamo_rl_zone_t *zone, size_t size)
     zone->sh->mask = n - 1;
 
     return NGX_OK;
+}
+
+
+static char *
+ngx_http_dynamo_rl_zone_state(ngx_conf_t *cf, ngx_http_dynamo_rl_zone_t *zone,
+    ngx_str_t *value)
+{
+    u_char                         *p;
+    ngx_str_t                       path;
+    ngx_path_t                     *dir;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+
+    zone->state_fd = NGX_INVALID_FILE;
+
+    if (value == NULL) {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "dynamo_rl zone \"%V\" has no \"state\" "
+                           "parameter: a restart or a binary upgrade opens "
+                           "the gate and forgets used attempt ids",
+                           &zone->name);
+        return NGX_CONF_OK;
+    }
+
+    path.data = value->data + sizeof("state=") - 1;
+    path.len = value->len - (sizeof("state=") - 1);
+
+    if (path.len == 0 || path.data[path.len - 1] == '/') {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid state file \"%V\"", value);
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_conf_full_name(cf->cycle, &path, 0) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    zone->state = path;
+
+    for (p = path.data + path.len; p[-1] != '/'; p--) {
+        /* void */
+    }
+
+    /* the directory, "/" included when it is the root */
+
+    zone->state_dir.len = (p - path.data > 1) ? p - 1 - path.data : 1;
+    zone->state_dir.data = ngx_pnalloc(cf->pool, zone->state_dir.len + 1);
+    if (zone->state_dir.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memcpy(zone->state_dir.data, path.data, zone->state_dir.len);
+    zone->state_dir.data[zone->state_dir.len] = '\0';
+
+    /*
+     * a directory of its own, created at start and given to the worker
+     * processes' user as nginx does for proxy_temp_path; never "/"
+     */
+
+    if (zone->state_dir.len > 1) {
+        dir = ngx_pcalloc(cf->pool, sizeof(ngx_path_t));
+        if (dir == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        dir->name = zone->state_dir;
+        dir->conf_file = cf->conf_file->file.name.data;
+        dir->line = cf->conf_file->line;
+
+        if (ngx_add_path(cf, &dir) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    zone->state_temp.len = path.len + sizeof(".tmp") - 1;
+    zone->state_temp.data = ngx_pnalloc(cf->pool, zone->state_temp.len + 1);
+    if (zone->state_temp.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memcpy(ngx_cpymem(zone->state_temp.data, path.data, path.len),
+               ".tmp", sizeof(".tmp"));
+
+    /* an attempt in flight when the file was written: the http level ttl */
+
+    drlcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_dynamo_rl_module);
+    zone->state_ttl = &drlcf->attempt_ttl;
+
+    return NGX_CONF_OK;
 }

@@ -108,10 +108,17 @@ typedef struct {
     /* the latest denials, under the mutex */
     ngx_uint_t                      recent_next;
     ngx_http_dynamo_rl_recent_t     recent[NGX_HTTP_DYNAMO_RL_RECENT];
+
+    /* the state file (state=) as this zone last read or wrote it */
+    uint64_t                        state_ino;
+    uint64_t                        state_size;
+    uint64_t                        state_mtime;    /* ns */
 } ngx_http_dynamo_rl_shctx_t;
 
 
-typedef struct {
+typedef struct ngx_http_dynamo_rl_zone_s  ngx_http_dynamo_rl_zone_t;
+
+struct ngx_http_dynamo_rl_zone_s {
     ngx_http_dynamo_rl_shctx_t     *sh;
     ngx_slab_pool_t                *shpool;
     ngx_str_t                       name;
@@ -125,7 +132,23 @@ typedef struct {
 
     /* the worker process's look for processes that died */
     ngx_event_t                     reaper;
-} ngx_http_dynamo_rl_zone_t;
+
+    /* state=: the file, its directory, the file written then renamed */
+    ngx_str_t                       state;
+    ngx_str_t                       state_dir;
+    ngx_str_t                       state_temp;
+    ngx_msec_t                     *state_ttl;
+    ngx_fd_t                        state_fd;
+    ngx_event_t                     state_event;
+    ngx_uint_t                      state_ticks;
+    ngx_msec_t                      state_peer;
+    ngx_uint_t                      state_sig[5];
+
+    /* the state file's reader, called when a zone is created */
+    ngx_int_t                     (*state_load)(
+                                        ngx_http_dynamo_rl_zone_t *zone,
+                                        ngx_log_t *log);
+};
 
 
 char *ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd,

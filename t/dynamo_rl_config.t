@@ -439,7 +439,8 @@ sub config {
 	my (%s) = @_;
 
 	$s{$_} //= '' for qw/ http server location extra /;
-	$s{zone} //= 'dynamo_rl_zone zone=rl:5m;';
+	$s{zone} //= 'dynamo_rl_zone zone=rl:5m'
+		. ' state=%%TESTDIR%%/state/rl.state;';
 
 	return <<"EOF";
 

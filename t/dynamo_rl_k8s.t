@@ -44,7 +44,7 @@ if ($yaml_error) {
 
 my $t = Test::DynamoRL->new();
 
-plan(tests => 81);
+plan(tests => 83);
 
 ###############################################################################
 
@@ -189,6 +189,16 @@ ok($mounted{'/tmp'} && $vol{$mounted{'/tmp'}{name}}{emptyDir},
 ok($mounted{'/etc/nginx/tls'} && $vol{$mounted{'/etc/nginx/tls'}{name}}
 	{secret}{secretName}, 'deployment: TLS from a Secret');
 
+# dynamo_rl_zone state=: its directory is a writable volume
+
+my ($state_dir) = ($cm->{data}{'nginx.conf'} // '')
+	=~ m{\bdynamo_rl_zone\s[^;]*\bstate=(/\S+)/[^/\s;]+[\s;]};
+my $sm = $mounted{$state_dir // '-'} // {};
+
+ok($sm->{name} && !$sm->{readOnly} && ($vol{$sm->{name}}{emptyDir}
+	|| $vol{$sm->{name}}{persistentVolumeClaim}),
+	'deployment: the state file\'s directory is a writable volume');
+
 ###############################################################################
 
 # the Services
@@ -321,6 +331,9 @@ ok($n >= 6, 'nginx -t: /tmp in the test directory');
 $n = $local =~ s{^(load_module\s+)/usr/lib/nginx/modules/
 	(ngx_http_dynamo_rl_module\.so;)}{$1$so;}mx;
 is($n, 1, 'nginx -t: module path replaced');
+
+$n = $local =~ s{(\bstate=)/\S+/}{$1%%TESTDIR%%/state/}g;
+is($n, 1, 'nginx -t: state file in the test directory');
 
 $n = $local =~ s{/etc/nginx/tls/}{%%TESTDIR%%/tls/}g;
 is($n, 3, 'nginx -t: certificate paths in the test directory');

@@ -1124,6 +1124,87 @@ sub _tail {
 
 ###############################################################################
 
+# A binary upgrade, as Debian's "invoke-rc.d nginx upgrade" does it: USR2
+# to the running master, which re-executes the binary with the same
+# arguments (and reads nginx.conf again); the new master writes
+# nginx.pid, the old one renames its file to nginx.pid.oldbin.  Returns
+# once the new master has $workers worker processes; both masters run
+# until upgrade_finish() QUITs the old one.  From upgrade() on, stop()
+# stops the new master, and an old master left running is stopped by
+# its pid at the end of the test.
+
+my @OLD_MASTERS;
+
+sub upgrade {
+	my ($self, $workers) = @_;
+
+	my $old = $self->{_master} or die "nginx is not running\n";
+	my $d = $self->{_testdir};
+
+	_verbose("upgrade: USR2 $old");
+	kill 'USR2', $old or die "cannot signal $old: $!\n";
+
+	my $new = $self->wait_for(sub {
+		open my $fh, '<', "$d/nginx.pid.oldbin" or return;
+		open $fh, '<', "$d/nginx.pid" or return;
+		my ($pid) = (<$fh> // '') =~ /^(\d+)\n/ or return;
+		return if $pid == $old || !_alive($pid);
+		return (grep { _alive($_) } _children($pid)) >= ($workers // 1)
+			? $pid : undef;
+	}, 10) or die "binary upgrade did not start in " . scale(10) . " s\n"
+		. $self->_tail('error.log');
+
+	push @OLD_MASTERS, [ $self, $old ];
+
+	$self->{_old_master} = $old;
+	$self->{_master} = $new;
+	delete $self->{_child};
+
+	return $new;
+}
+
+sub upgrade_finish {
+	my ($self) = @_;
+
+	my $old = delete $self->{_old_master} or die "no binary upgrade\n";
+
+	_stop_master($self, $old);
+	@OLD_MASTERS = grep { $_->[1] != $old } @OLD_MASTERS;
+
+	return $self;
+}
+
+sub master {
+	my ($self) = @_;
+	return $self->{_master};
+}
+
+# stops nginx only, keeping the daemons (the fake Dynamo) for a run()
+
+sub stop_nginx {
+	my ($self) = @_;
+	$self->_stop_nginx();
+	return $self;
+}
+
+sub _stop_master {
+	my ($self, $pid) = @_;
+
+	for my $signal (qw/ QUIT TERM KILL /) {
+		kill $signal, $pid;
+		last if $self->wait_for(sub { !_alive($pid) },
+			$signal eq 'KILL' ? 5 : 10);
+		Test::More::diag("nginx master $pid ignored SIG$signal");
+	}
+}
+
+END {
+	local $?;
+	_stop_master(@$_) for grep { $_->[0]{_pid} == $$ } @OLD_MASTERS;
+}
+
+###############################################################################
+
 1;
 
 ###############################################################################
