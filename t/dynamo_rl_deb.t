@@ -185,7 +185,7 @@ sub purge {
 }
 
 sub module_version {
-	my $h = slurp("$REPO/ngx_dynamo_rl_module/ngx_http_dynamo_rl_module.h");
+	my $h = slurp("$REPO/ngx_dynamo_rl_module/ngx_http_dynamo_rl_common.h");
 
 	$h =~ /^#define\s+NGX_HTTP_DYNAMO_RL_VERSION\s+"([^"]+)"/m
 		or die "NGX_HTTP_DYNAMO_RL_VERSION not found\n";
