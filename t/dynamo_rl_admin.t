@@ -24,8 +24,9 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ admin_call concurrent doc err_since rl_conf
-	vllm_routes worker worker_counts worker_records_since /;
+use Test::DynamoRL::Fixture qw/ admin_call concurrent doc err_since
+	listener_fetches rl_conf vllm_routes worker worker_counts
+	worker_records_since /;
 
 ###############################################################################
 
@@ -537,7 +538,7 @@ $t->fake_set('discovery.json', $doc_ab);
 $r = admin("$W/$B/engine/flush_cache");
 is($r->{status}, 200, 'valid=30s: snapshot taken (valid=0 server)');
 
-my $fetches = listener_fetches();
+my $fetches = listener_fetches($t);
 
 $r = admin("$W/$B/engine/flush_cache", port => 8083);
 is($r->{status}, 200, 'valid=30s: allowed from the snapshot');
@@ -547,17 +548,17 @@ $t->fake_set('discovery.json', doc(worker(id => $A, w => 0)));
 $r = admin("$W/$B/engine/flush_cache", port => 8083);
 is(join(' ', $r->{status}, map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
 	'200 1 /engine/flush_cache', 'valid=30s: change not seen');
-is(listener_fetches(), $fetches, 'valid=30s: no fetch');
+is(listener_fetches($t), $fetches, 'valid=30s: no fetch');
 
 $r = admin("$W/$B/engine/flush_cache");
 is($r->{status}, 404, 'valid=30s: the valid=0 server sees the change');
-is(listener_fetches(), $fetches + 1, 'valid=30s: one fetch');
+is(listener_fetches($t), $fetches + 1, 'valid=30s: one fetch');
 
 # valid=30s again: the snapshot the valid=0 server just took is used
 
 $r = admin("$W/$B/engine/flush_cache", port => 8083);
 is($r->{status}, 404, 'valid=30s: the newer snapshot is used');
-is(listener_fetches(), $fetches + 1, 'valid=30s: still no fetch');
+is(listener_fetches($t), $fetches + 1, 'valid=30s: still no fetch');
 
 ###############################################################################
 
@@ -572,13 +573,13 @@ stale($VALID);
 
 $t->fake_set('discovery.delay_ms', $DELAY);
 
-$fetches = listener_fetches();
+$fetches = listener_fetches($t);
 
 my @res = concurrent(8085, map { "$W/$A/engine/liveness_probe" } 1 .. 10);
 
 is(join(' ', map { $_->{status} } @res), join(' ', (200) x 10),
 	'single flight: all allowed');
-is(listener_fetches(), $fetches + 1, 'single flight: one fetch');
+is(listener_fetches($t), $fetches + 1, 'single flight: one fetch');
 
 $t->fake_unset('discovery.delay_ms');
 
@@ -598,7 +599,7 @@ ok(!grep({ /^(?:content-length|transfer-encoding|content-type|x-test)$/ }
 stale($VALID);
 
 $t->fake_set('discovery.delay_ms', 5 * $DELAY);
-$fetches = listener_fetches();
+$fetches = listener_fetches($t);
 
 {
 	my $off = -s $t->testdir() . '/error.log';
@@ -608,7 +609,7 @@ $fetches = listener_fetches();
 	my $peer = '127.0.0.1:' . port(8085);
 
 	my $leader = http($call, PeerAddr => $peer, start => 1);
-	$t->wait_for(sub { listener_fetches() > $fetches }, 5);
+	$t->wait_for(sub { listener_fetches($t) > $fetches }, 5);
 
 	my @waiters = map { http($call, PeerAddr => $peer, start => 1) } 1 .. 3;
 
@@ -628,7 +629,7 @@ $fetches = listener_fetches();
 is(join(' ', map { $_->{status} } @res), '200 200 200',
 	'abandoned refresh: waiters allowed');
 
-ok(listener_fetches() <= $fetches + 2, 'abandoned refresh: fetches bounded');
+ok(listener_fetches($t) <= $fetches + 2, 'abandoned refresh: fetches bounded');
 
 $t->fake_unset('discovery.delay_ms');
 
@@ -641,12 +642,12 @@ $t->fake_set('discovery.status', '500');
 
 stale($VALID);
 
-$fetches = listener_fetches();
+$fetches = listener_fetches($t);
 
 $r = admin("$W/$A/engine/liveness_probe", port => 8085);
 is(join(' ', $r->{status}, $r->{json}{error} // '', scalar @{$r->{fwd}}),
 	'503 discovery_unavailable 0', 'failed refresh: denied');
-is(listener_fetches(), $fetches + 1, 'failed refresh: fetched');
+is(listener_fetches($t), $fetches + 1, 'failed refresh: fetched');
 
 $r = admin("$W/$A/engine/liveness_probe", port => 8085);
 is($r->{json}{error}, 'discovery_unavailable', 'failed refresh: still denied');
@@ -678,7 +679,7 @@ for my $round (1 .. 3) {
 	stale($VALID);
 
 	$t->fake_set('discovery.delay_ms', $DELAY);
-	$fetches = listener_fetches();
+	$fetches = listener_fetches($t);
 
 	my $from = ($t->read_file('rl.log') =~ tr/\n//);
 
@@ -686,7 +687,7 @@ for my $round (1 .. 3) {
 
 	is(join(' ', map { $_->{status} } @res), join(' ', ($status) x 24),
 		"two processes: round $round all $status");
-	is(listener_fetches(), $fetches + 1,
+	is(listener_fetches($t), $fetches + 1,
 		"two processes: round $round one fetch");
 
 	# a worker process logs a call after its client has the answer
@@ -875,10 +876,6 @@ sub deny {
 	}
 
 	return $r;
-}
-
-sub listener_fetches {
-	return scalar @{$t->fake_records('listener')};
 }
 
 sub access_log {

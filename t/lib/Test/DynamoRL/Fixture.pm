@@ -58,6 +58,7 @@ package Test::DynamoRL::Fixture;
 #                           (from UTF-8, or as bytes)
 #     err_since($t, $off)   the lines of error.log from byte $off
 #     frontend_records($t)  what the fake frontend received
+#     listener_fetches($t)  how many requests the fake listener answered
 #     worker_counts($t) / worker_records_since($t, $counts)
 #                           what the fake workers received since
 #     admin_call($t, $method, $path, %o)  an admin-plane call with its
@@ -73,7 +74,8 @@ use base qw/ Exporter /;
 
 our @EXPORT_OK = qw/ rl_conf raw call resp json json_error api metrics
 	concurrent read_until vllm_routes worker doc json_lines err_since
-	frontend_records worker_counts worker_records_since admin_call /;
+	frontend_records listener_fetches worker_counts worker_records_since
+	admin_call /;
 
 use IO::Select;
 use JSON::PP;
@@ -321,6 +323,11 @@ sub err_since {
 sub frontend_records {
 	my ($t) = @_;
 	return [ json_lines($t->fake_dir() . '/frontend.log') ];
+}
+
+sub listener_fetches {
+	my ($t) = @_;
+	return scalar @{$t->fake_records('listener')};
 }
 
 sub worker_counts {
