@@ -35,8 +35,13 @@ package Test::DynamoRL::Fixture;
 #     call($method, $uri, %o)  sends raw(), returns parse_response()'s
 #                           hash (status 0 if nothing came) plus
 #                           "raw_body", the body before any de-chunking
+#     start($method, $uri, %o)  sends raw(), returns the socket
 #     resp($raw)            parse_response(), or an empty answer
 #     json($r)              the body of $r decoded, {} if not JSON
+#     flat($r, $code, $type)  true if the body is an OpenAI-style error
+#                           {code, message, type} with that code and type
+#     is_true($v), is_false($v)  a JSON boolean of that value
+#     iso_ms($iso)          an ISO 8601 UTC time with milliseconds, in ms
 #     json_error($r)        "<status> <error of the JSON body>"
 #     api($id, port => N)   GET /rl/attempts/<id> on 8070, with "json"
 #     metrics($port)        the samples of GET /metrics: name => value
@@ -58,6 +63,8 @@ package Test::DynamoRL::Fixture;
 #                           (from UTF-8, or as bytes)
 #     err_since($t, $off)   the lines of error.log from byte $off
 #     frontend_records($t)  what the fake frontend received
+#     frontend_requests($t) how many requests (not events) it received
+#     forwarded($t, $id)    how many of them had X-Request-Id $id
 #     listener_fetches($t)  how many requests the fake listener answered
 #     worker_counts($t) / worker_records_since($t, $counts)
 #                           what the fake workers received since
@@ -72,15 +79,17 @@ use strict;
 
 use base qw/ Exporter /;
 
-our @EXPORT_OK = qw/ rl_conf raw call resp json json_error api metrics
-	concurrent read_until vllm_routes worker doc json_lines err_since
-	frontend_records listener_fetches worker_counts worker_records_since
+our @EXPORT_OK = qw/ rl_conf raw call start resp json flat json_error
+	is_true is_false iso_ms api metrics concurrent read_until vllm_routes
+	worker doc json_lines err_since frontend_records frontend_requests
+	forwarded listener_fetches worker_counts worker_records_since
 	admin_call /;
 
 use IO::Select;
 use JSON::PP;
 use Math::BigInt;
 use Time::HiRes qw/ time /;
+use Time::Local qw/ timegm /;
 
 use Test::DynamoRL qw/ http http_end parse_response port /;
 
@@ -177,6 +186,15 @@ sub call {
 	return $r;
 }
 
+sub start {
+	my ($method, $uri, %o) = @_;
+
+	my $port = delete $o{port} // 8080;
+
+	return http(raw($method, $uri, %o), start => 1,
+		PeerAddr => '127.0.0.1:' . port($port));
+}
+
 sub resp {
 	my ($raw) = @_;
 
@@ -187,6 +205,38 @@ sub resp {
 sub json {
 	my ($r) = @_;
 	return (eval { decode_json($r->{body}) } // {});
+}
+
+sub flat {
+	my ($r, $code, $type) = @_;
+
+	my $j = eval { decode_json($r->{body}) };
+
+	return ref $j eq 'HASH'
+		&& join(',', sort keys %$j) eq 'code,message,type'
+		&& !ref $j->{message} && length $j->{message}
+		&& $j->{type} eq $type
+		&& $j->{code} == $code;
+}
+
+sub is_true {
+	my ($v) = @_;
+	return JSON::PP::is_bool($v) && $v;
+}
+
+sub is_false {
+	my ($v) = @_;
+	return JSON::PP::is_bool($v) && !$v;
+}
+
+sub iso_ms {
+	my ($s) = @_;
+
+	my ($y, $mo, $d, $h, $mi, $sec, $ms) = ($s // '')
+		=~ /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z$/
+		or return undef;
+
+	return timegm($sec, $mi, $h, $d, $mo - 1, $y) * 1000 + $ms;
 }
 
 sub json_error {
@@ -323,6 +373,19 @@ sub err_since {
 sub frontend_records {
 	my ($t) = @_;
 	return [ json_lines($t->fake_dir() . '/frontend.log') ];
+}
+
+sub frontend_requests {
+	my ($t) = @_;
+	return scalar grep { !exists $_->{event} } @{frontend_records($t)};
+}
+
+sub forwarded {
+	my ($t, $id) = @_;
+
+	return scalar grep { !exists $_->{event}
+		&& ($_->{headers}{'x-request-id'} // '') eq $id }
+		@{frontend_records($t)};
 }
 
 sub listener_fetches {
