@@ -47,7 +47,8 @@ package Test::DynamoRL::Fixture;
 #     metrics($port)        the samples of GET /metrics: name => value
 #     concurrent($port, @paths)  POST {} to every path at once, then
 #                           read the answers
-#     read_until($sock, $re, $seconds)  reads until $re matches
+#     read_until($sock, $re, $seconds)  reads until $re matches, the
+#                           socket closes or the time (scale()d) is over
 #
 # Discovery documents:
 #
@@ -288,7 +289,7 @@ sub read_until {
 	my ($s, $re, $seconds) = @_;
 
 	my $sel = IO::Select->new($s);
-	my $deadline = time() + $seconds;
+	my $deadline = time() + Test::DynamoRL::scale($seconds);
 	my $buf = '';
 
 	while (!defined $re || $buf !~ $re) {
@@ -358,8 +359,10 @@ sub json_lines {
 
 	my $json = $o{bytes} ? $JS : $JSU;
 
+	# a line still being written is left for the next call
+
 	open my $fh, '<', $path or return ();
-	return map { $json->decode($_) } grep { /\S/ } <$fh>;
+	return map { $json->decode($_) } grep { /\S/ && /\n\z/ } <$fh>;
 }
 
 sub err_since {
@@ -370,9 +373,31 @@ sub err_since {
 	return <$fh>;
 }
 
+# the log grows during a test and is read again and again while waiting:
+# only what was added since the last call is decoded
+
+my %FRONTEND;
+
 sub frontend_records {
 	my ($t) = @_;
-	return [ json_lines($t->fake_dir() . '/frontend.log') ];
+
+	my $path = $t->fake_dir() . '/frontend.log';
+	my $f = $FRONTEND{$path} //= { off => 0, records => [] };
+
+	open my $fh, '<', $path or return [];
+
+	$f = $FRONTEND{$path} = { off => 0, records => [] }
+		if -s $fh < $f->{off};
+
+	seek($fh, $f->{off}, 0);
+
+	while (my $line = <$fh>) {
+		last unless $line =~ /\n\z/;
+		$f->{off} += length $line;
+		push @{$f->{records}}, $JSU->decode($line) if $line =~ /\S/;
+	}
+
+	return $f->{records};
 }
 
 sub frontend_requests {
