@@ -27,11 +27,11 @@ use JSON::PP;
 use Math::BigInt;
 use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ time sleep /;
-use Time::Local qw/ timegm /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call doc rl_conf vllm_routes worker /;
+use Test::DynamoRL::Fixture qw/ call doc iso_ms rl_conf vllm_routes
+	worker /;
 
 ###############################################################################
 
@@ -585,15 +585,6 @@ sub schema_ok {
 
 
 
-sub iso_ms {
-	my ($s) = @_;
-
-	my ($y, $mo, $d, $h, $mi, $sec, $ms) = ($s // '')
-		=~ /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z$/
-		or return undef;
-
-	return timegm($sec, $mi, $h, $d, $mo - 1, $y) * 1000 + $ms;
-}
 
 sub chromium_path {
 	for my $dir (split /:/, $ENV{PATH} // '/usr/bin') {
