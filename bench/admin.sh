@@ -44,44 +44,12 @@ route=liveness_probe
 
 prefix=$(mktemp -d /tmp/dynamo-rl-bench.XXXXXX)
 chmod 755 "$prefix"
-wrk_pid=
+bench_name=admin.sh
+instances="gw1 gwbig stub"
 
-cleanup() {
-    trap - INT TERM EXIT
-    if [ -n "$wrk_pid" ]; then
-        # /usr/bin/time and the wrk it runs
-        for c in $(ps -o pid= --ppid "$wrk_pid"); do
-            kill -TERM "$c" 2>/dev/null || true
-        done
-        kill -TERM "$wrk_pid" 2>/dev/null || true
-        wait "$wrk_pid" 2>/dev/null || true
-    fi
-    for d in gw1 gwbig stub; do
-        if [ -f "$prefix/$d/nginx.pid" ]; then
-            kill -TERM "$(cat "$prefix/$d/nginx.pid")" 2>/dev/null || true
-        fi
-    done
-    for d in gw1 gwbig stub; do
-        i=0
-        while [ -f "$prefix/$d/nginx.pid" ] && [ $i -lt 50 ]; do
-            sleep 0.1; i=$((i + 1))
-        done
-    done
-    if [ -n "${KEEP:-}" ]; then
-        echo "logs kept in $prefix" >&2
-    else
-        rm -rf "$prefix"
-    fi
-}
+. "$top/bench/lib.sh"
 
-trap cleanup EXIT
-trap 'cleanup; exit 130' INT TERM
-trap 'echo "admin.sh: failed at line $LINENO" >&2' ERR
-
-die() {
-    echo "admin.sh: $*" >&2
-    exit 1
-}
+bench_traps
 
 for t in wrk taskset curl "$nginx"; do
     command -v "$t" > /dev/null || die "$t is missing (apt-get install -y wrk)"
@@ -113,23 +81,11 @@ fi
 
 # four free loopback ports
 
-port_free() {
-    ! ss -Hltn "sport = :$1" | grep -q .
-}
-
-for try in $(seq 1 20); do
-    base=$((20000 + (RANDOM % 400) * 20))
-    stub_port=$base
-    listener_port=$((base + 1))
-    gw1_port=$((base + 2))
-    gwbig_port=$((base + 3))
-    if port_free $stub_port && port_free $listener_port \
-        && port_free $gw1_port && port_free $gwbig_port
-    then
-        break
-    fi
-    [ "$try" -lt 20 ] || die "no free ports"
-done
+free_ports 4
+stub_port=$base
+listener_port=$((base + 1))
+gw1_port=$((base + 2))
+gwbig_port=$((base + 3))
 
 # a private copy of the module: others may rebuild build/ meanwhile
 
@@ -149,12 +105,6 @@ other=$(awk 'match($0, /"instance_id":[0-9]+/) {
         "$prefix/docs/nbig.json")
 
 chmod 644 "$prefix"/docs/*
-
-temp_paths() {
-    for t in client_body proxy fastcgi uwsgi scgi; do
-        echo "    ${t}_temp_path $1/${t}_temp;"
-    done
-}
 
 cat > "$prefix/stub/nginx.conf" <<EOF
 worker_processes  1;
@@ -247,25 +197,9 @@ EOF
 gateway_conf gw1 "$gw1_port" n1.json > "$prefix/gw1/nginx.conf"
 gateway_conf gwbig "$gwbig_port" nbig.json > "$prefix/gwbig/nginx.conf"
 
-start() {
-    # start dir cpu
-    taskset -c "$2" "$nginx" -p "$prefix/$1/" -c "$prefix/$1/nginx.conf" \
-        -e "$prefix/$1/error.log" \
-        || { cat "$prefix/$1/error.log" >&2; die "$1 did not start"; }
-}
-
 start stub "$load_cpu"
 start gw1 "$gw_cpu"
 start gwbig "$gw_cpu"
-
-wait_for() {
-    i=0
-    until (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do
-        i=$((i + 1))
-        [ $i -le 100 ] || die "nothing listens on 127.0.0.1:$1"
-        sleep 0.1
-    done
-}
 
 for p in $stub_port $listener_port $gw1_port $gwbig_port; do
     wait_for "$p"
@@ -273,14 +207,8 @@ done
 
 # our processes: the masters and their workers
 
-pids_of() {
-    m=$(cat "$prefix/$1/nginx.pid")
-    echo "$m $(ps -o pid= --ppid "$m" | tr '\n' ' ')"
-}
-
-gw1_worker=$(ps -o pid= --ppid "$(cat "$prefix/gw1/nginx.pid")" | tr -d ' ')
-gwbig_worker=$(ps -o pid= --ppid "$(cat "$prefix/gwbig/nginx.pid")" \
-               | tr -d ' ')
+gw1_worker=$(worker_of gw1)
+gwbig_worker=$(worker_of gwbig)
 ours="$(pids_of stub) $(pids_of gw1) $(pids_of gwbig)"
 
 # each gateway: a first call fetches the snapshot and builds the index,
@@ -329,50 +257,12 @@ echo "$url_path" > "$prefix/paths-one"
 sed "s|.*|/v1/rl/workers/&/engine/$route|" "$prefix/docs/nbig.json.ids" \
     > "$prefix/paths-random"
 
-# jiffies: all CPUs busy and steal, per CPU busy, our processes
-
-cpu_busy() {
-    # cpu_busy name: busy jiffies (user nice system irq softirq steal)
-    awk -v c="$1" '$1 == c { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat
-}
-
-cpu_field() {
-    # cpu_field first last: the sum of those columns of the "cpu" line,
-    # 2-4 user nice system (what processes are charged), 7-8 irq softirq
-    # (loopback's packets, ours included), 9 steal
-    awk -v a="$1" -v b="$2" '$1 == "cpu" {
-        s = 0; for (i = a; i <= b; i++) s += $i; print s }' /proc/stat
-}
-
-proc_jiffies() {
-    # proc_jiffies pid...: utime + stime of those alive
-    s=0
-    for p in "$@"; do
-        v=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null \
-            | awk '{ print $12 + $13 }') || v=0
-        s=$((s + ${v:-0}))
-    done
-    echo $s
-}
-
-hz=$(getconf CLK_TCK)
+# the load: wrk pinned (bench/lib.sh has the jiffies and perf helpers)
 
 run_wrk() {
     # run_wrk port seconds out paths: wrk pinned, its CPU time in out.time
-    taskset -c "$load_cpu" /usr/bin/time -f '%U %S' -o "$3.time" \
-        wrk -t1 -c"$conns" -d"$2"s --latency -s "$prefix/post.lua" \
-        "http://127.0.0.1:$1/" -- "$4" > "$3" 2>&1 &
-    wrk_pid=$!
-    wait "$wrk_pid"
-    wrk_pid=
-}
-
-to_us() {
-    # wrk's "123.45us", "1.23ms", "1.00s" to microseconds
-    awk -v v="$1" 'BEGIN {
-        n = v + 0
-        if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000;
-        else if (v ~ /s$/) print n * 1000000; else print n }'
+    run_client "$3" wrk -t1 -c"$conns" -d"$2"s --latency \
+        -s "$prefix/post.lua" "http://127.0.0.1:$1/" -- "$4"
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -461,20 +351,16 @@ done
 
 profiles=
 if [ "${PROFILE:-0}" = 1 ] && command -v perf > /dev/null; then
-    w=$(ps -o pid= --ppid "$(cat "$prefix/gwbig/nginx.pid")" | tr -d ' ')
+    w=$(worker_of gwbig)
     for paths in random one; do
         run_wrk "$gwbig_port" $((duration + 2)) "$prefix/perf-$paths.load" \
             "$prefix/paths-$paths" &
         load=$!
         sleep 1
-        perf record -q -e cpu-clock -F 4999 -p "$w" \
-            -o "$prefix/perf-$paths.data" -- sleep "$duration" \
-            > /dev/null 2>&1 || true
+        perf_sample "$w" "$duration" "$prefix/perf-$paths.data"
         wait "$load" || true
-        perf report -i "$prefix/perf-$paths.data" --no-children \
-            --sort dso,sym --stdio 2> /dev/null \
-            | grep -v -e '^#' -e '^$' | grep -v '\[k\]' | head -25 \
-            > "$prefix/perf-$paths.sym" || true
+        perf_top "$prefix/perf-$paths.data" dso,sym 25 '\[k\]' \
+            > "$prefix/perf-$paths.sym"
         profiles="$profiles $paths"
     done
 fi

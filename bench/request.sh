@@ -76,45 +76,12 @@ out_file=${OUT:-}
 
 prefix=$(mktemp -d /tmp/dynamo-rl-bench-req.XXXXXX)
 chmod 755 "$prefix"
-client_pid=
+bench_name=request.sh
 instances="up sse plain module ledgeroff lua lualedger fill"
 
-cleanup() {
-    trap - INT TERM EXIT
-    if [ -n "$client_pid" ]; then
-        # /usr/bin/time and the client it runs
-        for c in $(ps -o pid= --ppid "$client_pid" 2>/dev/null); do
-            kill -TERM "$c" 2>/dev/null || true
-        done
-        kill -TERM "$client_pid" 2>/dev/null || true
-        wait "$client_pid" 2>/dev/null || true
-    fi
-    for d in $instances; do
-        if [ -f "$prefix/$d/nginx.pid" ]; then
-            kill -TERM "$(cat "$prefix/$d/nginx.pid")" 2>/dev/null || true
-        fi
-    done
-    for d in $instances; do
-        i=0
-        while [ -f "$prefix/$d/nginx.pid" ] && [ $i -lt 50 ]; do
-            sleep 0.1; i=$((i + 1))
-        done
-    done
-    if [ -n "${KEEP:-}" ]; then
-        echo "logs kept in $prefix" >&2
-    else
-        rm -rf "$prefix"
-    fi
-}
+. "$top/bench/lib.sh"
 
-trap cleanup EXIT
-trap 'cleanup; exit 130' INT TERM
-trap 'echo "request.sh: failed at line $LINENO" >&2' ERR
-
-die() {
-    echo "request.sh: $*" >&2
-    exit 1
-}
+bench_traps
 
 for t in wrk taskset curl /usr/bin/time "$python" "$nginx"; do
     command -v "$t" > /dev/null || die "$t is missing"
@@ -137,19 +104,7 @@ fi
 
 # fifteen free loopback ports
 
-port_free() {
-    ! ss -Hltn "sport = :$1" | grep -q .
-}
-
-for try in $(seq 1 20); do
-    base=$((20000 + (RANDOM % 400) * 20))
-    ok=1
-    for p in $(seq "$base" $((base + 14))); do
-        port_free "$p" || { ok=0; break; }
-    done
-    [ $ok = 0 ] || break
-    [ "$try" -lt 20 ] || die "no free ports"
-done
+free_ports 15
 
 up_port=$base
 sse_port=$((base + 1))
@@ -181,12 +136,6 @@ chmod -R a+rX "$prefix"
 for d in $instances; do
     mkdir -p "$prefix/$d"
 done
-
-temp_paths() {
-    for t in client_body proxy fastcgi uwsgi scgi; do
-        echo "    ${t}_temp_path $1/${t}_temp;"
-    done
-}
 
 head_conf() {
     # head_conf dir: the lines every instance shares
@@ -456,27 +405,11 @@ gateway_conf lualedger "$lualedger_port" "" "$lualedger_api" \
     > "$prefix/lualedger/nginx.conf"
 gateway_conf fill "$fill_port" "" "$fill_api" > "$prefix/fill/nginx.conf"
 
-start() {
-    # start dir cpu
-    taskset -c "$2" "$nginx" -p "$prefix/$1/" -c "$prefix/$1/nginx.conf" \
-        -e "$prefix/$1/error.log" \
-        || { cat "$prefix/$1/error.log" >&2; die "$1 did not start"; }
-}
-
 start up "$load_cpu"
 start sse "$load_cpu"
 for g in plain module ledgeroff lua lualedger fill; do
     start "$g" "$gw_cpu"
 done
-
-wait_for() {
-    i=0
-    until (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do
-        i=$((i + 1))
-        [ $i -le 100 ] || die "nothing listens on 127.0.0.1:$1"
-        sleep 0.1
-    done
-}
 
 for p in $(seq "$base" $((base + 14))); do
     if [ "$h2" != 1 ] && { [ "$p" = "$plain_h2_port" ] \
@@ -485,15 +418,6 @@ for p in $(seq "$base" $((base + 14))); do
     fi
     wait_for "$p"
 done
-
-worker_of() {
-    ps -o pid= --ppid "$(cat "$prefix/$1/nginx.pid")" | tr -d ' '
-}
-
-pids_of() {
-    m=$(cat "$prefix/$1/nginx.pid")
-    echo "$m $(ps -o pid= --ppid "$m" | tr '\n' ' ')"
-}
 
 up_w=$(worker_of up)
 sse_w=$(worker_of sse)
@@ -629,51 +553,7 @@ r=$(state_of lua-ledger "$sid")
 [ "$r" = succeeded ] || die "lua-ledger's state of an SSE attempt: $r"
 
 # ---------------------------------------------------------------------
-# measurement helpers, as in bench/admin.sh
-
-cpu_busy() {
-    # cpu_busy name: busy jiffies (user nice system irq softirq steal)
-    awk -v c="$1" '$1 == c { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat
-}
-
-cpu_field() {
-    # cpu_field first last: the sum of those columns of the "cpu" line,
-    # 2-4 user nice system (what processes are charged), 7-8 irq softirq
-    # (loopback's packets, ours included), 9 steal
-    awk -v a="$1" -v b="$2" '$1 == "cpu" {
-        s = 0; for (i = a; i <= b; i++) s += $i; print s }' /proc/stat
-}
-
-proc_jiffies() {
-    # proc_jiffies pid...: utime + stime of those alive
-    s=0
-    for p in "$@"; do
-        v=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null \
-            | awk '{ print $12 + $13 }') || v=0
-        s=$((s + ${v:-0}))
-    done
-    echo $s
-}
-
-hz=$(getconf CLK_TCK)
-
-to_us() {
-    # wrk's "123.45us", "1.23ms", "1.00s" to microseconds
-    awk -v v="$1" 'BEGIN {
-        n = v + 0
-        if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000;
-        else if (v ~ /s$/) print n * 1000000; else print n }'
-}
-
-run_client() {
-    # run_client out command...: pinned, its CPU time in out.time
-    o=$1; shift
-    taskset -c "$load_cpu" /usr/bin/time -f '%U %S' -o "$o.time" "$@" \
-        > "$o" 2>&1 &
-    client_pid=$!
-    wait "$client_pid" || { client_pid=; return 1; }
-    client_pid=
-}
+# the load clients (bench/lib.sh has run_client and the jiffies helpers)
 
 wrk_run() {
     # wrk_run port seconds out mode tag [idlen]
@@ -1032,18 +912,12 @@ if [ "$profile" = 1 ] && command -v perf > /dev/null; then
         fi
         wpid=$!
         sleep 1
-        perf record -q -e cpu-clock -F 4999 -p "$w" \
-            -o "$prefix/out/perf-$1.data" -- sleep "$duration" \
-            > /dev/null 2>&1 || true
+        perf_sample "$w" "$duration" "$prefix/out/perf-$1.data"
         wait "$wpid" || true
-        perf report -i "$prefix/out/perf-$1.data" --no-children \
-            --sort dso,sym --stdio 2> /dev/null \
-            | grep -v -e '^#' -e '^$' | head -40 \
-            > "$prefix/out/perf-$1.sym" || true
-        perf report -i "$prefix/out/perf-$1.data" --no-children \
-            --sort dso --stdio 2> /dev/null \
-            | grep -v -e '^#' -e '^$' | head -12 \
-            > "$prefix/out/perf-$1.dso" || true
+        perf_top "$prefix/out/perf-$1.data" dso,sym 40 \
+            > "$prefix/out/perf-$1.sym"
+        perf_top "$prefix/out/perf-$1.data" dso 12 \
+            > "$prefix/out/perf-$1.dso"
         profiles="$profiles $1"
     done
 fi

@@ -20,11 +20,13 @@ use strict;
 use Test::More;
 
 use JSON::PP;
-use Math::BigInt;
 use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ admin_call concurrent doc err_since
+	listener_fetches rl_conf vllm_routes worker worker_counts
+	worker_records_since /;
 
 ###############################################################################
 
@@ -51,12 +53,7 @@ $t->run();
 
 my $JS = JSON::PP->new->canonical->allow_bignum;
 
-my @VLLM = sort qw/
-	liveness_probe pause_generation resume_generation flush_cache
-	update_weights_from_disk get_weight_version
-	update_weights_from_distributed init_weights_update_group
-	destroy_weights_update_group update_weights_from_tensor abort_request
-/;
+my @VLLM = vllm_routes();
 
 # the fake's default document: three workers whose ids do not survive a
 # double, each advertising the vLLM routes
@@ -323,8 +320,7 @@ is(join(' ', $r->{status}, map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
 	my $hidden = "POST $W/101/engine/flush_cache HTTP/1.1\r\n"
 		. "Host: localhost\r\nContent-Length: 2\r\n\r\n{}";
 
-	my $before = { map { $_ => scalar @{$t->fake_records("worker-$_")} }
-		0 .. 2 };
+	my $before = worker_counts($t);
 
 	my $raw = http("POST $W/101/engine/control/sleep HTTP/1.1\r\n"
 		. "Host: localhost\r\nContent-Type: application/json\r\n"
@@ -335,8 +331,8 @@ is(join(' ', $r->{status}, map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
 
 	is(join(' ', $raw =~ m!HTTP/1\.1 (\d{3}) !g), '403 200',
 		'denied body: two responses on the connection');
-	is(join(' ', map { "$_->{worker} $_->{uri}" } map { @$_ }
-		new_records($before)), '0 /engine/liveness_probe',
+	is(join(' ', map { "$_->{worker} $_->{uri}" } worker_records_since($t,
+		$before)), '0 /engine/liveness_probe',
 		'denied body: the hidden request never reached a worker');
 }
 
@@ -444,22 +440,20 @@ my @corpus = (
 		'either' ],
 );
 
-my $corpus_start = { map { $_ => scalar @{$t->fake_records("worker-$_")} }
-	0 .. 2 };
+my $corpus_start = worker_counts($t);
 
 for my $c (@corpus) {
 	my ($target, $w, $want) = @$c;
 	$want //= 'deny';
 
-	my $before = { map { $_ => scalar @{$t->fake_records("worker-$_")} }
-		0 .. 2 };
+	my $before = worker_counts($t);
 
 	my $raw = http("POST $target HTTP/1.1\r\nHost: localhost\r\n"
 		. "Connection: close\r\nContent-Type: application/json\r\n"
 		. "Content-Length: 2\r\n\r\n{}");
 	my $res = parse_response($raw);
 
-	my @fwd = map { @$_ } new_records($before);
+	my @fwd = worker_records_since($t, $before);
 	my $json = $res ? eval { decode_json($res->{body}) } : undef;
 
 	my $denied = $res && $res->{status} >= 400 && !@fwd
@@ -494,7 +488,7 @@ my %HDR = map { $_ => 1 } qw/ host connection content-length content-type
 	x-test /;
 
 for my $w (0 .. 2) {
-	my @seen = map { @$_ } new_records({ $w => $corpus_start->{$w} });
+	my @seen = worker_records_since($t, { $w => $corpus_start->{$w} });
 	my @bad = grep { !($_->{uri} =~ m!^/engine/(.+)\z!s && $ADV{$w}{$1}
 		&& $_->{method} eq 'POST') } @seen;
 	my @hdr = grep { !$HDR{$_} } map { keys %{$_->{headers}} } @seen;
@@ -544,7 +538,7 @@ $t->fake_set('discovery.json', $doc_ab);
 $r = admin("$W/$B/engine/flush_cache");
 is($r->{status}, 200, 'valid=30s: snapshot taken (valid=0 server)');
 
-my $fetches = listener_fetches();
+my $fetches = listener_fetches($t);
 
 $r = admin("$W/$B/engine/flush_cache", port => 8083);
 is($r->{status}, 200, 'valid=30s: allowed from the snapshot');
@@ -554,17 +548,17 @@ $t->fake_set('discovery.json', doc(worker(id => $A, w => 0)));
 $r = admin("$W/$B/engine/flush_cache", port => 8083);
 is(join(' ', $r->{status}, map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
 	'200 1 /engine/flush_cache', 'valid=30s: change not seen');
-is(listener_fetches(), $fetches, 'valid=30s: no fetch');
+is(listener_fetches($t), $fetches, 'valid=30s: no fetch');
 
 $r = admin("$W/$B/engine/flush_cache");
 is($r->{status}, 404, 'valid=30s: the valid=0 server sees the change');
-is(listener_fetches(), $fetches + 1, 'valid=30s: one fetch');
+is(listener_fetches($t), $fetches + 1, 'valid=30s: one fetch');
 
 # valid=30s again: the snapshot the valid=0 server just took is used
 
 $r = admin("$W/$B/engine/flush_cache", port => 8083);
 is($r->{status}, 404, 'valid=30s: the newer snapshot is used');
-is(listener_fetches(), $fetches + 1, 'valid=30s: still no fetch');
+is(listener_fetches($t), $fetches + 1, 'valid=30s: still no fetch');
 
 ###############################################################################
 
@@ -579,13 +573,13 @@ stale($VALID);
 
 $t->fake_set('discovery.delay_ms', $DELAY);
 
-$fetches = listener_fetches();
+$fetches = listener_fetches($t);
 
 my @res = concurrent(8085, map { "$W/$A/engine/liveness_probe" } 1 .. 10);
 
 is(join(' ', map { $_->{status} } @res), join(' ', (200) x 10),
 	'single flight: all allowed');
-is(listener_fetches(), $fetches + 1, 'single flight: one fetch');
+is(listener_fetches($t), $fetches + 1, 'single flight: one fetch');
 
 $t->fake_unset('discovery.delay_ms');
 
@@ -605,7 +599,7 @@ ok(!grep({ /^(?:content-length|transfer-encoding|content-type|x-test)$/ }
 stale($VALID);
 
 $t->fake_set('discovery.delay_ms', 5 * $DELAY);
-$fetches = listener_fetches();
+$fetches = listener_fetches($t);
 
 {
 	my $off = -s $t->testdir() . '/error.log';
@@ -615,7 +609,7 @@ $fetches = listener_fetches();
 	my $peer = '127.0.0.1:' . port(8085);
 
 	my $leader = http($call, PeerAddr => $peer, start => 1);
-	$t->wait_for(sub { listener_fetches() > $fetches }, 5);
+	$t->wait_for(sub { listener_fetches($t) > $fetches }, 5);
 
 	my @waiters = map { http($call, PeerAddr => $peer, start => 1) } 1 .. 3;
 
@@ -623,7 +617,7 @@ $fetches = listener_fetches();
 
 	$t->wait_for(sub {
 		my %c = map { /\*(\d+) dynamo rl discovery: waiting for flight/
-			? ($1 => 1) : () } err_since($off);
+			? ($1 => 1) : () } err_since($t, $off);
 		keys %c >= 3;
 	}, 5);
 
@@ -635,7 +629,7 @@ $fetches = listener_fetches();
 is(join(' ', map { $_->{status} } @res), '200 200 200',
 	'abandoned refresh: waiters allowed');
 
-ok(listener_fetches() <= $fetches + 2, 'abandoned refresh: fetches bounded');
+ok(listener_fetches($t) <= $fetches + 2, 'abandoned refresh: fetches bounded');
 
 $t->fake_unset('discovery.delay_ms');
 
@@ -648,12 +642,12 @@ $t->fake_set('discovery.status', '500');
 
 stale($VALID);
 
-$fetches = listener_fetches();
+$fetches = listener_fetches($t);
 
 $r = admin("$W/$A/engine/liveness_probe", port => 8085);
 is(join(' ', $r->{status}, $r->{json}{error} // '', scalar @{$r->{fwd}}),
 	'503 discovery_unavailable 0', 'failed refresh: denied');
-is(listener_fetches(), $fetches + 1, 'failed refresh: fetched');
+is(listener_fetches($t), $fetches + 1, 'failed refresh: fetched');
 
 $r = admin("$W/$A/engine/liveness_probe", port => 8085);
 is($r->{json}{error}, 'discovery_unavailable', 'failed refresh: still denied');
@@ -685,7 +679,7 @@ for my $round (1 .. 3) {
 	stale($VALID);
 
 	$t->fake_set('discovery.delay_ms', $DELAY);
-	$fetches = listener_fetches();
+	$fetches = listener_fetches($t);
 
 	my $from = ($t->read_file('rl.log') =~ tr/\n//);
 
@@ -693,7 +687,7 @@ for my $round (1 .. 3) {
 
 	is(join(' ', map { $_->{status} } @res), join(' ', ($status) x 24),
 		"two processes: round $round all $status");
-	is(listener_fetches(), $fetches + 1,
+	is(listener_fetches($t), $fetches + 1,
 		"two processes: round $round one fetch");
 
 	# a worker process logs a call after its client has the answer
@@ -722,7 +716,7 @@ alarm(0);
 sub nginx_conf {
 	my ($workers) = @_;
 
-	return <<"EOF";
+	return rl_conf(<<"EOF");
 
 %%TEST_GLOBALS%%
 
@@ -761,24 +755,9 @@ http {
         listen       127.0.0.1:8080;
         server_name  localhost;
 
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://rl_listener;
-        }
+        %%RL_DISCOVERY_PLANE%%
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=0;
-
-            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
+        %%RL_ADMIN_PLANE valid=0%%
 
         location / {
             default_type application/json;
@@ -792,19 +771,7 @@ http {
         listen       127.0.0.1:8083;
         server_name  localhost;
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=30s;
-
-            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
+        %%RL_ADMIN_PLANE valid=30s%%
     }
 
     # a static allowlist on top of what workers advertise
@@ -835,19 +802,7 @@ http {
         listen       127.0.0.1:8085;
         server_name  localhost;
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=${VALID}s;
-
-            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
+        %%RL_ADMIN_PLANE valid=${VALID}s%%
     }
 
     # the listener is down: nothing listens on 8099
@@ -876,19 +831,7 @@ http {
         listen       127.0.0.1:8087 reuseport;
         server_name  localhost;
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=${VALID}s;
-
-            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
+        %%RL_ADMIN_PLANE valid=${VALID}s%%
     }
 }
 
@@ -897,85 +840,11 @@ EOF
 
 ###############################################################################
 
-# a worker entry of a discovery document; "w" is the fake worker its
-# system_url points at, and an undef value removes the field
-
-sub worker {
-	my (%o) = @_;
-
-	my $w = delete $o{w} // 0;
-	my $id = delete $o{id};
-
-	my %e = (
-		namespace => 'dynamo',
-		component => 'backend',
-		endpoint => 'rl',
-		instance_id => Math::BigInt->new($id),
-		transport => { tcp => "127.0.0.1:9999/$id/rl" },
-		request_plane_url => 'dyn://dynamo.backend.rl',
-		system_url => 'http://127.0.0.1:' . port(8091 + $w),
-		model => 'Qwen/Qwen3-0.6B',
-		routes => [ @VLLM ],
-		world_size => 1,
-	);
-
-	for my $k (keys %o) {
-		if (defined $o{$k}) {
-			$e{$k} = $o{$k};
-
-		} else {
-			delete $e{$k};
-		}
-	}
-
-	return \%e;
-}
-
-sub doc {
-	my (@workers) = @_;
-
-	return '{"protocol_version":1,"namespace":"dynamo","workers":['
-		. join(',', map { $JS->encode($_) } @workers) . ']}';
-}
-
-# one admin call; returns the response with "json", the access-log entry
-# ("log"), the new non-debug error-log lines ("err") and the worker
-# records it caused ("fwd")
-
-my $SEQ;
+# one admin call (Test::DynamoRL::Fixture::admin_call)
 
 sub admin {
 	my ($path, %o) = @_;
-
-	my $seq = ++$SEQ;
-	my $method = $o{method} // 'POST';
-	my $body = $o{body} // '{}';
-	my $port = port($o{port} // 8080);
-
-	my $before = { map { $_ => scalar @{$t->fake_records("worker-$_")} }
-		0 .. 2 };
-	my $off = -s $t->testdir() . '/error.log';
-
-	my $req = "$method $path HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\nX-Test: $seq\r\n";
-
-	$req .= $method eq 'GET' ? "\r\n" : "Content-Type: application/json\r\n"
-		. 'Content-Length: ' . length($body) . "\r\n\r\n$body";
-
-	my $res = parse_response(http($req, PeerAddr => "127.0.0.1:$port"))
-		// { status => 0, headers => {}, body => '' };
-
-	$res->{json} = eval { decode_json($res->{body}) } // {};
-	$res->{json} = {} unless ref $res->{json} eq 'HASH';
-
-	$res->{log} = $t->wait_for(sub {
-		(grep { $_->{t} eq $seq } access_log())[0];
-	}, 5) // {};
-
-	$res->{err} = [ grep { !/\[debug\]/ } err_since($off) ];
-	$res->{fwd} = [ map { @$_ } new_records($before) ];
-
-	return $res;
+	return admin_call($t, $o{method} // 'POST', $path, %o);
 }
 
 # a denial, checked in full: status, JSON body, access log, exactly one
@@ -1009,34 +878,9 @@ sub deny {
 	return $r;
 }
 
-sub new_records {
-	my ($before) = @_;
-
-	my @new;
-
-	for my $w (sort keys %$before) {
-		my $recs = $t->fake_records("worker-$w");
-		push @new, [ @$recs[$before->{$w} .. $#$recs] ];
-	}
-
-	return @new;
-}
-
-sub listener_fetches {
-	return scalar @{$t->fake_records('listener')};
-}
-
 sub access_log {
 	my $text = eval { $t->read_file('rl.log') } // '';
 	return map { $JS->decode($_) } grep { /\S/ } split /\n/, $text;
-}
-
-sub err_since {
-	my ($off) = @_;
-
-	open my $fh, '<', $t->testdir() . '/error.log' or return ();
-	seek($fh, $off // 0, 0);
-	return <$fh>;
 }
 
 # waits until the snapshot is older than "valid" seconds
@@ -1050,22 +894,6 @@ sub stale {
 	my $since = time();
 
 	$t->wait_for(sub { time() > $since + $valid + 0.3 }, $valid + 5);
-}
-
-# the same call many times at once: all sent before any answer is read
-
-sub concurrent {
-	my ($port, @paths) = @_;
-
-	my @s = map {
-		http("POST $_ HTTP/1.1\r\nHost: localhost\r\n"
-			. "Connection: close\r\n"
-			. "Content-Type: application/json\r\n"
-			. "Content-Length: 2\r\n\r\n{}",
-			PeerAddr => '127.0.0.1:' . port($port), start => 1)
-	} @paths;
-
-	return map { parse_response(http_end($_)) // { status => 0 } } @s;
 }
 
 ###############################################################################

@@ -41,6 +41,7 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ rl_conf vllm_routes worker /;
 
 ###############################################################################
 
@@ -86,12 +87,7 @@ my $JSU = JSON::PP->new->utf8->canonical->allow_bignum;
 
 my $W = '/v1/rl/workers';
 
-my @VLLM = sort qw/
-	liveness_probe pause_generation resume_generation flush_cache
-	update_weights_from_disk get_weight_version
-	update_weights_from_distributed init_weights_update_group
-	destroy_weights_update_group update_weights_from_tensor abort_request
-/;
+my @VLLM = vllm_routes();
 
 # the fleet of the main server: fake workers 0..2, the chaos worker, a
 # worker whose system server is down, and one with hostile routes
@@ -1720,7 +1716,7 @@ sub main_conf {
 	my $source = ($o{bad} // '') eq 'discovery'
 		? '_rl_discovery' : '/_rl_discovery';
 
-	return <<"EOF";
+	return rl_conf(<<"EOF");
 
 %%TEST_GLOBALS%%
 
@@ -1794,10 +1790,7 @@ $extra
             client_max_body_size 1k;
         }
 
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://rl_listener;
-        }
+        %%RL_DISCOVERY_PLANE%%
 
         location /v1/rl/workers/ {
             dynamo_rl_plane admin;
@@ -1954,41 +1947,6 @@ EOF
 
 ###############################################################################
 
-# a worker entry of a discovery document: "w" is the fake worker its
-# system_url points at, "url" a system_url of its own; an undef value
-# removes the field
-
-sub worker {
-	my (%o) = @_;
-
-	my $w = delete $o{w} // 0;
-	my $id = delete $o{id};
-	my $url = delete $o{url} // 'http://127.0.0.1:' . port(8091 + $w);
-
-	my %e = (
-		namespace => 'dynamo',
-		component => 'backend',
-		endpoint => 'rl',
-		instance_id => Math::BigInt->new($id),
-		transport => { tcp => "127.0.0.1:9999/$id/rl" },
-		request_plane_url => 'dyn://dynamo.backend.rl',
-		system_url => $url,
-		model => 'Qwen/Qwen3-0.6B',
-		routes => [ @VLLM ],
-		world_size => 1,
-	);
-
-	for my $k (keys %o) {
-		if (defined $o{$k}) {
-			$e{$k} = $o{$k};
-
-		} else {
-			delete $e{$k};
-		}
-	}
-
-	return \%e;
-}
 
 sub doc {
 	my (@workers) = @_;
@@ -2469,7 +2427,7 @@ sub generation {
 }
 
 sub small_zone_conf {
-	return <<'EOF';
+	return rl_conf(<<'EOF');
 
 %%TEST_GLOBALS%%
 

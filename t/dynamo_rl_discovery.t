@@ -27,6 +27,8 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ admin_call doc listener_fetches rl_conf
+	vllm_routes worker /;
 
 ###############################################################################
 
@@ -53,12 +55,7 @@ $t->run();
 my $JS = JSON::PP->new->canonical->allow_bignum;
 my $FIXTURES = dirname(__FILE__) . '/fixtures';
 
-my @VLLM = sort qw/
-	liveness_probe pause_generation resume_generation flush_cache
-	update_weights_from_disk get_weight_version
-	update_weights_from_distributed init_weights_update_group
-	destroy_weights_update_group update_weights_from_tensor abort_request
-/;
+my @VLLM = vllm_routes();
 
 my $W = '/v1/rl/workers';
 
@@ -327,12 +324,12 @@ $t->fake_set('discovery.json', doc(worker(id => '4242', w => 1)));
 $r = get($W);
 is($r->{status}, 200, 'plane snapshot: discovery plane');
 
-my $fetches = listener_fetches();
+my $fetches = listener_fetches($t);
 
 $r = admin("$W/4242/engine/flush_cache", port => 8083);
 is(join(' ', $r->{status}, map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
 	'200 1 /engine/flush_cache', 'plane snapshot: admin allowed');
-is(listener_fetches(), $fetches, 'plane snapshot: no fetch by admin');
+is(listener_fetches($t), $fetches, 'plane snapshot: no fetch by admin');
 
 $t->fake_set('discovery.json', doc(worker(id => '4343', w => 1)));
 
@@ -345,7 +342,8 @@ is(join(' ', $r->{status}, $r->{json}{error} // ''), '404 unknown_worker',
 
 $r = admin("$W/4343/engine/flush_cache", port => 8083);
 is($r->{status}, 200, 'plane snapshot: new worker allowed');
-is(listener_fetches(), $fetches + 1, 'plane snapshot: only the plane fetched');
+is(listener_fetches($t), $fetches + 1,
+	'plane snapshot: only the plane fetched');
 
 # the discovery plane's invalid answer is no snapshot
 
@@ -547,7 +545,7 @@ alarm(0);
 ###############################################################################
 
 sub nginx_conf {
-	return <<'EOF';
+	return rl_conf(<<'EOF');
 
 %%TEST_GLOBALS%%
 
@@ -582,24 +580,9 @@ http {
         gzip_types application/json;
         gzip_min_length 1;
 
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://rl_listener;
-        }
+        %%RL_DISCOVERY_PLANE%%
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=0;
-
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
+        %%RL_ADMIN_PLANE valid=0%%
 
         location / {
             default_type application/json;
@@ -613,19 +596,7 @@ http {
         listen       127.0.0.1:8083;
         server_name  localhost;
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=60s;
-
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
+        %%RL_ADMIN_PLANE valid=60s%%
     }
 
     # max_size=1k, for both planes
@@ -705,10 +676,7 @@ http {
         listen       127.0.0.1:8095;
         server_name  localhost;
 
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://rl_listener;
-        }
+        %%RL_DISCOVERY_PLANE%%
 
         location /v1/rl/workers/ {
             dynamo_rl_plane admin;
@@ -732,10 +700,7 @@ http {
 
         proxy_read_timeout 1s;
 
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://rl_listener;
-        }
+        %%RL_DISCOVERY_PLANE%%
 
         location /v1/rl/workers/ {
             dynamo_rl_plane admin;
@@ -757,7 +722,7 @@ EOF
 }
 
 sub scoped_conf {
-	return <<'EOF';
+	return rl_conf(<<'EOF');
 location = /v1/rl/workers {
     dynamo_rl_plane discovery;
     proxy_pass http://rl_listener;
@@ -802,50 +767,9 @@ sub workers {
 		? @{$d->{workers}} : ();
 }
 
-# a worker entry of a discovery document; "w" is the fake worker its
-# system_url points at, and an undef value removes the field
-
-sub worker {
-	my (%o) = @_;
-
-	my $w = delete $o{w} // 0;
-	my $id = delete $o{id};
-
-	my %e = (
-		namespace => 'dynamo',
-		component => 'backend',
-		endpoint => 'rl',
-		instance_id => Math::BigInt->new($id),
-		transport => { tcp => "127.0.0.1:9999/$id/rl" },
-		request_plane_url => 'dyn://dynamo.backend.rl',
-		system_url => 'http://127.0.0.1:' . port(8091 + $w),
-		model => 'Qwen/Qwen3-0.6B',
-		routes => [ @VLLM ],
-		world_size => 1,
-	);
-
-	for my $k (keys %o) {
-		if (defined $o{$k}) {
-			$e{$k} = $o{$k};
-
-		} else {
-			delete $e{$k};
-		}
-	}
-
-	return \%e;
-}
-
 sub worker_json {
 	my ($w) = @_;
 	return $JS->encode($w);
-}
-
-sub doc {
-	my (@workers) = @_;
-
-	return '{"protocol_version":1,"namespace":"dynamo","workers":['
-		. join(',', map { worker_json($_) } @workers) . ']}';
 }
 
 sub dup_key_doc {
@@ -858,45 +782,10 @@ sub dup_key_doc {
 
 my $SEQ;
 
-# one request; returns the response with "json", the access-log entry
-# ("log"), the new non-debug error-log lines ("err") and the worker
-# records it caused ("fwd")
+# one request (Test::DynamoRL::Fixture::admin_call)
 
 sub request {
-	my ($method, $path, %o) = @_;
-
-	my $seq = ++$SEQ;
-	my $body = $o{body} // '{}';
-	my $port = port($o{port} // 8080);
-
-	my $before = { map { $_ => scalar @{$t->fake_records("worker-$_")} }
-		0 .. 2 };
-	my $off = -s $t->testdir() . '/error.log';
-
-	my $req = "$method $path HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\nX-Test: $seq\r\n" . ($o{headers} // '');
-
-	$req .= $method eq 'GET' ? "\r\n" : "Content-Type: application/json\r\n"
-		. 'Content-Length: ' . length($body) . "\r\n\r\n$body";
-
-	my $res = parse_response(http($req, PeerAddr => "127.0.0.1:$port"))
-		// { status => 0, headers => {}, body => '' };
-
-	$res->{json} = eval { decode_json($res->{body}) } // {};
-	$res->{json} = {} unless ref $res->{json} eq 'HASH';
-
-	$res->{log} = $t->wait_for(sub {
-		(grep { $_->{t} eq $seq } access_log())[0];
-	}, 5) // {};
-
-	$res->{err} = [ grep { !/\[debug\]/ } err_since($off) ];
-
-	my $after = { map { $_ => $t->fake_records("worker-$_") } 0 .. 2 };
-
-	$res->{fwd} = [ map { my $w = $_;
-		@{$after->{$w}}[$before->{$w} .. $#{$after->{$w}}] } 0 .. 2 ];
-
-	return $res;
+	return admin_call($t, @_);
 }
 
 sub get {
@@ -1003,27 +892,10 @@ sub env_scope {
 	scope("env, $name", 8089, @in);
 }
 
-sub listener_fetches {
-	return scalar @{$t->fake_records('listener')};
-}
-
 sub listener_method_count {
 	my ($m) = @_;
 	return scalar grep { $_->{method} eq $m }
 		@{$t->fake_records('listener')};
-}
-
-sub access_log {
-	my $text = eval { $t->read_file('rl.log') } // '';
-	return map { $JS->decode($_) } grep { /\S/ } split /\n/, $text;
-}
-
-sub err_since {
-	my ($off) = @_;
-
-	open my $fh, '<', $t->testdir() . '/error.log' or return ();
-	seek($fh, $off // 0, 0);
-	return <$fh>;
 }
 
 ###############################################################################

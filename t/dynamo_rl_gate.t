@@ -23,10 +23,12 @@ use IO::Select;
 use IO::Socket::INET;
 use JSON::PP;
 use Time::HiRes qw/ time /;
-use Time::Local qw/ timegm /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ api call flat forwarded
+	frontend_records is_false is_true iso_ms metrics raw read_until resp
+	rl_conf start /;
 
 ###############################################################################
 
@@ -38,7 +40,7 @@ alarm(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(255);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -76,10 +78,7 @@ http {
 
         access_log %%TESTDIR%%/rl.log rl;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            proxy_pass http://frontend;
-        }
+        %%RL_REQUEST_PLANE%%
 
         # nothing listens there
 
@@ -102,21 +101,7 @@ http {
 
         access_log %%TESTDIR%%/rl.log rl;
 
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
-
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
-
-        location = /rl/status {
-            dynamo_rl_status;
-        }
-
-        location = /metrics {
-            dynamo_rl_metrics;
-        }
+        %%RL_APIS%%
     }
 }
 
@@ -125,7 +110,6 @@ EOF
 $t->run_fake_dynamo();
 $t->run();
 
-my $FRONTEND_LOG = $t->fake_dir() . '/frontend.log';
 my $ACCESS_LOG = $t->testdir() . '/rl.log';
 
 ###############################################################################
@@ -232,7 +216,7 @@ for my $case ([ 'gated-1', '/v1/completions', $BODY ],
 		"$id: Retry-After within the lease");
 	is($r->{headers}{'x-dynamo-attempt-id'}, $id, "$id: attempt id");
 	is(api($id)->{status}, 404, "$id: not in the ledger");
-	is(forwarded($id), 0, "$id: not forwarded");
+	is(forwarded($t, $id), 0, "$id: not forwarded");
 }
 
 # a minted id: the same
@@ -276,7 +260,7 @@ $epoch = $g->{epoch};
 $r = call('POST', '/v1/completions', body => $BODY,
 	headers => [ 'X-Dynamo-Attempt-Id' => 'after-open' ]);
 is($r->{status}, 200, 'after open: request passes');
-is(forwarded('after-open'), 1, 'after open: forwarded');
+is(forwarded($t, 'after-open'), 1, 'after open: forwarded');
 is(wait_done('after-open')->{state}, 'succeeded', 'after open: recorded');
 is(drained(), 0, 'after open: in_flight 0');
 
@@ -344,7 +328,7 @@ is($r->{status}, 503, 'expired: requests still 503');
 ok(flat($r, 503, 'Service Unavailable'), 'expired: flat body');
 like($r->{headers}{'retry-after'} // '', qr/^[1-9]\d*$/,
 	'expired: Retry-After');
-is(forwarded('gated-expired'), 0, 'expired: not forwarded');
+is(forwarded($t, 'gated-expired'), 0, 'expired: not forwarded');
 is(api('gated-expired')->{status}, 404, 'expired: not recorded');
 
 $r = call('GET', '/rl/status', port => 8070);
@@ -447,7 +431,7 @@ $s = start('POST', '/v1/completions', body => $BODY,
 	headers => [ 'x-fake-scenario' => 'hang',
 		'X-Dynamo-Attempt-Id' => 'abort-hang' ]);
 
-ok(Test::DynamoRL::wait_for(sub { forwarded('abort-hang') }, 10),
+ok(Test::DynamoRL::wait_for(sub { forwarded($t, 'abort-hang') }, 10),
 	'end abort before header: forwarded');
 cmp_ok(gate()->{in_flight}, '>=', 1, 'end abort before header: in flight');
 close $s;
@@ -533,7 +517,7 @@ $epoch = $r->{json}{epoch};
 	my @st = map { (parse_response(http_end($_)) // {})->{status} // 0 } @s;
 
 	is(scalar(grep { $_ == 503 } @st), 40, 'two workers: all 40 got 503');
-	is(scalar(grep { forwarded("w2-$_") } 1 .. 40), 0,
+	is(scalar(grep { forwarded($t, "w2-$_") } 1 .. 40), 0,
 		'two workers: none forwarded');
 
 	my @lines = wait_log(sub { $_[0]{uri} =~ /\?w=\d+$/ }, 40);
@@ -709,7 +693,7 @@ is($after->{lease_expires}, $g->{lease_expires}, 'reload: same lease');
 $r = call('POST', '/v1/completions', body => $BODY,
 	headers => [ 'X-Dynamo-Attempt-Id' => 'after-reload' ]);
 is($r->{status}, 503, 'reload: requests 503');
-is(forwarded('after-reload'), 0, 'reload: not forwarded');
+is(forwarded($t, 'after-reload'), 0, 'reload: not forwarded');
 
 $r = gate_post({ action => 'open' });
 is($r->{json}{epoch}, $g->{epoch} + 1, 'reload: open, epoch + 1');
@@ -718,45 +702,8 @@ $r = call('POST', '/v1/completions', body => $BODY);
 is($r->{status}, 200, 'reload: open, request passes');
 is(drained(), 0, 'reload: in_flight 0');
 
-###############################################################################
 
-sub raw {
-	my ($method, $uri, %o) = @_;
 
-	my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\n";
-
-	my @h = @{$o{headers} // []};
-
-	while (my ($name, $value) = splice(@h, 0, 2)) {
-		$req .= "$name: $value\r\n";
-	}
-
-	if (defined $o{body}) {
-		$req .= "Content-Type: application/json\r\n"
-			. 'Content-Length: ' . length($o{body}) . "\r\n";
-	}
-
-	return "$req\r\n" . ($o{body} // '');
-}
-
-sub call {
-	my ($method, $uri, %o) = @_;
-
-	my $port = delete $o{port} // 8080;
-
-	return resp(http(raw($method, $uri, %o),
-		PeerAddr => '127.0.0.1:' . port($port)));
-}
-
-sub start {
-	my ($method, $uri, %o) = @_;
-
-	my $port = delete $o{port} // 8080;
-
-	return http(raw($method, $uri, %o), start => 1,
-		PeerAddr => '127.0.0.1:' . port($port));
-}
 
 sub chunked {
 	my ($data) = @_;
@@ -859,23 +806,7 @@ sub crashes_since {
 	return @lines;
 }
 
-# a parsed response, or an empty one when nothing came back
 
-sub resp {
-	my ($raw) = @_;
-
-	return (length($raw // '') ? parse_response($raw) : undef)
-		// { headers => {}, body => '' };
-}
-
-sub api {
-	my ($id) = @_;
-
-	my $r = call('GET', "/rl/attempts/$id", port => 8070);
-	$r->{json} = eval { decode_json($r->{body}) } // {};
-
-	return $r;
-}
 
 # polls until the record is in a terminal state, or is not there
 
@@ -908,20 +839,7 @@ sub drained {
 	return $n;
 }
 
-sub frontend_records {
-	open my $fh, '<', $FRONTEND_LOG or return [];
 
-	my $json = JSON::PP->new->utf8->allow_bignum;
-	return [ map { $json->decode($_) } grep { /\S/ } <$fh> ];
-}
-
-sub forwarded {
-	my ($id) = @_;
-
-	return scalar grep { !exists $_->{event}
-		&& ($_->{headers}{'x-request-id'} // '') eq $id }
-		@{frontend_records()};
-}
 
 sub access_log {
 	open my $fh, '<', $ACCESS_LOG or return ();
@@ -941,68 +859,6 @@ sub wait_log {
 	}, 10);
 
 	return @lines;
-}
-
-sub metrics {
-	my $r = call('GET', '/metrics', port => 8070);
-
-	my %m;
-
-	for my $line (split /\n/, $r->{body} // '') {
-		next if $line =~ /^#/;
-		my ($name, $value) = $line =~ /^(\S+)\s+(\S+)$/ or next;
-		$m{$name} = $value;
-	}
-
-	return \%m;
-}
-
-sub flat {
-	my ($r, $code, $type) = @_;
-
-	my $j = eval { decode_json($r->{body}) };
-
-	return ref $j eq 'HASH'
-		&& join(',', sort keys %$j) eq 'code,message,type'
-		&& !ref $j->{message} && length $j->{message}
-		&& $j->{type} eq $type
-		&& $j->{code} == $code;
-}
-
-sub is_true {
-	my ($v) = @_;
-	return JSON::PP::is_bool($v) && $v;
-}
-
-sub is_false {
-	my ($v) = @_;
-	return JSON::PP::is_bool($v) && !$v;
-}
-
-sub iso_ms {
-	my ($s) = @_;
-
-	my ($y, $mo, $d, $h, $mi, $sec, $ms) = ($s // '')
-		=~ /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z$/
-		or return undef;
-
-	return timegm($sec, $mi, $h, $d, $mo - 1, $y) * 1000 + $ms;
-}
-
-sub read_until {
-	my ($s, $re, $seconds) = @_;
-
-	my $sel = IO::Select->new($s);
-	my $deadline = time() + $seconds;
-	my $buf = '';
-
-	while (!defined $re || $buf !~ $re) {
-		my $left = $deadline - time();
-		last if $left <= 0 || !$sel->can_read($left);
-		last unless sysread($s, $buf, 65536, length $buf);
-	}
-
-	return $buf;
 }
 
 ###############################################################################

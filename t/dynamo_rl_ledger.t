@@ -25,10 +25,12 @@ use IO::Socket::INET;
 use JSON::PP;
 use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ time /;
-use Time::Local qw/ timegm /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ api call flat forwarded
+	frontend_records frontend_requests is_false is_true iso_ms json raw
+	read_until rl_conf start /;
 
 ###############################################################################
 
@@ -40,7 +42,7 @@ alarm(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(357);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -78,10 +80,7 @@ http {
         proxy_set_header Connection "";
         proxy_buffering off;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            proxy_pass http://frontend;
-        }
+        %%RL_REQUEST_PLANE%%
 
         # finished attempts live for one second here
 
@@ -165,8 +164,6 @@ $t->run();
 # helpers read the fake's records through this path, not through $t: a
 # named sub that closed over $t would keep it alive past the END checks
 
-my $FRONTEND_LOG = $t->fake_dir() . '/frontend.log';
-my ($FRONTEND_OFFSET, @FRONTEND) = (0);
 
 ###############################################################################
 
@@ -321,7 +318,7 @@ for (1 .. 2) {
 	is($r->{status}, 200, "ledger off: request $_");
 }
 
-is(forwarded('no-ledger'), 2, 'ledger off: forwarded twice');
+is(forwarded($t, 'no-ledger'), 2, 'ledger off: forwarded twice');
 is(api('no-ledger')->{status}, 404, 'ledger off: not in the ledger');
 
 ###############################################################################
@@ -391,7 +388,7 @@ is($a->{status}, 200, 'canceled stream: status');
 ok(is_true($a->{stream}), 'canceled stream: stream true');
 ok($a->{bytes_sent} > 0, 'canceled stream: bytes sent');
 times_ok('canceled stream', $a);
-is(forwarded('cancel-stream'), 1, 'duplicate in flight: forwarded once');
+is(forwarded($t, 'cancel-stream'), 1, 'duplicate in flight: forwarded once');
 
 # canceled over HTTP/2: curl goes away in the middle of the stream
 
@@ -462,7 +459,7 @@ for my $id (qw/ ok-plain fail-503 cancel-hang /) {
 	$r = attempt($id, 'POST', '/v1/completions', body => $BODY);
 
 	conflict("duplicate of finished $id", $r, $id);
-	is(forwarded($id), 1, "duplicate of finished $id: forwarded once");
+	is(forwarded($t, $id), 1, "duplicate of finished $id: forwarded once");
 }
 
 # an id minted here is recorded without a lookup, and is single use too
@@ -474,7 +471,7 @@ is(api_record($minted)->{state}, 'succeeded', 'minted: recorded');
 
 $r = attempt($minted, 'POST', '/v1/completions', body => $BODY);
 conflict('duplicate of a minted id', $r, $minted);
-is(forwarded($minted), 1, 'duplicate of a minted id: forwarded once');
+is(forwarded($t, $minted), 1, 'duplicate of a minted id: forwarded once');
 
 # a duplicate of a finished attempt does not change its record
 
@@ -509,7 +506,7 @@ is($a->{state}, 'succeeded', 'duplicate: the record is unchanged');
 	is(scalar(grep { ($_->{status} // 0) == 409
 		&& flat($_, 409, 'Conflict') } @r), 19,
 		'race: flat 409 bodies');
-	is(forwarded('dup-race'), 1, 'race: the frontend saw the id once');
+	is(forwarded($t, 'dup-race'), 1, 'race: the frontend saw the id once');
 }
 
 ###############################################################################
@@ -537,7 +534,7 @@ for my $case (@refused) {
 
 	$r = attempt($id, 'POST', '/v1/completions', body => $BODY);
 	is($r->{status}, 200, "refused $name: the id is free");
-	is(forwarded($id), 1, "refused $name: forwarded once, afterwards");
+	is(forwarded($t, $id), 1, "refused $name: forwarded once, afterwards");
 }
 
 ###############################################################################
@@ -563,7 +560,7 @@ cmp_ok($gone - $ended, '>=', 900, 'ttl: not before the ttl passed');
 
 $r = attempt('ttl-1', 'POST', '/ttl/completions', body => $BODY);
 is($r->{status}, 200, 'ttl: the id can be used again');
-is(forwarded('ttl-1'), 2, 'ttl: forwarded again');
+is(forwarded($t, 'ttl-1'), 2, 'ttl: forwarded again');
 is(wait_done('ttl-1')->{state}, 'succeeded', 'ttl: recorded again');
 
 ###############################################################################
@@ -632,7 +629,7 @@ is($a->{bytes_sent}, $before->{bytes_sent}, 'reload: same bytes_sent');
 
 $r = attempt('ok-sse', 'POST', '/v1/chat/completions', body => $CHAT);
 conflict('reload: duplicate', $r, 'ok-sse');
-is(forwarded('ok-sse'), 1, 'reload: still forwarded once');
+is(forwarded($t, 'ok-sse'), 1, 'reload: still forwarded once');
 
 $r = attempt('after-reload', 'POST', '/v1/completions', body => $BODY);
 is($r->{status}, 200, 'reload: new attempts recorded');
@@ -688,7 +685,7 @@ is($r->{headers}{'content-type'}, 'application/json', 'api HEAD: json');
 
 my $m = Test::DynamoRL->new();
 
-$m->write_file_expand('nginx.conf', <<'EOF');
+$m->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -806,7 +803,7 @@ for my $j (1 .. $capacity + 10) {
 	my $sel = IO::Select->new($c);
 	my $got = Test::DynamoRL::wait_for(sub {
 		return 'answer' if $sel->can_read(0);
-		return 'forwarded' if forwarded($id);
+		return 'forwarded' if forwarded($t, $id);
 	}, 10, 0.01) // 'nothing';
 
 	if ($got ne 'forwarded') {
@@ -830,7 +827,7 @@ is(json($refused)->{message}, 'attempt ledger is full',
 	'exhaustion: message');
 is($refused->{headers}{'x-dynamo-attempt-id'}, $refused->{id},
 	'exhaustion: attempt id echoed');
-is(forwarded($refused->{id} // ''), 0, 'exhaustion: not forwarded');
+is(forwarded($t, $refused->{id} // ''), 0, 'exhaustion: not forwarded');
 is(api($refused->{id}, port => $SMALL)->{status}, 404,
 	'exhaustion: not recorded');
 
@@ -840,12 +837,12 @@ is(scalar @crit, 1, 'exhaustion: one crit line');
 like($crit[0] // '', qr/attempt ledger is full in dynamo_rl zone "rl"/,
 	'exhaustion: the line names the zone');
 
-$n = frontend_requests();
+$n = frontend_requests($t);
 $r = attempt('full-2', 'POST', '/v1/completions', body => $BODY,
 	port => $SMALL);
 
 is($r->{status}, 503, 'exhaustion: the next one 503 too');
-is(frontend_requests(), $n, 'exhaustion: frontend record count unchanged');
+is(frontend_requests($t), $n, 'exhaustion: frontend record count unchanged');
 is(scalar $m->log_lines('error.log', qr/\[crit\]/), 2,
 	'exhaustion: one crit line per refusal');
 is(api_record('hold-1', port => $SMALL)->{state}, 'accepted',
@@ -923,43 +920,7 @@ is(scalar(keys %{{ map { $_->{pid} => 1 } @race }}), 2,
 
 ###############################################################################
 
-# a raw HTTP/1.1 request; headers is a list of name => value pairs
 
-sub raw {
-	my ($method, $uri, %o) = @_;
-
-	my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n";
-	my @h = @{$o{headers} // []};
-
-	$req .= "Connection: close\r\n"
-		unless grep { !ref && /^connection$/i } @h;
-
-	while (my ($name, $value) = splice(@h, 0, 2)) {
-		$req .= "$name: $value\r\n";
-	}
-
-	if (defined $o{body}) {
-		$req .= "Content-Type: application/json\r\n"
-			. 'Content-Length: ' . length($o{body}) . "\r\n";
-	}
-
-	return "$req\r\n" . ($o{body} // '');
-}
-
-# the response, with the bytes after its header as "raw_body"
-
-sub call {
-	my ($method, $uri, %o) = @_;
-
-	my $port = delete $o{port} // 8080;
-	my $raw = http(raw($method, $uri, %o),
-		PeerAddr => '127.0.0.1:' . port($port));
-
-	my $r = parse_response($raw) // { headers => {}, status => 0 };
-	$r->{raw_body} = ($raw // '') =~ /\r\n\r\n(.*)\z/s ? $1 : '';
-
-	return $r;
-}
 
 # a request with a client attempt id, timed
 
@@ -977,23 +938,7 @@ sub attempt {
 	return $r;
 }
 
-sub start {
-	my ($method, $uri, %o) = @_;
 
-	my $port = delete $o{port} // 8080;
-
-	return http(raw($method, $uri, %o), start => 1,
-		PeerAddr => '127.0.0.1:' . port($port));
-}
-
-sub api {
-	my ($id, %o) = @_;
-
-	my $r = call('GET', "/rl/attempts/$id", port => $o{port} // 8070);
-	$r->{json} = eval { decode_json($r->{body}) } // {};
-
-	return $r;
-}
 
 sub api_record {
 	my ($id, %o) = @_;
@@ -1082,14 +1027,6 @@ sub times_ok {
 		"$name: duration_ms is ended - started");
 }
 
-sub iso_ms {
-	my ($iso) = @_;
-
-	return undef unless defined $iso && $iso =~
-		/^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z$/;
-
-	return timegm($6, $5, $4, $3, $2 - 1, $1) * 1000 + $7;
-}
 
 # 409 in Dynamo's flat shape, with the id echoed
 
@@ -1102,68 +1039,19 @@ sub conflict {
 	is($r->{headers}{'x-should-retry'}, 'false', "$name: not to retry");
 }
 
-sub json {
-	my ($r) = @_;
-	return (eval { decode_json($r->{body}) } // {});
-}
 
-sub flat {
-	my ($r, $code, $type) = @_;
 
-	my $j = eval { decode_json($r->{body}) };
 
-	return ref $j eq 'HASH'
-		&& join(',', sort keys %$j) eq 'code,message,type'
-		&& !ref $j->{message} && length $j->{message}
-		&& $j->{type} eq $type
-		&& $j->{code} == $code;
-}
 
-sub is_true {
-	return JSON::PP::is_bool($_[0]) && $_[0];
-}
 
-sub is_false {
-	return JSON::PP::is_bool($_[0]) && !$_[0];
-}
 
-# the log only grows: each call parses what was appended since the last
-
-sub frontend_records {
-	open my $fh, '<', $FRONTEND_LOG or return [];
-	seek($fh, $FRONTEND_OFFSET, 0);
-
-	my $json = JSON::PP->new->utf8->allow_bignum;
-
-	while (my $line = <$fh>) {
-		last unless $line =~ /\n\z/;
-		$FRONTEND_OFFSET += length $line;
-		push @FRONTEND, $json->decode($line) if $line =~ /\S/;
-	}
-
-	return \@FRONTEND;
-}
-
-sub frontend_requests {
-	return scalar grep { !exists $_->{event} } @{frontend_records()};
-}
-
-# how many requests with this x-request-id reached the frontend
-
-sub forwarded {
-	my ($id) = @_;
-
-	return scalar grep { !exists $_->{event}
-		&& ($_->{headers}{'x-request-id'} // '') eq $id }
-		@{frontend_records()};
-}
 
 sub wait_forwarded {
 	my (@ids) = @_;
 
 	return Test::DynamoRL::wait_for(sub {
 		my %seen = map { ($_->{headers}{'x-request-id'} // '') => 1 }
-			grep { !exists $_->{event} } @{frontend_records()};
+			grep { !exists $_->{event} } @{frontend_records($t)};
 		return !grep { !$seen{$_} } @ids;
 	}, 10);
 }
@@ -1174,28 +1062,10 @@ sub wait_closed {
 	return Test::DynamoRL::wait_for(sub {
 		scalar grep { ($_->{event} // '') eq 'client_closed'
 			&& ($_->{'x-request-id'} // '') eq $id }
-			@{frontend_records()};
+			@{frontend_records($t)};
 	}, 10);
 }
 
-# reads until $re matches (or EOF with $re undef), or the deadline (in
-# seconds of normal speed)
-
-sub read_until {
-	my ($s, $re, $seconds) = @_;
-
-	my $sel = IO::Select->new($s);
-	my $deadline = time() + Test::DynamoRL::scale($seconds);
-	my $buf = '';
-
-	while (!defined $re || $buf !~ $re) {
-		my $left = $deadline - time();
-		last if $left <= 0 || !$sel->can_read($left);
-		last unless sysread($s, $buf, 65536, length $buf);
-	}
-
-	return $buf;
-}
 
 # curl, if it speaks HTTP/2
 

@@ -28,6 +28,7 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ call raw read_until resp rl_conf /;
 
 ###############################################################################
 
@@ -39,7 +40,7 @@ alarm(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(58);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -83,10 +84,7 @@ http {
         listen       127.0.0.1:8073 reuseport;
         server_name  localhost;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            proxy_pass http://frontend;
-        }
+        %%RL_REQUEST_PLANE%%
 
         location / {
             return 404;
@@ -100,42 +98,13 @@ http {
         listen       127.0.0.1:8074 reuseport;
         server_name  localhost;
 
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://rl_listener;
-        }
+        %%RL_DISCOVERY_PLANE%%
 
         # one refresh, then the snapshot stays fresh for the whole test
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=1h;
+        %%RL_ADMIN_PLANE valid=1h%%
 
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
-
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
-
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
-
-        location = /rl/status {
-            dynamo_rl_status;
-        }
-
-        location = /metrics {
-            dynamo_rl_metrics;
-        }
+        %%RL_APIS%%
     }
 }
 
@@ -509,41 +478,8 @@ sub crashes {
 	return @lines;
 }
 
-sub raw {
-	my ($method, $uri, %o) = @_;
 
-	my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\n";
 
-	my @h = @{$o{headers} // []};
-
-	while (my ($name, $value) = splice(@h, 0, 2)) {
-		$req .= "$name: $value\r\n";
-	}
-
-	if (defined $o{body}) {
-		$req .= "Content-Type: application/json\r\n"
-			. 'Content-Length: ' . length($o{body}) . "\r\n";
-	}
-
-	return "$req\r\n" . ($o{body} // '');
-}
-
-sub resp {
-	my ($raw) = @_;
-
-	return (length($raw // '') ? parse_response($raw) : undef)
-		// { headers => {}, body => '' };
-}
-
-sub call {
-	my ($method, $uri, %o) = @_;
-
-	my $port = delete $o{port} // 8080;
-
-	return resp(http(raw($method, $uri, %o),
-		PeerAddr => '127.0.0.1:' . port($port)));
-}
 
 sub admin {
 	my ($path, $tag, %o) = @_;
@@ -799,22 +735,6 @@ sub wait_log {
 	}, 10);
 
 	return @lines;
-}
-
-sub read_until {
-	my ($s, $re, $seconds) = @_;
-
-	my $sel = IO::Select->new($s);
-	my $deadline = time() + $seconds;
-	my $buf = '';
-
-	while (!defined $re || $buf !~ $re) {
-		my $left = $deadline - time();
-		last if $left <= 0 || !$sel->can_read($left);
-		last unless sysread($s, $buf, 65536, length $buf);
-	}
-
-	return $buf;
 }
 
 ###############################################################################

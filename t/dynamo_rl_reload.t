@@ -19,6 +19,8 @@ use Math::BigInt;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ admin_call concurrent listener_fetches
+	rl_conf /;
 
 ###############################################################################
 
@@ -47,7 +49,7 @@ $t->fake_set('discovery.json', doc($ID));
 
 my $r = admin("$W/$ID/engine/liveness_probe");
 is($r->{status}, 200, 'before reload: allowed');
-is(fetches(), 1, 'before reload: one fetch');
+is(listener_fetches($t), 1, 'before reload: one fetch');
 
 my $gen = $r->{log}{generation};
 my $pid = $r->{log}{pid};
@@ -67,7 +69,7 @@ is(parse_response(http_get('/version'))->{body}, 'two',
 
 $r = admin("$W/$ID/engine/liveness_probe");
 is($r->{status}, 200, 'after reload: allowed from the old snapshot');
-is(fetches(), 1, 'after reload: no fetch');
+is(listener_fetches($t), 1, 'after reload: no fetch');
 is($r->{log}{generation}, $gen, 'after reload: same generation');
 isnt($r->{log}{pid}, $pid, 'after reload: a new worker process');
 is(join(' ', map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
@@ -84,11 +86,11 @@ $t->reload();
 
 ok(!$t->reload_failed(), 'two processes: reload accepted');
 
-my @res = concurrent(map { "$W/$ID/engine/liveness_probe" } 1 .. 16);
+my @res = concurrent(8083, map { "$W/$ID/engine/liveness_probe" } 1 .. 16);
 
 is(join(' ', map { $_->{status} } @res), join(' ', (200) x 16),
 	'two processes: all allowed');
-is(fetches(), 1, 'two processes: no fetch');
+is(listener_fetches($t), 1, 'two processes: no fetch');
 
 # a worker process logs a request after its client has the response
 
@@ -110,7 +112,7 @@ is(join(' ', sort { $a <=> $b } keys %{{ map { $_->{generation} => 1 }
 $r = admin("$W/$ID/engine/liveness_probe", port => 8084);
 is(join(' ', $r->{status}, $r->{json}{error} // ''), '404 unknown_worker',
 	'refresh: new document');
-is(fetches(), 2, 'refresh: one fetch');
+is(listener_fetches($t), 2, 'refresh: one fetch');
 cmp_ok($r->{log}{generation}, '>', $gen, 'refresh: next generation');
 
 $r = admin("$W/42/engine/liveness_probe");
@@ -123,7 +125,7 @@ $t->reload();
 
 $r = admin("$W/42/engine/liveness_probe");
 is($r->{status}, 200, 'second reload: allowed');
-is(fetches(), 2, 'second reload: no fetch');
+is(listener_fetches($t), 2, 'second reload: no fetch');
 
 ###############################################################################
 
@@ -134,7 +136,7 @@ alarm(0);
 sub nginx_conf {
 	my ($workers, $version) = @_;
 
-	return <<"EOF";
+	return rl_conf(<<"EOF");
 
 %%TEST_GLOBALS%%
 
@@ -171,38 +173,14 @@ http {
             return 200 "$version";
         }
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=60s;
-
-            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
+        %%RL_ADMIN_PLANE valid=60s%%
     }
 
     server {
         listen       127.0.0.1:8084;
         server_name  localhost;
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=0;
-
-            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
+        %%RL_ADMIN_PLANE valid=0%%
     }
 }
 
@@ -227,51 +205,11 @@ sub doc {
 		}) . ']}';
 }
 
-my $SEQ;
+# one admin call (Test::DynamoRL::Fixture::admin_call)
 
 sub admin {
 	my ($path, %o) = @_;
-
-	my $seq = ++$SEQ;
-	my $port = port($o{port} // 8080);
-
-	my $before = scalar @{$t->fake_records('worker-2')};
-
-	my $res = parse_response(http("POST $path HTTP/1.1\r\n"
-		. "Host: localhost\r\nConnection: close\r\nX-Test: $seq\r\n"
-		. "Content-Type: application/json\r\nContent-Length: 2\r\n"
-		. "\r\n{}", PeerAddr => "127.0.0.1:$port"))
-		// { status => 0, headers => {}, body => '' };
-
-	$res->{json} = eval { decode_json($res->{body}) } // {};
-	$res->{json} = {} unless ref $res->{json} eq 'HASH';
-
-	$res->{log} = $t->wait_for(sub {
-		(grep { $_->{t} eq $seq } access_log())[0];
-	}, 5) // {};
-
-	my $recs = $t->fake_records('worker-2');
-	$res->{fwd} = [ @$recs[$before .. $#$recs] ];
-
-	return $res;
-}
-
-sub concurrent {
-	my (@paths) = @_;
-
-	my @s = map {
-		http("POST $_ HTTP/1.1\r\nHost: localhost\r\n"
-			. "Connection: close\r\n"
-			. "Content-Type: application/json\r\n"
-			. "Content-Length: 2\r\n\r\n{}",
-			PeerAddr => '127.0.0.1:' . port(8083), start => 1)
-	} @paths;
-
-	return map { parse_response(http_end($_)) // { status => 0 } } @s;
-}
-
-sub fetches {
-	return scalar @{$t->fake_records('listener')};
+	return admin_call($t, 'POST', $path, %o);
 }
 
 sub access_log {

@@ -32,6 +32,7 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ api call raw rl_conf start /;
 
 ###############################################################################
 
@@ -103,7 +104,7 @@ my @streams = map {
 } 1 .. $STREAMS;
 
 ok(Test::DynamoRL::wait_for(sub {
-	!grep { (api($_)->{json}{state} // '') ne 'streaming' }
+	!grep { (api($_, port => 8083)->{json}{state} // '') ne 'streaming' }
 		map { "sse-$_" } 1 .. $STREAMS
 }, 10), 'streams: all streaming');
 
@@ -133,7 +134,8 @@ $t->write_file_expand('nginx.conf', nginx_conf('three'));
 $t->reload();
 ok(!$t->reload_failed(), 'second reload accepted');
 
-is(join(' ', map { api("sse-$_")->{json}{state} // 'none' } 1 .. $STREAMS),
+is(join(' ', map { api("sse-$_", port => 8083)->{json}{state} // 'none' }
+	1 .. $STREAMS),
 	join(' ', ('streaming') x $STREAMS),
 	'reloads done while the streams were open');
 
@@ -167,7 +169,7 @@ is(scalar(grep { $_ && !$_->{incomplete} && $_->{body} =~ /data: \[DONE\]\n\n\z/
 	&& (() = $_->{body} =~ /^data: \{/mg) == $EVENTS } @done), $STREAMS,
 	"streams: all $EVENTS events and [DONE]");
 
-my @records = map { api("sse-$_")->{json} } 1 .. $STREAMS;
+my @records = map { api("sse-$_", port => 8083)->{json} } 1 .. $STREAMS;
 
 is(join(' ', map { $_->{state} // 'none' } @records),
 	join(' ', ('succeeded') x $STREAMS), 'streams: attempts succeeded');
@@ -194,7 +196,8 @@ $g = gate();
 is("$g->{state} $g->{reason} $g->{epoch}", "closed reload test $epoch",
 	'zone: the gate is still closed, same epoch');
 
-is(api('kept-1')->{json}{state}, 'succeeded', 'zone: ledger record kept');
+is(api('kept-1', port => 8083)->{json}{state}, 'succeeded',
+	'zone: ledger record kept');
 
 $r = call('POST', '/open/completions', body => '{"prompt":"p"}',
 	headers => [ 'X-Dynamo-Attempt-Id' => 'kept-1' ]);
@@ -302,7 +305,8 @@ cmp_ok($st->{counters}{discovery_refreshes}{ok}, '>=', $refreshes->{ok} + 5,
 	'crash: refreshes counted');
 is("$st->{gate}{state} $st->{gate}{epoch}", "closed $epoch",
 	'crash: the gate kept');
-is(api('kept-1')->{json}{state}, 'succeeded', 'crash: the ledger kept');
+is(api('kept-1', port => 8083)->{json}{state}, 'succeeded',
+	'crash: the ledger kept');
 
 # nginx force-unlocks the zone's mutex only when the killed process held
 # it; the refresh was waiting for the listener, so nothing was held
@@ -321,7 +325,7 @@ alarm(0);
 sub nginx_conf {
 	my ($version) = @_;
 
-	return <<"EOF";
+	return rl_conf(<<"EOF");
 
 %%TEST_GLOBALS%%
 
@@ -356,10 +360,7 @@ http {
         proxy_set_header Connection "";
         proxy_buffering off;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            proxy_pass http://frontend;
-        }
+        %%RL_REQUEST_PLANE%%
 
         location /open/ {
             dynamo_rl_plane request;
@@ -414,52 +415,9 @@ http {
 EOF
 }
 
-###############################################################################
 
-sub raw {
-	my ($method, $uri, %o) = @_;
 
-	my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\n";
-	my @h = @{$o{headers} // []};
 
-	while (my ($name, $value) = splice(@h, 0, 2)) {
-		$req .= "$name: $value\r\n";
-	}
-
-	if (defined $o{body}) {
-		$req .= "Content-Type: application/json\r\n"
-			. 'Content-Length: ' . length($o{body}) . "\r\n";
-	}
-
-	return "$req\r\n" . ($o{body} // '');
-}
-
-sub call {
-	my ($method, $uri, %o) = @_;
-
-	my $port = delete $o{port} // 8080;
-
-	return parse_response(http(raw($method, $uri, %o),
-		PeerAddr => '127.0.0.1:' . port($port)))
-		// { status => 0, headers => {}, body => '' };
-}
-
-sub start {
-	my ($method, $uri, %o) = @_;
-
-	return http(raw($method, $uri, %o), start => 1,
-		PeerAddr => '127.0.0.1:' . port(8080));
-}
-
-sub api {
-	my ($id) = @_;
-
-	my $r = call('GET', "/rl/attempts/$id", port => 8083);
-	$r->{json} = eval { decode_json($r->{body}) } // {};
-
-	return $r;
-}
 
 sub status {
 	return eval { decode_json(call('GET', '/rl/status', port => 8083)

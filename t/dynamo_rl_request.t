@@ -23,6 +23,8 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ call flat frontend_records
+	frontend_requests json raw read_until rl_conf /;
 
 ###############################################################################
 
@@ -192,7 +194,6 @@ $t->run();
 # a named sub that closed over $t would keep it alive past Test::More's
 # END check, and the harness's own two tests would then break the plan
 
-my $FRONTEND_LOG = $t->fake_dir() . '/frontend.log';
 
 ###############################################################################
 
@@ -305,7 +306,7 @@ my @bad = (
 for my $case (@bad) {
 	my ($name, $headers) = @$case;
 
-	$n = frontend_requests();
+	$n = frontend_requests($t);
 
 	$r = call('POST', "/v1/completions?case=$name", body => $BODY,
 		headers => $headers);
@@ -320,13 +321,13 @@ for my $case (@bad) {
 	is(scalar $t->log_lines('error.log', qr/\[info\] .*dynamo rl: invalid/
 		. qr/ client attempt id.*case=$name HTTP/), 1,
 		"bad id $name: one info line");
-	is(frontend_requests(), $n, "bad id $name: nothing forwarded");
+	is(frontend_requests($t), $n, "bad id $name: nothing forwarded");
 }
 
 # CR and LF cannot reach the module: nginx itself refuses a bare CR in a
 # value, and a bare LF ends the header line
 
-$n = frontend_requests();
+$n = frontend_requests($t);
 
 $r = call('POST', '/v1/completions?case=cr', body => $BODY,
 	headers => [ 'X-Dynamo-Attempt-Id' => "abc\rdef" ]);
@@ -335,7 +336,7 @@ is($r->{status}, 400, 'bare CR: 400 from nginx');
 is(scalar $t->log_lines('error.log',
 	qr/\[info\] .*client sent invalid header line/), 1,
 	'bare CR: invalid header line logged');
-is(frontend_requests(), $n, 'bare CR: nothing forwarded');
+is(frontend_requests($t), $n, 'bare CR: nothing forwarded');
 
 $r = call('POST', '/v1/completions?case=lf', body => $BODY,
 	headers => [ 'X-Dynamo-Attempt-Id' => "lf-id\nInjected: 1" ]);
@@ -390,12 +391,12 @@ $r = call('POST', '/v1/completions', body => $BODY, port => 8083,
 is($r->{headers}{'x-trace-id'}, 'trace-1', 'X-Trace-Id: client id returned');
 ok(record_with('x-trace-id', 'trace-1'), 'X-Trace-Id: client id forwarded');
 
-$n = frontend_requests();
+$n = frontend_requests($t);
 $r = call('POST', '/v1/completions', body => $BODY, port => 8083,
 	headers => [ 'X-Trace-Id' => 'bad id' ]);
 is($r->{status}, 400, 'X-Trace-Id: bad client id 400');
 like($r->{headers}{'x-trace-id'}, $UUID7, 'X-Trace-Id: minted on the 400');
-is(frontend_requests(), $n, 'X-Trace-Id: bad id not forwarded');
+is(frontend_requests($t), $n, 'X-Trace-Id: bad id not forwarded');
 
 $r = call('POST', '/v1/chat/completions', body => $BODY, port => 8083);
 $id = $r->{headers}{'x-trace-id'};
@@ -464,7 +465,7 @@ is($rec->{headers}{'x-tenant-id'}, 'tenant-b', 'strip off: others pass');
 # methods outside the plane's set: 405 with Allow, nothing forwarded
 
 for my $method (qw/ DELETE PUT PATCH OPTIONS /) {
-	$n = frontend_requests();
+	$n = frontend_requests($t);
 	$r = call($method, "/v1/completions?m=$method", body => $BODY);
 
 	is($r->{status}, 405, "$method: 405");
@@ -473,16 +474,16 @@ for my $method (qw/ DELETE PUT PATCH OPTIONS /) {
 		or diag($r->{body});
 	like($r->{headers}{'x-dynamo-attempt-id'}, $UUID7,
 		"$method: attempt id on the 405");
-	is(frontend_requests(), $n, "$method: nothing forwarded");
+	is(frontend_requests($t), $n, "$method: nothing forwarded");
 }
 
-$n = frontend_requests();
+$n = frontend_requests($t);
 $r = call('GET', '/v1/completions', port => 8084);
 
 is($r->{status}, 405, 'dynamo_rl_methods POST: GET is 405');
 is($r->{headers}{allow}, 'POST', 'dynamo_rl_methods POST: Allow');
 ok(flat($r, 405, 'Method Not Allowed'), 'dynamo_rl_methods POST: flat body');
-is(frontend_requests(), $n, 'dynamo_rl_methods POST: nothing forwarded');
+is(frontend_requests($t), $n, 'dynamo_rl_methods POST: nothing forwarded');
 
 $r = call('HEAD', '/v1/completions', port => 8084);
 
@@ -500,7 +501,7 @@ for my $target ('/v1/x/..%2Fcompletions', '/v1//completions',
 	'/v1/x/../completions', '/v1/chat%2Fcompletions',
 	'/v1/completions%3Fa=b')
 {
-	$n = frontend_requests();
+	$n = frontend_requests($t);
 	$r = call('POST', $target, body => $BODY);
 
 	is($r->{status}, 400, "target $target: 400");
@@ -510,7 +511,7 @@ for my $target ('/v1/x/..%2Fcompletions', '/v1//completions',
 		or diag($r->{body});
 	like($r->{headers}{'x-dynamo-attempt-id'}, $UUID7,
 		"target $target: attempt id");
-	is(frontend_requests(), $n, "target $target: nothing forwarded");
+	is(frontend_requests($t), $n, "target $target: nothing forwarded");
 }
 
 is(scalar $t->log_lines('error.log', qr/\[info\] .*dynamo rl: non-canonical/
@@ -521,13 +522,13 @@ is(scalar $t->log_lines('error.log', qr/\[info\] .*dynamo rl: non-canonical/
 
 for my $target ('/v1/completions/..%2F..%2Fx', '/v1/completions%2f..%2f..%2fx')
 {
-	$n = frontend_requests();
+	$n = frontend_requests($t);
 	$r = call('POST', $target, body => $BODY);
 
 	is($r->{status}, 404, "target $target: location / 404");
 	ok(!exists $r->{headers}{'x-dynamo-attempt-id'},
 		"target $target: not a plane location");
-	is(frontend_requests(), $n, "target $target: nothing forwarded");
+	is(frontend_requests($t), $n, "target $target: nothing forwarded");
 }
 
 # a query string on a canonical path is forwarded as it came
@@ -579,7 +580,7 @@ close $s;
 
 ok(record_with('x-dynamo-attempt-id', 'after-early-400'),
 	'early 400: next request forwarded');
-is(scalar(grep { $_->{uri} =~ /case=early/ } @{frontend_records()}), 0,
+is(scalar(grep { $_->{uri} =~ /case=early/ } @{frontend_records($t)}), 0,
 	'early 400: refused request not forwarded');
 
 # 500 pipelined requests on one connection: every id is distinct, past
@@ -773,58 +774,8 @@ is($none_line->{status}, '404', 'log outside the plane: status');
 is($none_line->{plane}, '', 'log outside the plane: no plane');
 is($none_line->{attempt}, '', 'log outside the plane: no attempt id');
 
-###############################################################################
 
-# a raw HTTP/1.1 request; headers is a list of name => value pairs, sent
-# byte for byte
 
-sub raw {
-	my ($method, $uri, %o) = @_;
-
-	my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\n";
-
-	my @h = @{$o{headers} // []};
-
-	while (my ($name, $value) = splice(@h, 0, 2)) {
-		$req .= "$name: $value\r\n";
-	}
-
-	if (defined $o{body}) {
-		$req .= "Content-Type: application/json\r\n"
-			. 'Content-Length: ' . length($o{body}) . "\r\n";
-	}
-
-	return "$req\r\n" . ($o{body} // '');
-}
-
-sub call {
-	my ($method, $uri, %o) = @_;
-
-	my $port = delete $o{port} // 8080;
-
-	return parse_response(http(raw($method, $uri, %o),
-		PeerAddr => '127.0.0.1:' . port($port))) // { headers => {} };
-}
-
-sub json {
-	my ($r) = @_;
-	return (eval { decode_json($r->{body}) } // {});
-}
-
-# Dynamo's flat error: exactly message, type and code
-
-sub flat {
-	my ($r, $code, $type) = @_;
-
-	my $j = eval { decode_json($r->{body}) };
-
-	return ref $j eq 'HASH'
-		&& join(',', sort keys %$j) eq 'code,message,type'
-		&& !ref $j->{message} && length $j->{message}
-		&& $j->{type} eq $type
-		&& $j->{code} == $code;
-}
 
 sub uuid_ms {
 	my ($uuid) = @_;
@@ -833,23 +784,14 @@ sub uuid_ms {
 	return hex(substr($hex, 0, 8)) * 65536 + hex(substr($hex, 8, 4));
 }
 
-sub frontend_records {
-	open my $fh, '<', $FRONTEND_LOG or return [];
 
-	my $json = JSON::PP->new->utf8->allow_bignum;
-	return [ map { $json->decode($_) } grep { /\S/ } <$fh> ];
-}
-
-sub frontend_requests {
-	return scalar grep { !exists $_->{event} } @{frontend_records()};
-}
 
 sub records_with {
 	my ($name, $value) = @_;
 
 	return scalar grep { !exists $_->{event}
 		&& ($_->{headers}{$name} // '') eq $value }
-		@{frontend_records()};
+		@{frontend_records($t)};
 }
 
 sub record_with {
@@ -859,7 +801,7 @@ sub record_with {
 
 	my @r = grep { !exists $_->{event}
 		&& ($_->{headers}{$name} // '') eq $value }
-		@{frontend_records()};
+		@{frontend_records($t)};
 
 	return $r[0];
 }
@@ -868,28 +810,10 @@ sub wait_record {
 	my ($match) = @_;
 
 	return Test::DynamoRL::wait_for(sub {
-		scalar grep { $match->($_) } @{frontend_records()};
+		scalar grep { $match->($_) } @{frontend_records($t)};
 	}, 10);
 }
 
-# reads until $re matches what was read (or EOF with $re undef), or the
-# deadline; returns what was read
-
-sub read_until {
-	my ($s, $re, $seconds) = @_;
-
-	my $sel = IO::Select->new($s);
-	my $deadline = time() + $seconds;
-	my $buf = '';
-
-	while (!defined $re || $buf !~ $re) {
-		my $left = $deadline - time();
-		last if $left <= 0 || !$sel->can_read($left);
-		last unless sysread($s, $buf, 65536, length $buf);
-	}
-
-	return $buf;
-}
 
 # DELETE on $n connections at once: one event loop iteration of the
 # worker mints many ids; returns the ids on the 405 responses

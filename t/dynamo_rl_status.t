@@ -27,10 +27,11 @@ use JSON::PP;
 use Math::BigInt;
 use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ time sleep /;
-use Time::Local qw/ timegm /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ call doc iso_ms rl_conf vllm_routes
+	worker /;
 
 ###############################################################################
 
@@ -42,7 +43,7 @@ alarm(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(127);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -69,34 +70,16 @@ http {
         listen       127.0.0.1:8080;
         server_name  localhost;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            proxy_pass http://frontend;
-        }
+        %%RL_REQUEST_PLANE%%
     }
 
     server {
         listen       127.0.0.1:8070;
         server_name  localhost;
 
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://rl_listener;
-        }
+        %%RL_DISCOVERY_PLANE%%
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=1h;
-
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
+        %%RL_ADMIN_PLANE valid=1h%%
 
         location = /rl/status {
             dynamo_rl_status;
@@ -130,12 +113,7 @@ my $JS = JSON::PP->new->canonical->allow_bignum;
 
 my $XSS = '</script><img src=x onerror=alert(1)>';
 
-my @VLLM = sort qw/
-	liveness_probe pause_generation resume_generation flush_cache
-	update_weights_from_disk get_weight_version
-	update_weights_from_distributed init_weights_update_group
-	destroy_weights_update_group update_weights_from_tensor abort_request
-/;
+my @VLLM = vllm_routes();
 
 my $A = '7587888160958628117';
 my $B = '9007199254740993';
@@ -500,38 +478,7 @@ is(substr($png, 0, 8), "\x89PNG\r\n\x1a\n", 'screenshot: a PNG');
 is(join('x', unpack('NN', substr($png, 16, 8) . "\0" x 8)), '1200x900',
 	'screenshot: 1200x900');
 
-###############################################################################
 
-sub raw {
-	my ($method, $uri, %o) = @_;
-
-	my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\n";
-
-	my @h = @{$o{headers} // []};
-
-	while (my ($name, $value) = splice(@h, 0, 2)) {
-		$req .= "$name: $value\r\n";
-	}
-
-	if (defined $o{body}) {
-		$req .= "Content-Type: application/json\r\n"
-			. 'Content-Length: ' . length($o{body}) . "\r\n";
-	}
-
-	return "$req\r\n" . ($o{body} // '');
-}
-
-sub call {
-	my ($method, $uri, %o) = @_;
-
-	my $port = delete $o{port} // 8080;
-	my $raw = http(raw($method, $uri, %o),
-		PeerAddr => '127.0.0.1:' . port($port));
-
-	return (length($raw // '') ? parse_response($raw) : undef)
-		// { headers => {}, body => '' };
-}
 
 sub status {
 	my ($uri, %o) = @_;
@@ -636,56 +583,8 @@ sub schema_ok {
 	is(join('; ', @bad), '', "$name: schema");
 }
 
-# a worker entry of a discovery document; "w" is the fake worker its
-# system_url points at, and an undef value removes the field
 
-sub worker {
-	my (%o) = @_;
 
-	my $wi = delete $o{w} // 0;
-	my $id = delete $o{id};
-
-	my %e = (
-		namespace => 'dynamo',
-		component => 'backend',
-		endpoint => 'rl',
-		instance_id => Math::BigInt->new($id),
-		transport => { tcp => "127.0.0.1:9999/$id/rl" },
-		request_plane_url => 'dyn://dynamo.backend.rl',
-		system_url => 'http://127.0.0.1:' . port(8091 + $wi),
-		model => 'Qwen/Qwen3-0.6B',
-		routes => [ @VLLM ],
-		world_size => 1,
-	);
-
-	for my $k (keys %o) {
-		if (defined $o{$k}) {
-			$e{$k} = $o{$k};
-
-		} else {
-			delete $e{$k};
-		}
-	}
-
-	return \%e;
-}
-
-sub doc {
-	my (@workers) = @_;
-
-	return '{"protocol_version":1,"namespace":"dynamo","workers":['
-		. join(',', map { $JS->encode($_) } @workers) . ']}';
-}
-
-sub iso_ms {
-	my ($s) = @_;
-
-	my ($y, $mo, $d, $h, $mi, $sec, $ms) = ($s // '')
-		=~ /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z$/
-		or return undef;
-
-	return timegm($sec, $mi, $h, $d, $mo - 1, $y) * 1000 + $ms;
-}
 
 sub chromium_path {
 	for my $dir (split /:/, $ENV{PATH} // '/usr/bin') {

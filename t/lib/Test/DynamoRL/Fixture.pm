@@ -1,0 +1,480 @@
+package Test::DynamoRL::Fixture;
+
+# (C) ngx_dynamo_rl_module developers
+
+# The fixtures that the test files share, so that each of them holds its
+# assertions and the nginx configuration it is about, not a copy of the
+# same helpers.  Test::DynamoRL starts and stops processes and speaks
+# HTTP; this module builds on it.  Nothing is exported by default: a test
+# names what it uses,
+#
+#     use Test::DynamoRL::Fixture qw/ call json rl_conf /;
+#
+# and helpers that read the files of a test take its harness first.
+#
+# Configuration:
+#
+#     rl_conf($text)        expands the macros below in nginx.conf text;
+#                           each becomes one line, so that line numbers of
+#                           the heredoc still hold (as in Test::DynamoRL);
+#                           pass the result to $t->write_file_expand()
+#
+#         %%RL_REQUEST_PLANE%%    location /v1/ proxied to "frontend"
+#         %%RL_DISCOVERY_PLANE%%  location = /v1/rl/workers, proxied to
+#                                 "rl_listener"
+#         %%RL_ADMIN_PLANE args%% location /v1/rl/workers/ of the admin
+#                                 plane and its internal /_rl_discovery;
+#                                 args go to dynamo_rl_discovery
+#         %%RL_APIS [names]%%     locations of the gate, attempts, status
+#                                 and metrics handlers (default: all)
+#
+# Requests (to 127.0.0.1:port(N), port 8080 unless port => N):
+#
+#     raw($method, $uri, headers => [ name => value ...], body => $body)
+#                           the text of a request; a body is JSON
+#     call($method, $uri, %o)  sends raw(), returns parse_response()'s
+#                           hash (status 0 if nothing came) plus
+#                           "raw_body", the body before any de-chunking
+#     start($method, $uri, %o)  sends raw(), returns the socket
+#     resp($raw)            parse_response(), or an empty answer
+#     json($r)              the body of $r decoded, {} if not JSON
+#     flat($r, $code, $type)  true if the body is an OpenAI-style error
+#                           {code, message, type} with that code and type
+#     is_true($v), is_false($v)  a JSON boolean of that value
+#     iso_ms($iso)          an ISO 8601 UTC time with milliseconds, in ms
+#     json_error($r)        "<status> <error of the JSON body>"
+#     api($id, port => N)   GET /rl/attempts/<id> on 8070, with "json"
+#     metrics($port)        the samples of GET /metrics: name => value
+#     concurrent($port, @paths)  POST {} to every path at once, then
+#                           read the answers
+#     read_until($sock, $re, $seconds)  reads until $re matches, the
+#                           socket closes or the time (scale()d) is over
+#
+# Discovery documents:
+#
+#     vllm_routes()         the engine routes a vLLM worker advertises
+#     worker(id => ..., w => N, url => ..., field => value|undef)
+#                           a worker entry; "w" is the fake worker its
+#                           system_url points at, undef drops a field
+#     doc(@workers)         a discovery document
+#
+# Files of a test:
+#
+#     json_lines($path, bytes => 1)  the JSON lines of a file, decoded
+#                           (from UTF-8, or as bytes)
+#     err_since($t, $off)   the lines of error.log from byte $off
+#     frontend_records($t)  what the fake frontend received
+#     frontend_requests($t) how many requests (not events) it received
+#     forwarded($t, $id)    how many of them had X-Request-Id $id
+#     listener_fetches($t)  how many requests the fake listener answered
+#     worker_counts($t) / worker_records_since($t, $counts)
+#                           what the fake workers received since
+#     admin_call($t, $method, $path, %o)  an admin-plane call with its
+#                           access-log entry, error-log lines and the
+#                           worker records it caused (see below)
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use base qw/ Exporter /;
+
+our @EXPORT_OK = qw/ rl_conf raw call start resp json flat json_error
+	is_true is_false iso_ms api metrics concurrent read_until vllm_routes
+	worker doc json_lines err_since frontend_records frontend_requests
+	forwarded listener_fetches worker_counts worker_records_since
+	admin_call /;
+
+use IO::Select;
+use JSON::PP;
+use Math::BigInt;
+use Time::HiRes qw/ time /;
+use Time::Local qw/ timegm /;
+
+use Test::DynamoRL qw/ http http_end parse_response port /;
+
+my $JS = JSON::PP->new->canonical->allow_bignum;
+my $JSU = JSON::PP->new->utf8->allow_bignum;
+
+###############################################################################
+
+my %CONF = (
+	RL_REQUEST_PLANE => sub {
+		return 'location /v1/ { dynamo_rl_plane request;'
+			. ' proxy_pass http://frontend; }';
+	},
+
+	RL_DISCOVERY_PLANE => sub {
+		return 'location = /v1/rl/workers { dynamo_rl_plane discovery;'
+			. ' proxy_pass http://rl_listener; }';
+	},
+
+	RL_ADMIN_PLANE => sub {
+		my (@args) = @_;
+
+		return 'location /v1/rl/workers/ { dynamo_rl_plane admin;'
+			. " dynamo_rl_discovery /_rl_discovery @args;"
+			. ' proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;'
+			. ' proxy_next_upstream off; }'
+			. ' location = /_rl_discovery { internal;'
+			. ' proxy_pass http://rl_listener/v1/rl/workers;'
+			. ' subrequest_output_buffer_size 1m; }';
+	},
+
+	RL_APIS => sub {
+		my (@names) = @_;
+
+		my %api = (
+			gate => 'location = /rl/gate { dynamo_rl_gate_api; }',
+			attempts => 'location /rl/attempts/'
+				. ' { dynamo_rl_attempts_api; }',
+			status => 'location = /rl/status { dynamo_rl_status; }',
+			metrics => 'location = /metrics { dynamo_rl_metrics; }',
+		);
+
+		@names = qw/ gate attempts status metrics / unless @names;
+
+		return join(' ', map { $api{$_} // die "no api \"$_\"\n" }
+			@names);
+	},
+);
+
+sub rl_conf {
+	my ($text) = @_;
+
+	$text =~ s{%%(RL_[A-Z_]+)((?: [^%\n]+)?)%%}{
+		my ($name, @args) = ($1, split(' ', $2));
+		($CONF{$name} // die "unknown macro %%$name%%\n")->(@args);
+	}ge;
+
+	return $text;
+}
+
+###############################################################################
+
+sub raw {
+	my ($method, $uri, %o) = @_;
+
+	my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n";
+	my @h = @{$o{headers} // []};
+
+	$req .= "Connection: close\r\n"
+		unless grep { !ref && /^connection$/i } @h;
+
+	while (my ($name, $value) = splice(@h, 0, 2)) {
+		$req .= "$name: $value\r\n";
+	}
+
+	if (defined $o{body}) {
+		$req .= "Content-Type: application/json\r\n"
+			. 'Content-Length: ' . length($o{body}) . "\r\n";
+	}
+
+	return "$req\r\n" . ($o{body} // '');
+}
+
+sub call {
+	my ($method, $uri, %o) = @_;
+
+	my $port = delete $o{port} // 8080;
+	my $raw = http(raw($method, $uri, %o),
+		PeerAddr => '127.0.0.1:' . port($port));
+
+	my $r = resp($raw);
+	$r->{raw_body} = ($raw // '') =~ /\r\n\r\n(.*)\z/s ? $1 : '';
+
+	return $r;
+}
+
+sub start {
+	my ($method, $uri, %o) = @_;
+
+	my $port = delete $o{port} // 8080;
+
+	return http(raw($method, $uri, %o), start => 1,
+		PeerAddr => '127.0.0.1:' . port($port));
+}
+
+sub resp {
+	my ($raw) = @_;
+
+	return (length($raw // '') ? parse_response($raw) : undef)
+		// { status => 0, headers => {}, body => '' };
+}
+
+sub json {
+	my ($r) = @_;
+	return (eval { decode_json($r->{body}) } // {});
+}
+
+sub flat {
+	my ($r, $code, $type) = @_;
+
+	my $j = eval { decode_json($r->{body}) };
+
+	return ref $j eq 'HASH'
+		&& join(',', sort keys %$j) eq 'code,message,type'
+		&& !ref $j->{message} && length $j->{message}
+		&& $j->{type} eq $type
+		&& $j->{code} == $code;
+}
+
+sub is_true {
+	my ($v) = @_;
+	return JSON::PP::is_bool($v) && $v;
+}
+
+sub is_false {
+	my ($v) = @_;
+	return JSON::PP::is_bool($v) && !$v;
+}
+
+sub iso_ms {
+	my ($s) = @_;
+
+	my ($y, $mo, $d, $h, $mi, $sec, $ms) = ($s // '')
+		=~ /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z$/
+		or return undef;
+
+	return timegm($sec, $mi, $h, $d, $mo - 1, $y) * 1000 + $ms;
+}
+
+sub json_error {
+	my ($r) = @_;
+	my $j = eval { decode_json($r->{body}) } // {};
+	return "$r->{status} " . ($j->{error} // '-');
+}
+
+sub api {
+	my ($id, %o) = @_;
+
+	my $r = call('GET', "/rl/attempts/$id", port => $o{port} // 8070);
+	$r->{json} = eval { decode_json($r->{body}) } // {};
+
+	return $r;
+}
+
+sub metrics {
+	my ($port) = @_;
+
+	my $r = call('GET', '/metrics', port => $port // 8070);
+
+	my %m;
+
+	for my $line (split /\n/, $r->{body} // '') {
+		next if $line =~ /^#/;
+		my ($name, $value) = $line =~ /^(\S+)\s+(\S+)$/ or next;
+		$m{$name} = $value;
+	}
+
+	return \%m;
+}
+
+sub concurrent {
+	my ($port, @paths) = @_;
+
+	my @s = map {
+		http("POST $_ HTTP/1.1\r\nHost: localhost\r\n"
+			. "Connection: close\r\n"
+			. "Content-Type: application/json\r\n"
+			. "Content-Length: 2\r\n\r\n{}",
+			PeerAddr => '127.0.0.1:' . port($port), start => 1)
+	} @paths;
+
+	return map { parse_response(http_end($_)) // { status => 0 } } @s;
+}
+
+sub read_until {
+	my ($s, $re, $seconds) = @_;
+
+	my $sel = IO::Select->new($s);
+	my $deadline = time() + Test::DynamoRL::scale($seconds);
+	my $buf = '';
+
+	while (!defined $re || $buf !~ $re) {
+		my $left = $deadline - time();
+		last if $left <= 0 || !$sel->can_read($left);
+		last unless sysread($s, $buf, 65536, length $buf);
+	}
+
+	return $buf;
+}
+
+###############################################################################
+
+sub vllm_routes {
+	return sort qw/
+		liveness_probe pause_generation resume_generation flush_cache
+		update_weights_from_disk get_weight_version
+		update_weights_from_distributed init_weights_update_group
+		destroy_weights_update_group update_weights_from_tensor
+		abort_request
+	/;
+}
+
+sub worker {
+	my (%o) = @_;
+
+	my $w = delete $o{w} // 0;
+	my $id = delete $o{id};
+	my $url = delete $o{url} // 'http://127.0.0.1:' . port(8091 + $w);
+
+	my %e = (
+		namespace => 'dynamo',
+		component => 'backend',
+		endpoint => 'rl',
+		instance_id => Math::BigInt->new($id),
+		transport => { tcp => "127.0.0.1:9999/$id/rl" },
+		request_plane_url => 'dyn://dynamo.backend.rl',
+		system_url => $url,
+		model => 'Qwen/Qwen3-0.6B',
+		routes => [ vllm_routes() ],
+		world_size => 1,
+	);
+
+	for my $k (keys %o) {
+		if (defined $o{$k}) {
+			$e{$k} = $o{$k};
+
+		} else {
+			delete $e{$k};
+		}
+	}
+
+	return \%e;
+}
+
+sub doc {
+	my (@workers) = @_;
+
+	return '{"protocol_version":1,"namespace":"dynamo","workers":['
+		. join(',', map { $JS->encode($_) } @workers) . ']}';
+}
+
+###############################################################################
+
+sub json_lines {
+	my ($path, %o) = @_;
+
+	my $json = $o{bytes} ? $JS : $JSU;
+
+	# a line still being written is left for the next call
+
+	open my $fh, '<', $path or return ();
+	return map { $json->decode($_) } grep { /\S/ && /\n\z/ } <$fh>;
+}
+
+sub err_since {
+	my ($t, $off) = @_;
+
+	open my $fh, '<', $t->testdir() . '/error.log' or return ();
+	seek($fh, $off // 0, 0);
+	return <$fh>;
+}
+
+# the log grows during a test and is read again and again while waiting:
+# only what was added since the last call is decoded
+
+my %FRONTEND;
+
+sub frontend_records {
+	my ($t) = @_;
+
+	my $path = $t->fake_dir() . '/frontend.log';
+	my $f = $FRONTEND{$path} //= { off => 0, records => [] };
+
+	open my $fh, '<', $path or return [];
+
+	$f = $FRONTEND{$path} = { off => 0, records => [] }
+		if -s $fh < $f->{off};
+
+	seek($fh, $f->{off}, 0);
+
+	while (my $line = <$fh>) {
+		last unless $line =~ /\n\z/;
+		$f->{off} += length $line;
+		push @{$f->{records}}, $JSU->decode($line) if $line =~ /\S/;
+	}
+
+	return $f->{records};
+}
+
+sub frontend_requests {
+	my ($t) = @_;
+	return scalar grep { !exists $_->{event} } @{frontend_records($t)};
+}
+
+sub forwarded {
+	my ($t, $id) = @_;
+
+	return scalar grep { !exists $_->{event}
+		&& ($_->{headers}{'x-request-id'} // '') eq $id }
+		@{frontend_records($t)};
+}
+
+sub listener_fetches {
+	my ($t) = @_;
+	return scalar @{$t->fake_records('listener')};
+}
+
+sub worker_counts {
+	my ($t) = @_;
+	return { map { $_ => scalar @{$t->fake_records("worker-$_")} } 0 .. 2 };
+}
+
+sub worker_records_since {
+	my ($t, $before) = @_;
+
+	my @new;
+
+	for my $w (sort keys %$before) {
+		my $recs = $t->fake_records("worker-$w");
+		push @new, @$recs[$before->{$w} .. $#$recs];
+	}
+
+	return @new;
+}
+
+# one admin-plane call, tagged with an "X-Test" header that the access
+# log "rl.log" records as "t"; returns the response with "json" (a hash,
+# {} if none), the access-log entry ("log"), the new non-debug error-log
+# lines ("err") and the worker records it caused ("fwd")
+
+my $SEQ = 0;
+
+sub admin_call {
+	my ($t, $method, $path, %o) = @_;
+
+	my $seq = ++$SEQ;
+	my $body = $o{body} // '{}';
+	my $port = port($o{port} // 8080);
+
+	my $before = worker_counts($t);
+	my $off = -s $t->testdir() . '/error.log';
+
+	my $req = "$method $path HTTP/1.1\r\nHost: localhost\r\n"
+		. "Connection: close\r\nX-Test: $seq\r\n" . ($o{headers} // '');
+
+	$req .= $method eq 'GET' ? "\r\n" : "Content-Type: application/json\r\n"
+		. 'Content-Length: ' . length($body) . "\r\n\r\n$body";
+
+	my $res = resp(http($req, PeerAddr => "127.0.0.1:$port"));
+
+	$res->{json} = eval { decode_json($res->{body}) } // {};
+	$res->{json} = {} unless ref $res->{json} eq 'HASH';
+
+	$res->{log} = $t->wait_for(sub {
+		(grep { $_->{t} eq $seq }
+			json_lines($t->testdir() . '/rl.log', bytes => 1))[0];
+	}, 5) // {};
+
+	$res->{err} = [ grep { !/\[debug\]/ } err_since($t, $off) ];
+	$res->{fwd} = [ worker_records_since($t, $before) ];
+
+	return $res;
+}
+
+###############################################################################
+
+1;
