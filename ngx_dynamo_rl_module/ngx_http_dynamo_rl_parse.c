@@ -22,6 +22,10 @@ static ngx_int_t ngx_http_dynamo_rl_caseeq(u_char *a, u_char *b, size_t n);
 #define NGX_HTTP_DYNAMO_RL_KEY_WORKERS   1
 #define NGX_HTTP_DYNAMO_RL_KEY_ID        2
 
+/* words of a caller's scope: a map's value may span lines */
+#define NGX_HTTP_DYNAMO_RL_SPACE(c)                                          \
+    ((c) == ' ' || (c) == '\t' || (c) == '\r' || (c) == '\n')
+
 
 /*
  * an attempt id is 1..128 bytes of [A-Za-z0-9._:-]; anything else,
@@ -1003,7 +1007,7 @@ ngx_http_dynamo_rl_system_url_host(u_char *p, size_t len, ngx_str_t *host)
 /*
  * a caller's namespace scope, from a variable, in the directive's own
  * grammar: "any", "prefix=P", "exact=NS" or "exact=NS suffix=S", the
- * words separated by spaces or tabs; names are non-empty and of
+ * words separated by spaces, tabs or line breaks; names are non-empty and of
  * [A-Za-z0-9._-]; "env" is configuration, not a caller's scope; anything
  * else does not parse, and never widens a scope
  */
@@ -1021,7 +1025,7 @@ ngx_http_dynamo_rl_parse_scope(u_char *p, size_t len, ngx_uint_t *mode,
 
     while (p < last) {
 
-        if (*p == ' ' || *p == '\t') {
+        if (NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
             p++;
             continue;
         }
@@ -1032,7 +1036,7 @@ ngx_http_dynamo_rl_parse_scope(u_char *p, size_t len, ngx_uint_t *mode,
 
         word[n].data = p;
 
-        while (p < last && *p != ' ' && *p != '\t') {
+        while (p < last && !NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
             p++;
         }
 
@@ -1117,7 +1121,7 @@ ngx_http_dynamo_rl_scope_name(u_char *p, size_t len)
 
 /*
  * a caller's route list, from a variable: routes of the route grammar
- * separated by spaces or tabs, at least one; "n" is how many
+ * separated by spaces, tabs or line breaks, at least one; "n" is how many
  */
 
 ngx_int_t
@@ -1130,14 +1134,14 @@ ngx_http_dynamo_rl_parse_routes(u_char *p, size_t len, ngx_uint_t *n)
 
     while (p < last) {
 
-        if (*p == ' ' || *p == '\t') {
+        if (NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
             p++;
             continue;
         }
 
         start = p;
 
-        while (p < last && *p != ' ' && *p != '\t') {
+        while (p < last && !NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
             p++;
         }
 
@@ -1163,14 +1167,14 @@ ngx_http_dynamo_rl_routes_find(u_char *p, size_t len, ngx_str_t *route)
 
     while (p < last) {
 
-        if (*p == ' ' || *p == '\t') {
+        if (NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
             p++;
             continue;
         }
 
         start = p;
 
-        while (p < last && *p != ' ' && *p != '\t') {
+        while (p < last && !NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
             p++;
         }
 

@@ -75,6 +75,7 @@ static ngx_http_dynamo_rl_test_routes_t  ngx_http_dynamo_rl_routes[] = {
     { "liveness_probe", NGX_OK, 1 },
     { "liveness_probe flush_cache", NGX_OK, 2 },
     { "\tcontrol/pause_generation  update/weights ", NGX_OK, 2 },
+    { "a\n      b\r\nc", NGX_OK, 3 },
     { "", NGX_DECLINED, 0 },
     { " \t ", NGX_DECLINED, 0 },
     { "liveness_probe ../x", NGX_DECLINED, 0 },
