@@ -287,6 +287,12 @@ ngx_http_dynamo_rl_in_scope(ngx_http_dynamo_rl_loc_conf_t *drlcf,
         return NGX_DECLINED;
     }
 
+    /* a caller's scope is known only per request: ngx_http_dynamo_rl_scope.c */
+
+    if (drlcf->ns_mode == NGX_HTTP_DYNAMO_RL_NS_VALUE) {
+        return NGX_DECLINED;
+    }
+
     return ngx_http_dynamo_rl_namespace_match(drlcf->ns_mode,
                                               &drlcf->ns_scope,
                                               ns->data, ns->len);

@@ -36,7 +36,7 @@ select STDOUT; $| = 1;
 $SIG{ALRM} = sub { die "test timed out\n" };
 alarm(Test::DynamoRL::scale(240));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy map http_v2/)->plan(149);
+my $t = Test::DynamoRL->new()->has(qw/http proxy map http_v2/)->plan(150);
 
 $t->write_file_expand('nginx.conf', <<'EOF');
 
@@ -157,6 +157,12 @@ http {
         location = /_rl_discovery {
             internal;
             proxy_pass http://rl_listener/v1/rl/workers;
+        }
+
+        # a caller's scope is per request: the status lists no worker
+
+        location = /rl/status {
+            dynamo_rl_status;
         }
     }
 }
@@ -292,6 +298,16 @@ deny('nested: no suffix', "$W/105/engine/flush_cache", 403, 'caller_scope',
 deny('nested: no routes', "$W/105/engine/flush_cache", 403, 'caller_scope',
 	port => 8083, headers => "X-Ns: team-b\r\nX-Sfx: x1",
 	line => qr/"dynamo_rl_admin_routes" is empty/);
+
+{
+	my $st = http_json('/rl/status',
+		PeerAddr => '127.0.0.1:' . port(8083),
+		headers => "X-Ns: team-b\r\nX-Sfx: x1");
+
+	is(join(' ', $st->{status}, scalar @{$st->{json}{snapshot}{fleet} // [ 1 ]}),
+		'200 0', 'status with a caller\'s scope: no worker listed')
+		or diag(explain($st->{json}));
+}
 
 ###############################################################################
 
