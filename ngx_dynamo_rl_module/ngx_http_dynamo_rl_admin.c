@@ -92,13 +92,24 @@ ngx_http_dynamo_rl_admin_handler(ngx_http_request_t *r)
     path.data = r->uri.data + drlcf->admin_prefix.len;
     path.len = r->uri.len - drlcf->admin_prefix.len;
 
-    if (ngx_http_dynamo_rl_parse_admin_path(path.data, path.len, &id, &route)
-        != NGX_OK)
+    /* GET {instance_id}/health: a probe before binding to a worker */
+
+    ngx_str_null(&route);
+
+    if (ngx_http_dynamo_rl_parse_health_path(path.data, path.len, &id)
+        == NGX_OK)
+    {
+        ctx->admin_health = 1;
+
+    } else if (ngx_http_dynamo_rl_parse_admin_path(path.data, path.len, &id,
+                                                   &route)
+               != NGX_OK)
     {
         return ngx_http_dynamo_rl_admin_deny(r, NGX_HTTP_BAD_REQUEST,
                                              "bad_path",
                                              "expected {instance_id}/engine/"
-                                             "{route}");
+                                             "{route} or {instance_id}/"
+                                             "health");
     }
 
     if (ctx->instance_id.len == 0) {
@@ -107,6 +118,20 @@ ngx_http_dynamo_rl_admin_handler(ngx_http_request_t *r)
         ctx->instance_id.data = path.data;
         ctx->instance_id.len = p - path.data;
         ctx->route = route;
+    }
+
+    /* before the snapshot: a caller out of any scope learns nothing */
+
+    rc = ngx_http_dynamo_rl_scope_eval(r, ctx);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_dynamo_rl_deny(r, NGX_HTTP_FORBIDDEN, "caller_scope",
+                                       "the caller's scope is empty or "
+                                       "invalid");
     }
 
     rc = ngx_http_dynamo_rl_discovery_fresh(r, ctx, &index);
@@ -140,10 +165,10 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
     ngx_uint_t                       n, k;
     ngx_str_t                       *route;
     ngx_http_dynamo_rl_worker_t    **wp, *w;
-    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
-    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+    static ngx_str_t  health = ngx_string("health");
+
     drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
 
     ctx->generation.data = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
@@ -161,7 +186,7 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
     wp = ngx_http_dynamo_rl_index_find(index, id, &k);
 
     for ( /* void */ ; k; k--, wp++) {
-        if (ngx_http_dynamo_rl_in_scope(drlcf, &(*wp)->namespace) == NGX_OK) {
+        if (ngx_http_dynamo_rl_scope_worker(r, ctx, index, *wp) == NGX_OK) {
             w = *wp;
             n++;
         }
@@ -214,20 +239,21 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
                                              "gateway");
     }
 
-    route = ngx_http_dynamo_rl_route_find(w->routes, w->nroutes,
-                                          &ctx->route);
+    if (ctx->admin_health) {
+        route = &health;
 
-    if (route == NULL
-        || (drlcf->admin_routes != NULL
-            && ngx_http_dynamo_rl_route_find(drlcf->admin_routes->elts,
-                                             drlcf->admin_routes->nelts,
-                                             &ctx->route)
-               == NULL))
-    {
-        return ngx_http_dynamo_rl_admin_deny(r, NGX_HTTP_FORBIDDEN,
-                                             "route_not_advertised",
-                                             "route is not advertised by "
-                                             "this worker");
+    } else {
+        route = ngx_http_dynamo_rl_route_find(w->routes, w->nroutes,
+                                              &ctx->route);
+
+        if (route == NULL
+            || ngx_http_dynamo_rl_scope_route(r, ctx, &ctx->route) != NGX_OK)
+        {
+            return ngx_http_dynamo_rl_admin_deny(r, NGX_HTTP_FORBIDDEN,
+                                                 "route_not_advertised",
+                                                 "route is not advertised "
+                                                 "by this worker");
+        }
     }
 
     /*
@@ -249,6 +275,11 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
     ngx_memcpy(ctx->system_url.data, w->system_url.data, len);
     ctx->system_url.len = len;
 
+    if (ctx->admin_health) {
+        ngx_str_set(&ctx->engine_path, "/health");
+        goto allow;
+    }
+
     len = sizeof("/engine/") - 1 + route->len;
 
     p = ngx_pnalloc(r->pool, len);
@@ -264,6 +295,8 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
 
     ctx->route.data = p;
     ctx->route.len = route->len;
+
+allow:
 
     /* an admin call never upgrades the connection */
     r->headers_in.upgrade = NULL;
@@ -476,6 +509,16 @@ ngx_http_dynamo_rl_admin_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
+    /* a 2xx without a body is not the JSON that every route answers */
+
+    if (r->headers_out.content_length_n == 0) {
+        ctx->admin_decided = 1;
+        ctx->admin_error = 1;
+        ctx->admin_why = "the body is empty, not JSON";
+
+        return ngx_http_next_header_filter(r);
+    }
+
     ctx->admin_inspect = 1;
 
     return ngx_http_next_header_filter(r);
@@ -568,7 +611,9 @@ ngx_http_dynamo_rl_admin_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
             ctx->admin_decided = 1;
             ctx->admin_error = !ctx->admin_overflow
                                && ngx_http_dynamo_rl_json_admin_error(
-                                      ctx->admin_body, ctx->admin_len)
+                                      ctx->admin_body ? ctx->admin_body
+                                                      : (u_char *) "",
+                                      ctx->admin_len, &ctx->admin_why)
                                   == NGX_OK;
         }
     }
@@ -597,8 +642,10 @@ ngx_http_dynamo_rl_admin_finish(ngx_http_request_t *r,
 
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "dynamo rl admin: instance \"%V\" answered %V with "
-                      "an error, status %ui", &ctx->instance_id,
-                      &ctx->engine_path, r->headers_out.status);
+                      "an error, status %ui%s%s", &ctx->instance_id,
+                      &ctx->engine_path, r->headers_out.status,
+                      ctx->admin_why ? ", " : "",
+                      ctx->admin_why ? ctx->admin_why : "");
 
     } else {
         ngx_str_set(&ctx->admin_result, "ok");
@@ -621,6 +668,16 @@ ngx_http_dynamo_rl_admin_routes(ngx_conf_t *cf, ngx_command_t *cmd,
     }
 
     value = cf->args->elts;
+
+    /* a caller's routes, evaluated per request: ngx_http_dynamo_rl_scope.c */
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        if (ngx_http_script_variables_count(&value[i])) {
+            drlcf->admin_routes = NULL;
+            return ngx_http_dynamo_rl_scope_compile(cf,
+                                                    &drlcf->routes_value);
+        }
+    }
 
     drlcf->admin_routes = ngx_array_create(cf->pool, cf->args->nelts - 1,
                                            sizeof(ngx_str_t));

@@ -48,6 +48,9 @@ typedef struct {
     ngx_http_dynamo_rl_index_t     *index;
     ngx_pool_t                     *index_pool;
     ngx_uint_t                      index_generation;
+
+    /* per-process cache of callers' scopes from variables: _scope.c */
+    void                           *scopes;
 } ngx_http_dynamo_rl_main_conf_t;
 
 
@@ -79,6 +82,12 @@ typedef struct {
     ngx_flag_t                      ledger;
     ngx_msec_t                      attempt_ttl;
     ngx_flag_t                      gate;
+
+    /* a caller's scope from variables (NGX_HTTP_DYNAMO_RL_NS_VALUE) */
+    ngx_http_complex_value_t       *ns_value;
+    ngx_http_complex_value_t       *routes_value;
+
+    ngx_flag_t                      gate_read_only;
 } ngx_http_dynamo_rl_loc_conf_t;
 
 
@@ -143,6 +152,12 @@ typedef struct {
     unsigned                        admin_overflow:1;
     unsigned                        admin_error:1;
     unsigned                        admin_decided:1;
+    unsigned                        admin_health:1;
+
+    /* the caller's scope, when variables give it: _scope.c */
+    ngx_str_t                       scope_value;
+    ngx_str_t                       routes_value;
+    char                           *admin_why;
 
     u_char                          id[NGX_HTTP_DYNAMO_RL_UUID_LEN];
 } ngx_http_dynamo_rl_ctx_t;

@@ -40,7 +40,8 @@ static ngx_int_t ngx_http_dynamo_rl_build(ngx_http_request_t *r, u_char *doc,
     ngx_str_t *reason);
 static ngx_int_t ngx_http_dynamo_rl_store(ngx_log_t *log,
     ngx_http_dynamo_rl_zone_t *zone, u_char *doc, size_t len,
-    ngx_uint_t source, ngx_uint_t *generation);
+    ngx_uint_t source, ngx_http_dynamo_rl_index_t *index,
+    ngx_uint_t *generation);
 static void ngx_http_dynamo_rl_install(ngx_http_dynamo_rl_main_conf_t *drmcf,
     ngx_pool_t *pool, ngx_http_dynamo_rl_index_t *index,
     ngx_uint_t generation);
@@ -155,12 +156,22 @@ ngx_http_dynamo_rl_namespace(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     u_char     *p;
     char       *env, *prefix, *suffix;
     ngx_str_t  *value, base, sfx;
+    ngx_uint_t  i;
 
     if (drlcf->ns_mode != NGX_CONF_UNSET_UINT) {
         return "is duplicate";
     }
 
     value = cf->args->elts;
+
+    /* a caller's scope, evaluated per request: ngx_http_dynamo_rl_scope.c */
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        if (ngx_http_script_variables_count(&value[i])) {
+            drlcf->ns_mode = NGX_HTTP_DYNAMO_RL_NS_VALUE;
+            return ngx_http_dynamo_rl_scope_compile(cf, &drlcf->ns_value);
+        }
+    }
 
     ngx_str_null(&sfx);
 
@@ -273,6 +284,12 @@ ngx_http_dynamo_rl_in_scope(ngx_http_dynamo_rl_loc_conf_t *drlcf,
     /* a worker without a namespace belongs to no scope but "any" */
 
     if (ns->data == NULL && drlcf->ns_mode != NGX_HTTP_DYNAMO_RL_NS_ANY) {
+        return NGX_DECLINED;
+    }
+
+    /* a caller's scope is known only per request: ngx_http_dynamo_rl_scope.c */
+
+    if (drlcf->ns_mode == NGX_HTTP_DYNAMO_RL_NS_VALUE) {
         return NGX_DECLINED;
     }
 
@@ -609,7 +626,7 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
     }
 
     if (ngx_http_dynamo_rl_store(r->connection->log, zone, doc, len,
-                                 NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH,
+                                 NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH, index,
                                  &generation)
         != NGX_OK)
     {
@@ -883,11 +900,17 @@ ngx_http_dynamo_rl_palloc(void *data, size_t size)
 
 static ngx_int_t
 ngx_http_dynamo_rl_store(ngx_log_t *log, ngx_http_dynamo_rl_zone_t *zone,
-    u_char *doc, size_t len, ngx_uint_t source, ngx_uint_t *generation)
+    u_char *doc, size_t len, ngx_uint_t source,
+    ngx_http_dynamo_rl_index_t *index, ngx_uint_t *generation)
 {
+    uint64_t                     members;
     ngx_http_dynamo_rl_shctx_t  *sh;
 
     sh = zone->sh;
+
+    /* for the gate's "members_changed": the key never changes */
+
+    members = ngx_http_dynamo_rl_index_members(index, sh->key);
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
@@ -926,6 +949,7 @@ ngx_http_dynamo_rl_store(ngx_log_t *log, ngx_http_dynamo_rl_zone_t *zone,
 
     sh->raw = sh->room;
     sh->raw_len = len;
+    sh->members = members;
     sh->generation++;
     sh->fetched = ngx_current_msec;
     sh->fetched_time = ngx_time();
@@ -1362,11 +1386,9 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     ngx_pool_t                      *pool;
     ngx_http_dynamo_rl_worker_t     *w;
     ngx_http_dynamo_rl_index_t      *index;
-    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
-    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
 
     if (ctx->doc_error.len) {
         return ngx_http_dynamo_rl_discovery_invalid(r, &ctx->doc_error);
@@ -1409,7 +1431,7 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
         && ngx_http_dynamo_rl_store(r->connection->log, drmcf->shm_zone->data,
                                     ctx->doc, ctx->doc_len,
                                     NGX_HTTP_DYNAMO_RL_SOURCE_DISCOVERY,
-                                    &generation)
+                                    index, &generation)
            == NGX_OK)
     {
         ngx_http_dynamo_rl_bad_routes(r, index);
@@ -1421,12 +1443,13 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
 
     keep = index->nelts;
 
-    if (drlcf->ns_mode != NGX_HTTP_DYNAMO_RL_NS_ANY) {
+    if (ngx_http_dynamo_rl_scope_any(r, ctx) != NGX_OK) {
         keep = 0;
     }
 
     for (i = 0; keep != index->nelts && i < index->nworkers; i++) {
-        if (ngx_http_dynamo_rl_in_scope(drlcf, &index->workers[i].namespace)
+        if (ngx_http_dynamo_rl_scope_worker(r, ctx, index,
+                                            &index->workers[i])
             == NGX_OK)
         {
             keep++;
@@ -1455,7 +1478,7 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
         for (i = 0; i < index->nworkers; i++) {
             w = &index->workers[i];
 
-            if (ngx_http_dynamo_rl_in_scope(drlcf, &w->namespace) != NGX_OK) {
+            if (ngx_http_dynamo_rl_scope_worker(r, ctx, index, w) != NGX_OK) {
                 continue;
             }
 

@@ -160,6 +160,17 @@ ngx_http_dynamo_rl_gate_state(ngx_http_dynamo_rl_zone_t *zone,
     gs->reason_len = sh->gate_reason_len;
     ngx_memcpy(gs->reason, sh->gate_reason, sh->gate_reason_len);
 
+    /*
+     * the snapshot's (instance_id, system_url) set is not the one of when
+     * the gate closed: a worker joined (at old weights) or left; a
+     * snapshot that came or went counts as a change
+     */
+
+    gs->members_changed = sh->gate_closed
+                          && (sh->gate_members_known != (sh->raw != NULL)
+                              || (sh->raw != NULL
+                                  && sh->gate_members != sh->members));
+
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     gs->in_flight = ngx_http_dynamo_rl_gate_in_flight(sh);
@@ -173,7 +184,8 @@ ngx_http_dynamo_rl_gate_json_len(ngx_http_dynamo_rl_gate_state_t *gs)
 {
     return sizeof("{\"state\":\"closed\",\"reason\":\"\",\"epoch\":,"
                   "\"in_flight\":,\"lease_expires\":\"\",\"expired\":false,"
-                  "\"lease_remaining_ms\":,\"changed\":\"\"}") + NGX_INT64_LEN
+                  "\"lease_remaining_ms\":,\"changed\":\"\","
+                  "\"members_changed\":false}") + NGX_INT64_LEN
            + gs->reason_len
            + ngx_escape_json(NULL, gs->reason, gs->reason_len)
            + 2 * NGX_INT_T_LEN + 2 * NGX_HTTP_DYNAMO_RL_ISO_LEN;
@@ -228,6 +240,10 @@ ngx_http_dynamo_rl_gate_json(u_char *p, ngx_http_dynamo_rl_gate_state_t *gs)
         p = ngx_cpymem(p, "null", 4);
     }
 
+    p = ngx_sprintf(p, ",\"members_changed\":%s",
+                    !gs->closed ? "null"
+                    : gs->members_changed ? "true" : "false");
+
     *p++ = '}';
 
     return p;
@@ -237,6 +253,25 @@ ngx_http_dynamo_rl_gate_json(u_char *p, ngx_http_dynamo_rl_gate_state_t *gs)
 char *
 ngx_http_dynamo_rl_gate_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
+    ngx_http_dynamo_rl_loc_conf_t *drlcf = conf;
+
+    ngx_str_t  *value;
+
+    value = cf->args->elts;
+
+    if (cf->args->nelts == 2) {
+        if (value[1].len != sizeof("read_only") - 1
+            || ngx_strcmp(value[1].data, "read_only") != 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid parameter \"%V\", it must be "
+                               "\"read_only\"", &value[1]);
+            return NGX_CONF_ERROR;
+        }
+
+        drlcf->gate_read_only = 1;
+    }
+
     return ngx_http_dynamo_rl_content_handler(cf,
                ngx_http_dynamo_rl_gate_handler);
 }
@@ -245,7 +280,8 @@ ngx_http_dynamo_rl_gate_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_int_t
 ngx_http_dynamo_rl_gate_handler(ngx_http_request_t *r)
 {
-    ngx_int_t  rc;
+    ngx_int_t                       rc;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
 
     if (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)) {
         rc = ngx_http_discard_request_body(r);
@@ -255,6 +291,24 @@ ngx_http_dynamo_rl_gate_handler(ngx_http_request_t *r)
         }
 
         return ngx_http_dynamo_rl_gate_send(r);
+    }
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    /* a dashboard's or a monitor's view: it reads, never changes */
+
+    if (drlcf->gate_read_only) {
+        if (!(r->method & NGX_HTTP_POST)) {
+            return ngx_http_dynamo_rl_read_only(r);
+        }
+
+        ngx_log_error(drlcf->log_level, r->connection->log, 0,
+                      "dynamo rl gate: POST refused, this gate API is "
+                      "read_only");
+
+        return ngx_http_dynamo_rl_error(r, NGX_HTTP_FORBIDDEN, "read_only",
+                                        "this gate API is read-only: GET "
+                                        "and HEAD only");
     }
 
     if (!(r->method & NGX_HTTP_POST)) {
@@ -424,6 +478,14 @@ ngx_http_dynamo_rl_gate_apply(ngx_http_request_t *r,
     switch (req->action) {
 
     case NGX_HTTP_DYNAMO_RL_GATE_CLOSE:
+
+        /* the fleet the gate closed on, for "members_changed" */
+
+        if (!sh->gate_closed) {
+            sh->gate_members = sh->members;
+            sh->gate_members_known = (sh->raw != NULL);
+        }
+
         sh->gate_closed = 1;
         sh->gate_lease = req->lease;
         sh->gate_expires = req->lease ? now + req->lease : 0;

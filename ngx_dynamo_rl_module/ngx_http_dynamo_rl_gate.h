@@ -21,6 +21,7 @@ typedef struct {
     time_t                          changed;
     size_t                          reason_len;
     u_char                          reason[NGX_HTTP_DYNAMO_RL_GATE_REASON];
+    ngx_uint_t                      members_changed;
 } ngx_http_dynamo_rl_gate_state_t;
 
 

@@ -796,20 +796,25 @@ invalid:
 
 
 /*
- * a worker's logical failure inside HTTP 200: {"status":"error"} (vLLM)
- * or {"success":false} (SGLang); NGX_OK means an error was found
+ * a worker's logical failure inside a 2xx: {"status":"error"} in any
+ * letter case (vLLM, the native sidecar), {"success":false} (SGLang), or
+ * a body that is not JSON at all, where every engine route answers JSON;
+ * NGX_OK means an error was found, and "why" says which
  */
 
 ngx_int_t
-ngx_http_dynamo_rl_json_admin_error(u_char *p, size_t len)
+ngx_http_dynamo_rl_json_admin_error(u_char *p, size_t len, char **why)
 {
-    json_t     *root, *v;
-    ngx_int_t   rc;
+    json_t      *root, *v;
+    ngx_int_t    rc;
+    ngx_uint_t   i;
+    const char  *s;
 
-    root = json_loadb((char *) p, len, 0, NULL);
+    root = json_loadb((char *) p, len, JSON_DECODE_ANY, NULL);
 
     if (root == NULL) {
-        return NGX_DECLINED;
+        *why = "the body is not JSON";
+        return NGX_OK;
     }
 
     rc = NGX_DECLINED;
@@ -817,15 +822,27 @@ ngx_http_dynamo_rl_json_admin_error(u_char *p, size_t len)
     if (json_is_object(root)) {
         v = json_object_get(root, "status");
 
-        if (v != NULL && json_is_string(v)
-            && ngx_strcmp(json_string_value(v), "error") == 0)
-        {
-            rc = NGX_OK;
+        if (v != NULL && json_is_string(v)) {
+            s = json_string_value(v);
+
+            /* no nginx core here: ngx_tolower() is a macro */
+
+            for (i = 0; i < 5 && json_string_length(v) == 5; i++) {
+                if ((u_char) ngx_tolower(s[i]) != "error"[i]) {
+                    break;
+                }
+            }
+
+            if (i == 5) {
+                *why = "\"status\" is \"error\"";
+                rc = NGX_OK;
+            }
         }
 
         v = json_object_get(root, "success");
 
         if (v != NULL && json_is_false(v)) {
+            *why = "\"success\" is false";
             rc = NGX_OK;
         }
     }
@@ -833,4 +850,41 @@ ngx_http_dynamo_rl_json_admin_error(u_char *p, size_t len)
     json_decref(root);
 
     return rc;
+}
+
+
+/*
+ * the snapshot's set of (instance_id, system_url), as one keyed hash that
+ * no order of the workers changes: the sum of each member's hash
+ */
+
+uint64_t
+ngx_http_dynamo_rl_index_members(ngx_http_dynamo_rl_index_t *index,
+    u_char *key)
+{
+    u_char                        buf[16];
+    uint64_t                      h, id, sum;
+    ngx_uint_t                    i, k;
+    ngx_http_dynamo_rl_worker_t  *w;
+
+    sum = index->nsorted;
+
+    for (i = 0; i < index->nsorted; i++) {
+        w = index->sorted[i];
+
+        h = ngx_http_dynamo_rl_siphash(key, w->system_url.data
+                                            ? w->system_url.data
+                                            : (u_char *) "",
+                                       w->system_url.len);
+        id = w->id;
+
+        for (k = 0; k < 8; k++) {
+            buf[k] = (u_char) (id >> (8 * k));
+            buf[8 + k] = (u_char) (h >> (8 * k));
+        }
+
+        sum += ngx_http_dynamo_rl_siphash(key, buf, sizeof(buf));
+    }
+
+    return sum;
 }

@@ -82,10 +82,13 @@ typedef struct {
 
 ngx_int_t ngx_http_dynamo_rl_json_gate(u_char *p, size_t len,
     ngx_http_dynamo_rl_gate_req_t *req, char **err);
-ngx_int_t ngx_http_dynamo_rl_json_admin_error(u_char *p, size_t len);
+ngx_int_t ngx_http_dynamo_rl_json_admin_error(u_char *p, size_t len,
+    char **why);
 ngx_int_t ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
     ngx_http_dynamo_rl_alloc_pt alloc, void *data,
     ngx_http_dynamo_rl_index_t *index, ngx_http_dynamo_rl_json_err_t *err);
+uint64_t ngx_http_dynamo_rl_index_members(ngx_http_dynamo_rl_index_t *index,
+    u_char *key);
 ngx_http_dynamo_rl_worker_t **ngx_http_dynamo_rl_index_find(
     ngx_http_dynamo_rl_index_t *index, uint64_t id, ngx_uint_t *n);
 

@@ -177,7 +177,7 @@ static ngx_command_t  ngx_http_dynamo_rl_commands[] = {
       NULL },
 
     { ngx_string("dynamo_rl_gate_api"),
-      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE1,
       ngx_http_dynamo_rl_gate_api,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
@@ -679,6 +679,7 @@ ngx_http_dynamo_rl_create_main_conf(ngx_conf_t *cf)
      *     drmcf->index = NULL;
      *     drmcf->index_pool = NULL;
      *     drmcf->index_generation = 0;
+     *     drmcf->scopes = NULL;
      */
 
     drmcf->ctx_cleanup = ngx_http_dynamo_rl_cleanup;
@@ -708,6 +709,9 @@ ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf)
      *     conf->ns_scope = { 0, NULL };
      *     conf->admin_prefix = { 0, NULL };
      *     conf->api = 0;
+     *     conf->ns_value = NULL;
+     *     conf->routes_value = NULL;
+     *     conf->gate_read_only = 0;
      */
 
     conf->attempt_header_hash = NGX_CONF_UNSET_UINT;
@@ -817,10 +821,15 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     if (conf->ns_mode == NGX_CONF_UNSET_UINT) {
         conf->ns_mode = prev->ns_mode;
         conf->ns_scope = prev->ns_scope;
+        conf->ns_value = prev->ns_value;
     }
 
     if (conf->ns_mode == NGX_CONF_UNSET_UINT) {
         conf->ns_mode = NGX_HTTP_DYNAMO_RL_NS_ANY;
+    }
+
+    if (conf->admin_routes == NGX_CONF_UNSET_PTR) {
+        conf->routes_value = prev->routes_value;
     }
 
     ngx_conf_merge_ptr_value(conf->admin_routes, prev->admin_routes, NULL);
@@ -1158,7 +1167,11 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 
     if (ngx_http_dynamo_rl_add_handler(cmcf, NGX_HTTP_ACCESS_PHASE,
                                        ngx_http_dynamo_rl_admin_handler, 1)
-        != NGX_OK)
+        != NGX_OK
+        || ngx_http_dynamo_rl_add_handler(cmcf, NGX_HTTP_ACCESS_PHASE,
+                                          ngx_http_dynamo_rl_scope_handler,
+                                          1)
+           != NGX_OK)
     {
         return NGX_ERROR;
     }

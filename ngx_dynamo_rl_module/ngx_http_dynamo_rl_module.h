@@ -25,6 +25,7 @@
 #include "ngx_http_dynamo_rl_json.h"
 #include "ngx_http_dynamo_rl_zone.h"
 #include "ngx_http_dynamo_rl_common.h"
+#include "ngx_http_dynamo_rl_scope.h"
 #include "ngx_http_dynamo_rl_ledger.h"
 #include "ngx_http_dynamo_rl_gate.h"
 #include "ngx_http_dynamo_rl_discovery.h"

@@ -28,6 +28,10 @@ static ngx_int_t ngx_http_dynamo_rl_state_hex(ngx_str_t *tok, u_char *dst,
 #define NGX_HTTP_DYNAMO_RL_KEY_WORKERS   1
 #define NGX_HTTP_DYNAMO_RL_KEY_ID        2
 
+/* words of a caller's scope: a map's value may span lines */
+#define NGX_HTTP_DYNAMO_RL_SPACE(c)                                          \
+    ((c) == ' ' || (c) == '\t' || (c) == '\r' || (c) == '\n')
+
 
 /*
  * an attempt id is 1..128 bytes of [A-Za-z0-9._:-]; anything else,
@@ -1392,4 +1396,213 @@ ngx_http_dynamo_rl_state_hex(ngx_str_t *tok, u_char *dst, size_t size,
     *len = tok->len / 2;
 
     return NGX_OK;
+}
+
+
+/*
+ * a caller's namespace scope, from a variable, in the directive's own
+ * grammar: "any", "prefix=P", "exact=NS" or "exact=NS suffix=S", the
+ * words separated by spaces, tabs or line breaks; names are non-empty and of
+ * [A-Za-z0-9._-]; "env" is configuration, not a caller's scope; anything
+ * else does not parse, and never widens a scope
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_parse_scope(u_char *p, size_t len, ngx_uint_t *mode,
+    ngx_str_t *name, ngx_str_t *suffix)
+{
+    u_char     *last;
+    ngx_str_t   word[3];
+    ngx_uint_t  n;
+
+    last = p + len;
+    n = 0;
+
+    while (p < last) {
+
+        if (NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
+            p++;
+            continue;
+        }
+
+        if (n == 3) {
+            return NGX_DECLINED;
+        }
+
+        word[n].data = p;
+
+        while (p < last && !NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
+            p++;
+        }
+
+        word[n].len = p - word[n].data;
+        n++;
+    }
+
+    ngx_str_null(name);
+    ngx_str_null(suffix);
+
+    if (n == 1 && word[0].len == 3
+        && ngx_strncmp(word[0].data, "any", 3) == 0)
+    {
+        *mode = NGX_HTTP_DYNAMO_RL_NS_ANY;
+        return NGX_OK;
+    }
+
+    if (n == 1 && word[0].len > 7
+        && ngx_strncmp(word[0].data, "prefix=", 7) == 0)
+    {
+        name->data = word[0].data + 7;
+        name->len = word[0].len - 7;
+        *mode = NGX_HTTP_DYNAMO_RL_NS_PREFIX;
+
+        return ngx_http_dynamo_rl_scope_name(name->data, name->len);
+    }
+
+    if (n == 0 || n == 3 || word[0].len <= 6
+        || ngx_strncmp(word[0].data, "exact=", 6) != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    name->data = word[0].data + 6;
+    name->len = word[0].len - 6;
+    *mode = NGX_HTTP_DYNAMO_RL_NS_EXACT;
+
+    if (ngx_http_dynamo_rl_scope_name(name->data, name->len) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    if (n == 1) {
+        return NGX_OK;
+    }
+
+    if (word[1].len <= 7 || ngx_strncmp(word[1].data, "suffix=", 7) != 0) {
+        return NGX_DECLINED;
+    }
+
+    suffix->data = word[1].data + 7;
+    suffix->len = word[1].len - 7;
+
+    return ngx_http_dynamo_rl_scope_name(suffix->data, suffix->len);
+}
+
+
+ngx_int_t
+ngx_http_dynamo_rl_scope_name(u_char *p, size_t len)
+{
+    u_char  c;
+    size_t  i;
+
+    if (len == 0) {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; i < len; i++) {
+        c = p[i];
+
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+            || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')
+        {
+            continue;
+        }
+
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * a caller's route list, from a variable: routes of the route grammar
+ * separated by spaces, tabs or line breaks, at least one; "n" is how many
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_parse_routes(u_char *p, size_t len, ngx_uint_t *n)
+{
+    u_char  *last, *start;
+
+    last = p + len;
+    *n = 0;
+
+    while (p < last) {
+
+        if (NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
+            p++;
+            continue;
+        }
+
+        start = p;
+
+        while (p < last && !NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
+            p++;
+        }
+
+        if (ngx_http_dynamo_rl_route_valid(start, p - start) != NGX_OK) {
+            return NGX_DECLINED;
+        }
+
+        (*n)++;
+    }
+
+    return *n ? NGX_OK : NGX_DECLINED;
+}
+
+
+/* a route byte-identical to one word of a parsed route list */
+
+ngx_int_t
+ngx_http_dynamo_rl_routes_find(u_char *p, size_t len, ngx_str_t *route)
+{
+    u_char  *last, *start;
+
+    last = p + len;
+
+    while (p < last) {
+
+        if (NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
+            p++;
+            continue;
+        }
+
+        start = p;
+
+        while (p < last && !NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
+            p++;
+        }
+
+        if ((size_t) (p - start) == route->len
+            && ngx_memcmp(start, route->data, route->len) == 0)
+        {
+            return NGX_OK;
+        }
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/* "{instance_id}/health" after the admin location's prefix */
+
+ngx_int_t
+ngx_http_dynamo_rl_parse_health_path(u_char *p, size_t len, uint64_t *id)
+{
+    u_char  *slash;
+
+    static u_char  health[] = "/health";
+
+    slash = ngx_strlchr(p, p + len, '/');
+    if (slash == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if ((size_t) (p + len - slash) != sizeof(health) - 1
+        || ngx_memcmp(slash, health, sizeof(health) - 1) != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    return ngx_http_dynamo_rl_parse_u64(p, slash - p, id);
 }

@@ -17,6 +17,7 @@
 #define NGX_HTTP_DYNAMO_RL_NS_ANY     0
 #define NGX_HTTP_DYNAMO_RL_NS_EXACT   1
 #define NGX_HTTP_DYNAMO_RL_NS_PREFIX  2
+#define NGX_HTTP_DYNAMO_RL_NS_VALUE   3     /* from variables, per request */
 
 #define NGX_HTTP_DYNAMO_RL_SCAN_DEPTH  64
 
@@ -120,6 +121,15 @@ ngx_int_t ngx_http_dynamo_rl_same_origin(ngx_str_t *origin,
     ngx_uint_t origins, ngx_str_t *site, ngx_str_t *host, ngx_uint_t https);
 u_char *ngx_http_dynamo_rl_escape_log(u_char *dst, u_char *last,
     u_char *src, size_t len);
+ngx_int_t ngx_http_dynamo_rl_parse_scope(u_char *p, size_t len,
+    ngx_uint_t *mode, ngx_str_t *name, ngx_str_t *suffix);
+ngx_int_t ngx_http_dynamo_rl_scope_name(u_char *p, size_t len);
+ngx_int_t ngx_http_dynamo_rl_parse_routes(u_char *p, size_t len,
+    ngx_uint_t *n);
+ngx_int_t ngx_http_dynamo_rl_routes_find(u_char *p, size_t len,
+    ngx_str_t *route);
+ngx_int_t ngx_http_dynamo_rl_parse_health_path(u_char *p, size_t len,
+    uint64_t *id);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_PARSE_H_INCLUDED_ */

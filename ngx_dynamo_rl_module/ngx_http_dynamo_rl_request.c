@@ -40,7 +40,9 @@ static ngx_str_t  ngx_http_dynamo_rl_routing_headers[] = {
 ngx_int_t
 ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
 {
+    uint64_t                        id;
     ngx_int_t                       rc;
+    ngx_uint_t                      methods;
     ngx_http_dynamo_rl_ctx_t       *ctx;
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
 
@@ -94,12 +96,29 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
         }
     }
 
-    if (!(r->method & drlcf->methods)) {
+    methods = drlcf->methods;
+
+    /* GET {admin location}{instance_id}/health, and only GET */
+
+    if (drlcf->plane == NGX_HTTP_DYNAMO_RL_PLANE_ADMIN
+        && r->uri.len > drlcf->admin_prefix.len
+        && ngx_strncmp(r->uri.data, drlcf->admin_prefix.data,
+                       drlcf->admin_prefix.len)
+           == 0
+        && ngx_http_dynamo_rl_parse_health_path(
+               r->uri.data + drlcf->admin_prefix.len,
+               r->uri.len - drlcf->admin_prefix.len, &id)
+           == NGX_OK)
+    {
+        methods = NGX_HTTP_GET;
+    }
+
+    if (!(r->method & methods)) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "dynamo rl: method \"%V\" not allowed",
                       &r->method_name);
 
-        if (ngx_http_dynamo_rl_allow(r, drlcf->methods) != NGX_OK) {
+        if (ngx_http_dynamo_rl_allow(r, methods) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 

@@ -99,6 +99,7 @@ static ngx_str_t  ngx_http_dynamo_rl_reasons[] = {
     ngx_string("discovery_invalid"),
     ngx_string("redirected"),
     ngx_string("cross_origin"),
+    ngx_string("caller_scope"),
     ngx_null_string
 };
 

@@ -9,11 +9,11 @@
 
 
 /* bumped whenever the layout of the shared context changes */
-#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  6
+#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  8
 
 #define NGX_HTTP_DYNAMO_RL_PLANES        3     /* request, discovery, admin */
 #define NGX_HTTP_DYNAMO_RL_OUTCOMES      4
-#define NGX_HTTP_DYNAMO_RL_REASONS       16
+#define NGX_HTTP_DYNAMO_RL_REASONS       24
 #define NGX_HTTP_DYNAMO_RL_BUCKETS       14
 #define NGX_HTTP_DYNAMO_RL_RECENT        16
 #define NGX_HTTP_DYNAMO_RL_GATE_REASON   128
@@ -113,6 +113,16 @@ typedef struct {
     uint64_t                        state_ino;
     uint64_t                        state_size;
     uint64_t                        state_mtime;    /* ns */
+
+    /*
+     * the snapshot's set of (instance_id, system_url) when the gate
+     * closed: its hash, and whether there was a snapshot at all
+     */
+    uint64_t                        gate_members;
+    ngx_uint_t                      gate_members_known;
+
+    /* the same hash of the snapshot in "raw" */
+    uint64_t                        members;
 } ngx_http_dynamo_rl_shctx_t;
 
 

@@ -366,7 +366,7 @@ failure('update success false', [], rc => 7, step => '5/9 update',
 	calls => { 0 => [ 'pause_generation' ], 1 => [ 'update_weights_from_disk' ],
 		2 => [ 'pause_generation' ] });
 
-like($out, qr/^\[4\/9 pause\] +worker $ID1  skipped: pause_generation not advertised$/m,
+like($out, qr/^\[4\/9 pause\] +worker $ID1  skipped: pause_generation or control\/pause_generation not advertised$/m,
 	'update success false: pause skipped where not advertised');
 like($out, qr/^rl-refresh: done before the failure: pause $ID0 $ID2$/m,
 	'update success false: what was done');

@@ -1,0 +1,331 @@
+#!/usr/bin/perl
+
+# (C) ngx_dynamo_rl_module developers
+
+# Tests for examples/dynamo-rl-mtls.conf, the worked mutual-TLS example
+# (issue 16): the test makes a CA, a server certificate and the clients'
+# certificates with openssl in its own directory; two teams' certificates
+# are mapped to two scopes over one snapshot (each allowed its own,
+# refused the other's, nothing forwarded where refused); a certificate of
+# the CA without a mapping has no scope (403 caller_scope); no certificate
+# or one of another CA is refused by nginx; the monitor reads the gate and
+# cannot change it; only the gate's owner closes it.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use Cwd qw/ abs_path /;
+use File::Basename qw/ dirname /;
+use JSON::PP;
+use POSIX ();
+
+use lib 't/lib';
+use Test::DynamoRL;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+$SIG{ALRM} = sub { die "test timed out\n" };
+alarm(Test::DynamoRL::scale(120));
+
+my $REPO = abs_path(dirname(__FILE__) . '/..');
+
+plan(skip_all => 'no openssl or curl')
+	unless system('openssl version >/dev/null 2>&1') == 0
+	&& system('curl -V >/dev/null 2>&1') == 0;
+
+my $t = Test::DynamoRL->new()->has(qw/http proxy map ssl rewrite/)
+	->plan(24);
+
+my $CERTS = $t->testdir() . '/certs';
+
+make_certs();
+
+$t->write_file('nginx.conf', example());
+$t->run_fake_dynamo();
+$t->run();
+
+###############################################################################
+
+my $W = '/v1/rl/workers';
+
+my @VLLM = sort qw/
+	liveness_probe pause_generation resume_generation flush_cache
+	update_weights_from_disk get_weight_version
+	update_weights_from_distributed init_weights_update_group
+	destroy_weights_update_group update_weights_from_tensor abort_request
+/;
+
+$t->fake_set('discovery.json', '{"protocol_version":1,"namespace":"team",'
+	. '"workers":[' . join(',', worker(101, 0, 'team-a'),
+		worker(102, 1, 'team-b'), worker(103, 2, 'team-a-x1')) . ']}');
+
+my ($r, $m);
+
+# team a: its own workers, not team b's
+
+$m = mark();
+$r = curl('team-a', 'POST', "$W/101/engine/pause_generation", '{}');
+is(join(' ', $r->{status}, fwd($m)), '200 0 /engine/pause_generation',
+	'team-a: its own worker');
+
+$m = mark();
+$r = curl('team-a', 'POST', "$W/103/engine/flush_cache", '{}');
+is(join(' ', $r->{status}, fwd($m)), '200 2 /engine/flush_cache',
+	'team-a: under its prefix');
+
+$m = mark();
+$r = curl('team-a', 'POST', "$W/102/engine/liveness_probe", '{}');
+is(join(' ', $r->{status}, $r->{json}{error} // '', fwd($m)),
+	'404 unknown_worker none', 'team-a: team b\'s worker unknown, not forwarded');
+
+# team b: its own, read-only routes
+
+$m = mark();
+$r = curl('team-b', 'POST', "$W/102/engine/get_weight_version", '{}');
+is(join(' ', $r->{status}, fwd($m)), '200 1 /engine/get_weight_version',
+	'team-b: its own worker');
+
+$m = mark();
+$r = curl('team-b', 'POST', "$W/102/engine/pause_generation", '{}');
+is(join(' ', $r->{status}, $r->{json}{error} // '', fwd($m)),
+	'403 route_not_advertised none', 'team-b: a route not in its set');
+
+$m = mark();
+$r = curl('team-b', 'POST', "$W/101/engine/liveness_probe", '{}');
+is(join(' ', $r->{status}, $r->{json}{error} // '', fwd($m)),
+	'404 unknown_worker none', 'team-b: team a\'s worker');
+
+$m = mark();
+$r = curl('team-b', 'POST', "$W/103/engine/liveness_probe", '{}');
+is(join(' ', $r->{status}, $r->{json}{error} // '', fwd($m)),
+	'404 unknown_worker none', 'team-b: exact, not team-a-x1');
+
+# discovery in scope
+
+is(ids(curl('team-a', 'GET', $W)), '101 103', 'team-a: discovery');
+is(ids(curl('team-b', 'GET', $W)), '102', 'team-b: discovery');
+
+$m = mark();
+$r = curl('team-a', 'GET', "$W/103/health");
+is(join(' ', $r->{status}, fwd($m)), '200 2 /health', 'team-a: health');
+
+# a certificate of our CA without a scope; none; another CA's
+
+$m = mark();
+$r = curl('stranger', 'POST', "$W/101/engine/liveness_probe", '{}');
+is(join(' ', $r->{status}, $r->{json}{error} // '', fwd($m)),
+	'403 caller_scope none', 'stranger: no scope');
+is(scalar($t->log_lines('error.log',
+	qr/caller scope denied: "dynamo_rl_namespace" is empty/)), 1,
+	'stranger: one log line');
+
+$r = curl('stranger', 'GET', $W);
+is(join(' ', $r->{status}, $r->{json}{error} // ''), '403 caller_scope',
+	'stranger: no discovery');
+
+$m = mark();
+$r = curl(undef, 'POST', "$W/101/engine/liveness_probe", '{}');
+is(join(' ', $r->{status}, fwd($m)), '400 none', 'no certificate: 400');
+
+$m = mark();
+$r = curl('rogue', 'POST', "$W/101/engine/liveness_probe", '{}');
+is(join(' ', $r->{status}, fwd($m)), '400 none', 'another CA: 400');
+
+# the gate: the monitor reads, the owner changes
+
+$r = curl('monitor', 'GET', '/rl/gate/view');
+is(join(' ', $r->{status}, $r->{json}{state} // ''), '200 open',
+	'monitor: reads the gate');
+
+my $epoch = $r->{json}{epoch};
+
+$r = curl('monitor', 'POST', '/rl/gate/view', '{"action":"close"}');
+is(join(' ', $r->{status}, $r->{json}{error} // ''), '403 read_only',
+	'monitor: cannot close it');
+
+$r = curl('monitor', 'POST', '/rl/gate',
+	'{"action":"close","reason":"x","lease":"60s"}');
+is($r->{status}, 403, 'monitor: not the owner');
+
+$r = curl('team-b', 'POST', '/rl/gate',
+	'{"action":"close","reason":"x","lease":"60s"}');
+is($r->{status}, 403, 'team-b: not the owner');
+
+is(curl('monitor', 'GET', '/rl/gate/view')->{json}{epoch}, $epoch,
+	'gate: unchanged by them');
+
+$r = curl('team-a', 'POST', '/rl/gate',
+	'{"action":"close","reason":"refresh","lease":"60s"}');
+is(join(' ', $r->{status}, $r->{json}{state} // ''), '200 closed',
+	'team-a: closes the gate');
+
+$r = curl('monitor', 'GET', '/rl/gate/view');
+is(join(' ', $r->{json}{state} // '', $r->{json}{reason} // '',
+	JSON::PP::is_bool($r->{json}{members_changed})
+	? ($r->{json}{members_changed} ? 'true' : 'false') : 'none'),
+	'closed refresh false', 'monitor: sees it closed, same members');
+
+$r = curl('team-a', 'POST', '/rl/gate', '{"action":"open"}');
+is(join(' ', $r->{status}, $r->{json}{state} // ''), '200 open',
+	'team-a: reopens it');
+
+# every answer named the caller in the access log
+
+my @log = map { decode_json($_) } grep { /\S/ } split /\n/,
+	$t->read_file('access.log');
+
+is(scalar(grep { $_->{team} eq 'team-a'
+	&& $_->{caller} eq 'CN=rl-orchestrator,OU=team-a,O=example' } @log),
+	7, 'access log: team a\'s calls by its certificate');
+
+###############################################################################
+
+sub make_certs {
+	mkdir $CERTS or die "cannot create $CERTS: $!\n";
+
+	my %subject = (
+		'team-a' => '/O=example/OU=team-a/CN=rl-orchestrator',
+		'team-b' => '/O=example/OU=team-b/CN=rl-orchestrator',
+		'monitor' => '/O=example/OU=sre/CN=rl-monitor',
+		'stranger' => '/O=example/OU=elsewhere/CN=someone',
+	);
+
+	openssl(qw/ req -x509 -newkey rsa:2048 -nodes -days 2 -subj /,
+		'/O=example/CN=dynamo-rl test CA', '-keyout', "$CERTS/ca.key",
+		'-out', "$CERTS/ca.crt");
+	openssl(qw/ req -x509 -newkey rsa:2048 -nodes -days 2 -subj /,
+		'/O=rogue/CN=rogue CA', '-keyout', "$CERTS/rogue-ca.key",
+		'-out', "$CERTS/rogue-ca.crt");
+
+	$t->write_file('certs/server.ext',
+		"subjectAltName=IP:127.0.0.1,DNS:localhost\n");
+
+	sign('server', '/O=example/CN=localhost', 'ca', 'certs/server.ext');
+	sign($_, $subject{$_}, 'ca') for sort keys %subject;
+	sign('rogue', '/O=example/OU=team-a/CN=rl-orchestrator', 'rogue-ca');
+}
+
+sub sign {
+	my ($name, $subj, $ca, $ext) = @_;
+
+	openssl(qw/ req -newkey rsa:2048 -nodes -subj /, $subj,
+		'-keyout', "$CERTS/$name.key", '-out', "$CERTS/$name.csr");
+	openssl(qw/ x509 -req -days 2 -set_serial /, int(rand(1e9)) + 1,
+		'-in', "$CERTS/$name.csr", '-CA', "$CERTS/$ca.crt",
+		'-CAkey', "$CERTS/$ca.key", '-out', "$CERTS/$name.crt",
+		$ext ? ('-extfile', $t->testdir() . "/$ext") : ());
+}
+
+sub openssl {
+	my (@args) = @_;
+
+	my $pid = fork() // die "cannot fork: $!\n";
+
+	if ($pid == 0) {
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>', '/dev/null';
+		open STDERR, '>', '/dev/null';
+		{ exec 'openssl', @args; }
+		POSIX::_exit(127);
+	}
+
+	waitpid($pid, 0);
+	die "openssl @args failed\n" if $?;
+}
+
+sub example {
+	my $d = $t->testdir();
+
+	my $dir = $ENV{TEST_NGINX_MODULES} // "$REPO/build";
+	my $so = (abs_path($dir) // $dir) . '/ngx_http_dynamo_rl_module.so';
+
+	open my $fh, '<', "$REPO/examples/dynamo-rl-mtls.conf"
+		or die "examples/dynamo-rl-mtls.conf: $!\n";
+	my $conf = do { local $/; <$fh> };
+	close $fh;
+
+	$conf =~ s/\@MODULE\@/$so/g;
+	$conf =~ s/\@PREFIX\@/$d/g;
+	$conf =~ s/\@CERTS\@/$CERTS/g;
+	$conf =~ s/\@RL_LISTENER\@/'127.0.0.1:' . port(8082)/ge;
+	$conf =~ s/127\.0\.0\.1:9443\b/'127.0.0.1:' . port(8443)/ge;
+
+	return $conf;
+}
+
+sub worker {
+	my ($id, $w, $ns) = @_;
+
+	return '{"namespace":"' . $ns . '","component":"backend",'
+		. '"endpoint":"rl","instance_id":' . $id . ','
+		. '"transport":{"tcp":"127.0.0.1:9999/' . $id . '/rl"},'
+		. '"request_plane_url":"dyn://' . $ns . '.backend.rl",'
+		. '"system_url":"http://127.0.0.1:' . port(8091 + $w) . '",'
+		. '"model":"Qwen/Qwen3-0.6B","routes":' . encode_json(\@VLLM)
+		. ',"world_size":1}';
+}
+
+sub mark {
+	return { map { $_ => scalar @{$t->fake_records("worker-$_")} } 0 .. 2 };
+}
+
+sub fwd {
+	my ($mk) = @_;
+
+	my @f;
+
+	for my $w (0 .. 2) {
+		my $recs = $t->fake_records("worker-$w");
+		push @f, map { "$w $_->{uri}" } @$recs[$mk->{$w} .. $#$recs];
+	}
+
+	return @f ? join(' ', @f) : 'none';
+}
+
+sub ids {
+	my ($res) = @_;
+
+	return join(' ', sort map { "$_->{instance_id}" }
+		@{$res->{json}{workers} // []});
+}
+
+sub curl {
+	my ($who, $method, $uri, $body) = @_;
+
+	my @cmd = ('curl', '-s', '-i', '--max-time', '10', '-X', $method,
+		'--cacert', "$CERTS/ca.crt",
+		defined $who ? ('--cert', "$CERTS/$who.crt",
+			'--key', "$CERTS/$who.key") : (),
+		defined $body ? ('-H', 'Content-Type: application/json',
+			'--data-binary', $body) : (),
+		'https://127.0.0.1:' . port(8443) . $uri);
+
+	my $pid = open(my $fh, '-|') // die "cannot fork: $!\n";
+
+	if ($pid == 0) {
+		open STDERR, '>', '/dev/null';
+		{ exec @cmd; }
+		POSIX::_exit(127);
+	}
+
+	local $/;
+	my $out = <$fh>;
+	close $fh;
+
+	my $res = parse_response($out) // { status => 0, headers => {},
+		body => '' };
+
+	$res->{json} = eval { decode_json($res->{body}) } // {};
+	$res->{json} = {} unless ref $res->{json} eq 'HASH';
+
+	return $res;
+}
+
+###############################################################################

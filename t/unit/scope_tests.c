@@ -1,0 +1,259 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+/*
+ * Unit tests of the pure parsers of a caller's scope: the namespace
+ * scope and the route list that variables give, the health path of the
+ * admin plane, and the judgment of a worker's 2xx answer, as TAP for
+ * "prove -e ''".
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+#include <stdio.h>
+#include <string.h>
+
+
+typedef struct {
+    char                        *value;
+    ngx_int_t                    rc;
+    ngx_uint_t                   mode;
+    char                        *name;
+    char                        *suffix;
+} ngx_http_dynamo_rl_test_scope_t;
+
+
+typedef struct {
+    char                        *value;
+    ngx_int_t                    rc;
+    ngx_uint_t                   n;
+} ngx_http_dynamo_rl_test_routes_t;
+
+
+typedef struct {
+    char                        *body;
+    ngx_int_t                    rc;
+} ngx_http_dynamo_rl_test_answer_t;
+
+
+static ngx_http_dynamo_rl_test_scope_t  ngx_http_dynamo_rl_scopes[] = {
+    { "any", NGX_OK, NGX_HTTP_DYNAMO_RL_NS_ANY, "", "" },
+    { " any\t", NGX_OK, NGX_HTTP_DYNAMO_RL_NS_ANY, "", "" },
+    { "prefix=team-a", NGX_OK, NGX_HTTP_DYNAMO_RL_NS_PREFIX, "team-a", "" },
+    { "exact=ns", NGX_OK, NGX_HTTP_DYNAMO_RL_NS_EXACT, "ns", "" },
+    { "exact=ns suffix=x1", NGX_OK, NGX_HTTP_DYNAMO_RL_NS_EXACT, "ns",
+      "x1" },
+    { "exact=a.b_c \t suffix=Z-9", NGX_OK, NGX_HTTP_DYNAMO_RL_NS_EXACT,
+      "a.b_c", "Z-9" },
+    { "", NGX_DECLINED, 0, NULL, NULL },
+    { "  ", NGX_DECLINED, 0, NULL, NULL },
+    { "env", NGX_DECLINED, 0, NULL, NULL },
+    { "ANY", NGX_DECLINED, 0, NULL, NULL },
+    { "any any", NGX_DECLINED, 0, NULL, NULL },
+    { "prefix=", NGX_DECLINED, 0, NULL, NULL },
+    { "exact=", NGX_DECLINED, 0, NULL, NULL },
+    { "exact=ns suffix=", NGX_DECLINED, 0, NULL, NULL },
+    { "exact=ns suffix=x1 suffix=x2", NGX_DECLINED, 0, NULL, NULL },
+    { "prefix=a exact=b", NGX_DECLINED, 0, NULL, NULL },
+    { "prefix=a suffix=b", NGX_DECLINED, 0, NULL, NULL },
+    { "suffix=b exact=a", NGX_DECLINED, 0, NULL, NULL },
+    { "prefix=team a", NGX_DECLINED, 0, NULL, NULL },
+    { "prefix=a/b", NGX_DECLINED, 0, NULL, NULL },
+    { "exact=a\\b", NGX_DECLINED, 0, NULL, NULL },
+    { "exact=a\x01", NGX_DECLINED, 0, NULL, NULL },
+    { "exact=a\nb", NGX_DECLINED, 0, NULL, NULL },
+    { "exact=\xc3\xa9", NGX_DECLINED, 0, NULL, NULL },
+    { NULL, 0, 0, NULL, NULL }
+};
+
+
+static ngx_http_dynamo_rl_test_routes_t  ngx_http_dynamo_rl_routes[] = {
+    { "liveness_probe", NGX_OK, 1 },
+    { "liveness_probe flush_cache", NGX_OK, 2 },
+    { "\tcontrol/pause_generation  update/weights ", NGX_OK, 2 },
+    { "a\n      b\r\nc", NGX_OK, 3 },
+    { "", NGX_DECLINED, 0 },
+    { " \t ", NGX_DECLINED, 0 },
+    { "liveness_probe ../x", NGX_DECLINED, 0 },
+    { "a//b", NGX_DECLINED, 0 },
+    { "a/", NGX_DECLINED, 0 },
+    { "-a", NGX_DECLINED, 0 },
+    { "a,b", NGX_DECLINED, 0 },
+    { NULL, 0, 0 }
+};
+
+
+static ngx_http_dynamo_rl_test_answer_t  ngx_http_dynamo_rl_answers[] = {
+    { "{\"status\":\"ok\"}", NGX_DECLINED },
+    { "{\"status\":\"success\"}", NGX_DECLINED },
+    { "{\"status\":\"errors\"}", NGX_DECLINED },
+    { "{\"status\":\"\"}", NGX_DECLINED },
+    { "{\"success\":true}", NGX_DECLINED },
+    { "{\"success\":0}", NGX_DECLINED },
+    { "[]", NGX_DECLINED },
+    { "\"ok\"", NGX_DECLINED },
+    { "{\"status\":\"error\"}", NGX_OK },
+    { "{\"status\":\"ERROR\"}", NGX_OK },
+    { "{\"status\":\"eRrOr\",\"message\":\"starting\"}", NGX_OK },
+    { "{\"success\":false}", NGX_OK },
+    { "{\"status\":\"ok\",\"success\":false}", NGX_OK },
+    { "", NGX_OK },
+    { "Engine paused", NGX_OK },
+    { "{\"status\":", NGX_OK },
+    { NULL, 0 }
+};
+
+
+static ngx_uint_t  ngx_http_dynamo_rl_n;
+static ngx_uint_t  ngx_http_dynamo_rl_failed;
+
+
+static void ngx_http_dynamo_rl_ok(ngx_uint_t ok, const char *what,
+    const char *value);
+static ngx_uint_t ngx_http_dynamo_rl_eq(ngx_str_t *s, char *c);
+
+
+int
+main(void)
+{
+    char                              *why;
+    uint64_t                           id;
+    ngx_int_t                          rc;
+    ngx_str_t                          name, suffix, route;
+    ngx_uint_t                         mode, n, ok;
+    ngx_http_dynamo_rl_test_scope_t   *s;
+    ngx_http_dynamo_rl_test_routes_t  *rt;
+    ngx_http_dynamo_rl_test_answer_t  *a;
+
+    n = 0;
+
+    for (s = ngx_http_dynamo_rl_scopes; s->value; s++) { n++; }
+    for (rt = ngx_http_dynamo_rl_routes; rt->value; rt++) { n++; }
+    for (a = ngx_http_dynamo_rl_answers; a->body; a++) { n++; }
+
+    printf("1..%u\n", (unsigned) (n + 12));
+
+    for (s = ngx_http_dynamo_rl_scopes; s->value; s++) {
+        mode = 99;
+
+        rc = ngx_http_dynamo_rl_parse_scope((u_char *) s->value,
+                                            strlen(s->value), &mode, &name,
+                                            &suffix);
+
+        ok = (rc == s->rc);
+
+        if (ok && rc == NGX_OK) {
+            ok = (mode == s->mode && ngx_http_dynamo_rl_eq(&name, s->name)
+                  && ngx_http_dynamo_rl_eq(&suffix, s->suffix));
+        }
+
+        ngx_http_dynamo_rl_ok(ok, "parse_scope", s->value);
+    }
+
+    for (rt = ngx_http_dynamo_rl_routes; rt->value; rt++) {
+        rc = ngx_http_dynamo_rl_parse_routes((u_char *) rt->value,
+                                             strlen(rt->value), &n);
+
+        ngx_http_dynamo_rl_ok(rc == rt->rc && (rc != NGX_OK || n == rt->n),
+                              "parse_routes", rt->value);
+    }
+
+    for (a = ngx_http_dynamo_rl_answers; a->body; a++) {
+        why = NULL;
+
+        rc = ngx_http_dynamo_rl_json_admin_error((u_char *) a->body,
+                                                 strlen(a->body), &why);
+
+        ngx_http_dynamo_rl_ok(rc == a->rc && (rc != NGX_OK || why != NULL),
+                              "json_admin_error", a->body);
+    }
+
+    /* routes_find: whole words only */
+
+    ngx_str_set(&route, "flush_cache");
+    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_routes_find(
+                              (u_char *) "a flush_cache b", 15, &route)
+                          == NGX_OK, "routes_find", "a flush_cache b");
+    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_routes_find(
+                              (u_char *) "a flush_cache_x", 15, &route)
+                          == NGX_DECLINED, "routes_find", "a flush_cache_x");
+    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_routes_find(
+                              (u_char *) "flush_cach", 10, &route)
+                          == NGX_DECLINED, "routes_find", "flush_cach");
+    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_routes_find(
+                              (u_char *) "", 0, &route)
+                          == NGX_DECLINED, "routes_find", "");
+
+    /* the health path */
+
+    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
+                              (u_char *) "18446744073709551615/health", 27,
+                              &id)
+                          == NGX_OK && id == 18446744073709551615ULL,
+                          "parse_health_path", "u64 max");
+    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
+                              (u_char *) "0/health", 8, &id)
+                          == NGX_OK && id == 0, "parse_health_path", "0");
+    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
+                              (u_char *) "01/health", 9, &id)
+                          == NGX_DECLINED, "parse_health_path", "01");
+    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
+                              (u_char *) "1/health/", 9, &id)
+                          == NGX_DECLINED, "parse_health_path", "1/health/");
+    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
+                              (u_char *) "1/healthz", 9, &id)
+                          == NGX_DECLINED, "parse_health_path", "1/healthz");
+    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
+                              (u_char *) "1/engine/health", 15, &id)
+                          == NGX_DECLINED, "parse_health_path",
+                          "1/engine/health");
+    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
+                              (u_char *) "/health", 7, &id)
+                          == NGX_DECLINED, "parse_health_path", "/health");
+    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
+                              (u_char *) "18446744073709551616/health", 27,
+                              &id)
+                          == NGX_DECLINED, "parse_health_path",
+                          "u64 max + 1");
+
+    return ngx_http_dynamo_rl_failed ? 1 : 0;
+}
+
+
+static void
+ngx_http_dynamo_rl_ok(ngx_uint_t ok, const char *what, const char *value)
+{
+    const char  *p;
+
+    ngx_http_dynamo_rl_n++;
+
+    printf("%s %u - %s \"", ok ? "ok" : "not ok",
+           (unsigned) ngx_http_dynamo_rl_n, what);
+
+    for (p = value; *p; p++) {
+        if (*p >= 0x20 && *p < 0x7f) {
+            putchar(*p);
+
+        } else {
+            printf("\\x%02x", (unsigned char) *p);
+        }
+    }
+
+    printf("\"\n");
+
+    if (!ok) {
+        ngx_http_dynamo_rl_failed++;
+    }
+}
+
+
+static ngx_uint_t
+ngx_http_dynamo_rl_eq(ngx_str_t *s, char *c)
+{
+    return s->len == strlen(c) && (s->len == 0
+                                   || memcmp(s->data, c, s->len) == 0);
+}
