@@ -18,6 +18,9 @@ typedef struct {
     ngx_uint_t                       duration[NGX_HTTP_DYNAMO_RL_PLANES]
                                              [NGX_HTTP_DYNAMO_RL_BUCKETS];
     ngx_uint_t                       duration_ms[NGX_HTTP_DYNAMO_RL_PLANES];
+    ngx_uint_t                       hist[NGX_HTTP_DYNAMO_RL_HISTOGRAMS]
+                                         [NGX_HTTP_DYNAMO_RL_BUCKETS];
+    ngx_uint_t                       hist_sum[NGX_HTTP_DYNAMO_RL_HISTOGRAMS];
     ngx_uint_t                       refresh_ok;
     ngx_uint_t                       refresh_failed;
 
@@ -26,6 +29,8 @@ typedef struct {
     ngx_msec_t                       age;
     time_t                           fetched;
     ngx_uint_t                       has_snapshot;
+    ngx_uint_t                       workers;
+    ngx_uint_t                       eligible;
 
     ngx_uint_t                       records;
     ngx_uint_t                       in_flight;
@@ -42,7 +47,20 @@ typedef struct {
 } ngx_http_dynamo_rl_report_t;
 
 
-static ngx_uint_t ngx_http_dynamo_rl_reason(ngx_str_t *reason);
+/* a histogram's series in the metrics */
+
+typedef struct {
+    char                            *name;
+    char                            *label;
+    ngx_str_t                        value;
+    char                            *help;
+} ngx_http_dynamo_rl_hist_t;
+
+
+static ngx_int_t ngx_http_dynamo_rl_status_header_filter(
+    ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_status_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
 static ngx_uint_t ngx_http_dynamo_rl_outcome(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 static void ngx_http_dynamo_rl_report(ngx_http_request_t *r,
@@ -52,13 +70,25 @@ static ngx_int_t ngx_http_dynamo_rl_metrics_handler(ngx_http_request_t *r);
 static u_char *ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
     ngx_http_dynamo_rl_report_t *rp, ngx_http_dynamo_rl_index_t *index,
     u_char *p, u_char *last);
+static u_char *ngx_http_dynamo_rl_durations_json(
+    ngx_http_dynamo_rl_report_t *rp, u_char *p);
 static size_t ngx_http_dynamo_rl_fleet_len(ngx_http_dynamo_rl_index_t *index);
+static char *ngx_http_dynamo_rl_worker_admin(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_index_t *index, ngx_http_dynamo_rl_worker_t *w);
+static void ngx_http_dynamo_rl_fleet_count(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_report_t *rp);
 static u_char *ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r,
     ngx_http_dynamo_rl_index_t *index, u_char *p, u_char *last);
 static ngx_int_t ngx_http_dynamo_rl_status_html(ngx_http_request_t *r,
     ngx_str_t *json);
 static u_char *ngx_http_dynamo_rl_metrics_text(
     ngx_http_dynamo_rl_report_t *rp, u_char *p);
+static u_char *ngx_http_dynamo_rl_histogram_text(u_char *p, char *name,
+    char *label, ngx_str_t *value, ngx_uint_t *counts, ngx_uint_t sum);
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
 
 static ngx_str_t  ngx_http_dynamo_rl_plane_names[] = {
@@ -80,26 +110,42 @@ static ngx_str_t  ngx_http_dynamo_rl_outcome_names
 };
 
 
-/* every reason the module gives: fixed strings, safe as label values */
+/* the histograms beside the planes': JSON names, metric label values */
 
-static ngx_str_t  ngx_http_dynamo_rl_reasons[] = {
-    ngx_string("method"),
-    ngx_string("bad_path"),
-    ngx_string("bad_attempt_id"),
-    ngx_string("duplicate_attempt"),
-    ngx_string("ledger_full"),
-    ngx_string("gate_closed"),
-    ngx_string("discovery_unavailable"),
-    ngx_string("unknown_worker"),
-    ngx_string("ambiguous_worker"),
-    ngx_string("worker_invalid"),
-    ngx_string("worker_error"),
-    ngx_string("no_system_url"),
-    ngx_string("route_not_advertised"),
-    ngx_string("discovery_invalid"),
-    ngx_string("redirected"),
-    ngx_string("cross_origin"),
-    ngx_null_string
+static ngx_str_t  ngx_http_dynamo_rl_hist_names[] = {
+    ngx_string("upstream_header"),
+    ngx_string("attempt_succeeded"),
+    ngx_string("attempt_failed"),
+    ngx_string("attempt_canceled"),
+    ngx_string("admin_ok"),
+    ngx_string("admin_error"),
+    ngx_string("refresh_ok"),
+    ngx_string("refresh_failed")
+};
+
+
+/* the same as metrics: the first series of each carries its help text */
+
+static ngx_http_dynamo_rl_hist_t  ngx_http_dynamo_rl_hists[] = {
+    { "dynamo_rl_upstream_header_seconds", NULL, ngx_null_string,
+      "Request plane: time to the frontend's response header, which "
+      "comes with the first token of a stream." },
+    { "dynamo_rl_attempt_duration_seconds", "outcome",
+      ngx_string("succeeded"),
+      "Request plane: whole attempts forwarded to the frontend, by "
+      "outcome." },
+    { "dynamo_rl_attempt_duration_seconds", "outcome",
+      ngx_string("failed"), NULL },
+    { "dynamo_rl_attempt_duration_seconds", "outcome",
+      ngx_string("canceled"), NULL },
+    { "dynamo_rl_admin_call_duration_seconds", "result", ngx_string("ok"),
+      "Admin calls answered by a worker, by result." },
+    { "dynamo_rl_admin_call_duration_seconds", "result",
+      ngx_string("error"), NULL },
+    { "dynamo_rl_discovery_refresh_duration_seconds", "result",
+      ngx_string("ok"), "Snapshot refreshes from the listener, by result." },
+    { "dynamo_rl_discovery_refresh_duration_seconds", "result",
+      ngx_string("failed"), NULL }
 };
 
 
@@ -115,11 +161,14 @@ static ngx_str_t  ngx_http_dynamo_rl_reasons[] = {
 #define NGX_HTTP_DYNAMO_RL_FLEET_TAIL                                        \
     (sizeof("],\"workers\":,\"eligible\":") - 1 + 2 * NGX_INT_T_LEN)
 
+/* a histogram in the status document: its name, counts and sum */
+#define NGX_HTTP_DYNAMO_RL_HIST_JSON                                         \
+    (64 + (NGX_HTTP_DYNAMO_RL_BUCKETS + 1) * (NGX_ATOMIC_T_LEN + 1))
 
-/* upper bounds in milliseconds; the last bucket is +Inf */
-
-static ngx_msec_t  ngx_http_dynamo_rl_buckets[NGX_HTTP_DYNAMO_RL_BUCKETS - 1]
-    = { 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000 };
+/* the metrics: every line but the histograms', and a histogram's line */
+#define NGX_HTTP_DYNAMO_RL_METRICS_FIXED  16384
+#define NGX_HTTP_DYNAMO_RL_METRICS_LINE                                      \
+    (128 + NGX_ATOMIC_T_LEN)
 
 
 static char  ngx_http_dynamo_rl_html_head[] =
@@ -192,16 +241,18 @@ static char  ngx_http_dynamo_rl_html_tail[] =
 
 /*
  * the log phase, before the access log: the request's plane, outcome,
- * denial and duration go into the zone's counters
+ * denial and durations go into the zone's counters; durations run on the
+ * monotonic clock from the plane's first look at the request to the end
+ * of its response (or now, if it never ended: a client that went away)
  */
 
 void
 ngx_http_dynamo_rl_account(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx)
 {
-    ngx_uint_t                       plane, outcome, reason, i;
-    ngx_msec_int_t                   ms;
-    ngx_time_t                      *tp;
+    uint64_t                         now, end;
+    ngx_msec_t                       ms;
+    ngx_uint_t                       plane, outcome, reason, bucket;
     ngx_http_dynamo_rl_zone_t       *zone;
     ngx_http_dynamo_rl_shctx_t      *sh;
     ngx_http_dynamo_rl_recent_t     *rc;
@@ -229,25 +280,51 @@ ngx_http_dynamo_rl_account(ngx_http_request_t *r,
         (void) ngx_atomic_fetch_add(&sh->admin_results[ctx->admin_error], 1);
     }
 
-    tp = ngx_timeofday();
-    ms = (ngx_msec_int_t) ((tp->sec - r->start_sec) * 1000
-                           + (tp->msec - r->start_msec));
-    ms = ngx_max(ms, 0);
+    now = ngx_http_dynamo_rl_now();
+    end = ctx->ended_at ? ctx->ended_at : now;
+    ms = (ngx_msec_t) (end > ctx->started ? end - ctx->started : 0);
+    bucket = ngx_http_dynamo_rl_bucket(ms);
 
-    for (i = 0; i < NGX_HTTP_DYNAMO_RL_BUCKETS - 1; i++) {
-        if ((ngx_msec_t) ms <= ngx_http_dynamo_rl_buckets[i]) {
-            break;
-        }
-    }
-
-    (void) ngx_atomic_fetch_add(&sh->duration[plane][i], 1);
+    (void) ngx_atomic_fetch_add(&sh->duration[plane][bucket], 1);
     (void) ngx_atomic_fetch_add(&sh->duration_ms[plane], ms);
+
+    if (ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
+
+        if (ctx->header_at >= ctx->started && ctx->header_at) {
+            ngx_http_dynamo_rl_zone_observe(sh, NGX_HTTP_DYNAMO_RL_HIST_HEADER,
+                                            (ngx_msec_t) (ctx->header_at
+                                                          - ctx->started));
+        }
+
+        /* an attempt let through to the frontend: succeeded to canceled */
+
+        if (ctx->admitted && outcome < 3) {
+            ngx_http_dynamo_rl_zone_observe(sh,
+                                            NGX_HTTP_DYNAMO_RL_HIST_ATTEMPT
+                                            + outcome, ms);
+        }
+
+    } else if (ctx->admin_result.len) {
+        ngx_http_dynamo_rl_zone_observe(sh,
+                                        NGX_HTTP_DYNAMO_RL_HIST_ADMIN
+                                        + ctx->admin_error, ms);
+    }
 
     if (ctx->deny_reason.len == 0) {
         return;
     }
 
-    reason = ngx_http_dynamo_rl_reason(&ctx->deny_reason);
+    reason = ngx_http_dynamo_rl_reason_find(ctx->deny_reason.data,
+                                            ctx->deny_reason.len, plane);
+
+    if (reason == NGX_HTTP_DYNAMO_RL_REASONS) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "dynamo rl: reason \"%V\" on the %V plane is not in "
+                      "the table of reasons, not counted",
+                      &ctx->deny_reason,
+                      &ngx_http_dynamo_rl_plane_names[plane]);
+        return;
+    }
 
     (void) ngx_atomic_fetch_add(&sh->denials[plane][reason], 1);
 
@@ -255,7 +332,7 @@ ngx_http_dynamo_rl_account(ngx_http_request_t *r,
 
     rc = &sh->recent[sh->recent_next++ % NGX_HTTP_DYNAMO_RL_RECENT];
 
-    rc->time = tp->sec;
+    rc->time = ngx_time();
     rc->plane = (u_char) plane;
     rc->reason = (u_char) reason;
     rc->status = (u_short) r->headers_out.status;
@@ -264,24 +341,74 @@ ngx_http_dynamo_rl_account(ngx_http_request_t *r,
 }
 
 
-static ngx_uint_t
-ngx_http_dynamo_rl_reason(ngx_str_t *reason)
+ngx_int_t
+ngx_http_dynamo_rl_status_filter_init(ngx_conf_t *cf)
 {
-    ngx_uint_t  i;
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_dynamo_rl_status_header_filter;
 
-    for (i = 0; ngx_http_dynamo_rl_reasons[i].len; i++) {
-        if (ngx_http_dynamo_rl_reasons[i].len == reason->len
-            && ngx_strncmp(ngx_http_dynamo_rl_reasons[i].data, reason->data,
-                           reason->len)
-               == 0)
-        {
-            return i;
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_dynamo_rl_status_body_filter;
+
+    return NGX_OK;
+}
+
+
+/*
+ * the request plane's time to the upstream's response header: Dynamo's
+ * frontend sends it with the first event of a stream, so for SSE this is
+ * the time to the first token
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_status_header_filter(ngx_http_request_t *r)
+{
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    if (r != r->main || r->upstream == NULL
+        || r->upstream->headers_in.status_n == 0)
+    {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+    if (ctx != NULL && ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        && ctx->header_at == 0)
+    {
+        ctx->header_at = ngx_http_dynamo_rl_now();
+    }
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+/* the end of a response: its last buffer handed to the output */
+
+static ngx_int_t
+ngx_http_dynamo_rl_status_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_chain_t               *cl;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    if (r != r->main || in == NULL) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+    if (ctx == NULL || ctx->ended_at) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    for (cl = in; cl; cl = cl->next) {
+        if (cl->buf->last_buf) {
+            ctx->ended_at = ngx_http_dynamo_rl_now();
+            break;
         }
     }
 
-    /* cannot happen: every reason is in the table */
-
-    return 0;
+    return ngx_http_next_body_filter(r, in);
 }
 
 
@@ -365,6 +492,14 @@ ngx_http_dynamo_rl_report(ngx_http_request_t *r,
         }
 
         rp->duration_ms[i] = sh->duration_ms[i];
+    }
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_HISTOGRAMS; i++) {
+        for (j = 0; j < NGX_HTTP_DYNAMO_RL_BUCKETS; j++) {
+            rp->hist[i][j] = sh->hist[i][j];
+        }
+
+        rp->hist_sum[i] = sh->hist_sum[i];
     }
 
     rp->admin_results[0] = sh->admin_results[0];
@@ -453,6 +588,8 @@ ngx_http_dynamo_rl_status_handler(ngx_http_request_t *r)
     index = ngx_http_dynamo_rl_discovery_index(r);
 
     size = NGX_HTTP_DYNAMO_RL_STATUS_FIXED + NGX_HTTP_DYNAMO_RL_RECENT * 128
+           + (NGX_HTTP_DYNAMO_RL_PLANES + NGX_HTTP_DYNAMO_RL_HISTOGRAMS)
+             * NGX_HTTP_DYNAMO_RL_HIST_JSON
            + ngx_http_dynamo_rl_gate_json_len(&rp.gate)
            + ngx_http_dynamo_rl_fleet_len(index);
 
@@ -491,7 +628,7 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
     ngx_http_dynamo_rl_report_t *rp, ngx_http_dynamo_rl_index_t *index,
     u_char *p, u_char *last)
 {
-    ngx_uint_t                    i, j;
+    ngx_uint_t                    i, j, n;
     ngx_http_dynamo_rl_zone_t    *zone;
     ngx_http_dynamo_rl_recent_t  *rc;
 
@@ -529,6 +666,9 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
 
     if ((size_t) (last - p) < NGX_HTTP_DYNAMO_RL_STATUS_FIXED / 2
                               + NGX_HTTP_DYNAMO_RL_RECENT * 128
+                              + (NGX_HTTP_DYNAMO_RL_PLANES
+                                 + NGX_HTTP_DYNAMO_RL_HISTOGRAMS)
+                                * NGX_HTTP_DYNAMO_RL_HIST_JSON
                               + ngx_http_dynamo_rl_gate_json_len(&rp->gate))
     {
         return NULL;
@@ -569,9 +709,15 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
         p = ngx_sprintf(p, "%s\"%V\":{", i ? "," : "",
                         &ngx_http_dynamo_rl_plane_names[i]);
 
-        for (j = 0; ngx_http_dynamo_rl_reasons[j].len; j++) {
-            p = ngx_sprintf(p, "%s\"%V\":%ui", j ? "," : "",
-                            &ngx_http_dynamo_rl_reasons[j],
+        n = 0;
+
+        for (j = 0; ngx_http_dynamo_rl_reasons[j].name.len; j++) {
+            if (!(ngx_http_dynamo_rl_reasons[j].planes & (1 << i))) {
+                continue;
+            }
+
+            p = ngx_sprintf(p, "%s\"%V\":%ui", n++ ? "," : "",
+                            &ngx_http_dynamo_rl_reasons[j].name,
                             rp->denials[i][j]);
         }
 
@@ -594,11 +740,71 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
         p = ngx_sprintf(p, "\",\"plane\":\"%V\",\"reason\":\"%V\","
                         "\"status\":%ui}",
                         &ngx_http_dynamo_rl_plane_names[rc->plane],
-                        &ngx_http_dynamo_rl_reasons[rc->reason],
+                        &ngx_http_dynamo_rl_reasons[rc->reason].name,
                         (ngx_uint_t) rc->status);
     }
 
-    p = ngx_cpymem(p, "]}", 2);
+    p = ngx_cpymem(p, "],\"durations\":", sizeof("],\"durations\":") - 1);
+    p = ngx_http_dynamo_rl_durations_json(rp, p);
+
+    *p++ = '}';
+
+    return p;
+}
+
+
+/*
+ * every histogram, for the dashboard: the bounds once, then per histogram
+ * the count of each bucket (not cumulative, +Inf last) and the sum
+ */
+
+static u_char *
+ngx_http_dynamo_rl_durations_json(ngx_http_dynamo_rl_report_t *rp, u_char *p)
+{
+    ngx_uint_t  i, j, n;
+
+    p = ngx_cpymem(p, "{\"le_ms\":[", sizeof("{\"le_ms\":[") - 1);
+
+    for (j = 0; j < NGX_HTTP_DYNAMO_RL_BUCKETS - 1; j++) {
+        p = ngx_sprintf(p, "%s%M", j ? "," : "", ngx_http_dynamo_rl_buckets[j]);
+    }
+
+    *p++ = ']';
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_PLANES + NGX_HTTP_DYNAMO_RL_HISTOGRAMS;
+         i++)
+    {
+        if (i < NGX_HTTP_DYNAMO_RL_PLANES) {
+            p = ngx_sprintf(p, ",\"%V\":{\"buckets\":[",
+                            &ngx_http_dynamo_rl_plane_names[i]);
+
+        } else {
+            p = ngx_sprintf(p, ",\"%V\":{\"buckets\":[",
+                            &ngx_http_dynamo_rl_hist_names
+                                [i - NGX_HTTP_DYNAMO_RL_PLANES]);
+        }
+
+        n = 0;
+
+        for (j = 0; j < NGX_HTTP_DYNAMO_RL_BUCKETS; j++) {
+            if (i < NGX_HTTP_DYNAMO_RL_PLANES) {
+                p = ngx_sprintf(p, "%s%ui", j ? "," : "", rp->duration[i][j]);
+                n += rp->duration[i][j];
+
+            } else {
+                p = ngx_sprintf(p, "%s%ui", j ? "," : "",
+                                rp->hist[i - NGX_HTTP_DYNAMO_RL_PLANES][j]);
+                n += rp->hist[i - NGX_HTTP_DYNAMO_RL_PLANES][j];
+            }
+        }
+
+        p = ngx_sprintf(p, "],\"count\":%ui,\"sum_ms\":%ui}", n,
+                        i < NGX_HTTP_DYNAMO_RL_PLANES
+                        ? rp->duration_ms[i]
+                        : rp->hist_sum[i - NGX_HTTP_DYNAMO_RL_PLANES]);
+    }
+
+    *p++ = '}';
 
     return p;
 }
@@ -637,13 +843,10 @@ static u_char *
 ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r,
     ngx_http_dynamo_rl_index_t *index, u_char *p, u_char *last)
 {
-    char                           *admin;
-    size_t                          len;
-    ngx_uint_t                      i, k, n, eligible, dup;
-    ngx_http_dynamo_rl_worker_t    *w, **wp;
-    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
-
-    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+    char                         *admin;
+    size_t                        len;
+    ngx_uint_t                    i, n, eligible;
+    ngx_http_dynamo_rl_worker_t  *w;
 
     if ((size_t) (last - p) < ngx_http_dynamo_rl_fleet_len(NULL)) {
         return NULL;
@@ -663,44 +866,10 @@ ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r,
     for (i = 0; i < index->nworkers; i++) {
         w = &index->workers[i];
 
-        if (ngx_http_dynamo_rl_in_scope(drlcf, &w->namespace) != NGX_OK) {
+        admin = ngx_http_dynamo_rl_worker_admin(r, index, w);
+
+        if (admin == NULL) {
             continue;
-        }
-
-        /* ambiguous as the admin plane sees it: twice in this scope */
-
-        dup = 0;
-
-        if (w->has_id) {
-            wp = ngx_http_dynamo_rl_index_find(index, w->id, &k);
-
-            for ( /* void */ ; k; k--, wp++) {
-                if (ngx_http_dynamo_rl_in_scope(drlcf, &(*wp)->namespace)
-                    == NGX_OK)
-                {
-                    dup++;
-                }
-            }
-
-            dup = (dup > 1);
-        }
-
-        switch (w->state) {
-
-        case NGX_HTTP_DYNAMO_RL_WORKER_INVALID:
-            admin = "worker_invalid";
-            break;
-
-        case NGX_HTTP_DYNAMO_RL_WORKER_ERROR:
-            admin = "worker_error";
-            break;
-
-        case NGX_HTTP_DYNAMO_RL_WORKER_NO_URL:
-            admin = "no_system_url";
-            break;
-
-        default:
-            admin = dup ? "ambiguous_worker" : "eligible";
         }
 
         if (admin[0] == 'e') {
@@ -743,6 +912,95 @@ ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r,
     }
 
     return ngx_sprintf(p, "],\"workers\":%ui,\"eligible\":%ui", n, eligible);
+}
+
+
+/*
+ * a worker's admin eligibility as the location's scope sees it: "eligible"
+ * or the admin plane's reason to refuse it; NULL when out of scope
+ */
+
+static char *
+ngx_http_dynamo_rl_worker_admin(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_index_t *index, ngx_http_dynamo_rl_worker_t *w)
+{
+    ngx_uint_t                      k, dup;
+    ngx_http_dynamo_rl_worker_t   **wp;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    if (ngx_http_dynamo_rl_in_scope(drlcf, &w->namespace) != NGX_OK) {
+        return NULL;
+    }
+
+    /* ambiguous as the admin plane sees it: twice in this scope */
+
+    dup = 0;
+
+    if (w->has_id) {
+        wp = ngx_http_dynamo_rl_index_find(index, w->id, &k);
+
+        for ( /* void */ ; k; k--, wp++) {
+            if (ngx_http_dynamo_rl_in_scope(drlcf, &(*wp)->namespace)
+                == NGX_OK)
+            {
+                dup++;
+            }
+        }
+
+        dup = (dup > 1);
+    }
+
+    switch (w->state) {
+
+    case NGX_HTTP_DYNAMO_RL_WORKER_INVALID:
+        return "worker_invalid";
+
+    case NGX_HTTP_DYNAMO_RL_WORKER_ERROR:
+        return "worker_error";
+
+    case NGX_HTTP_DYNAMO_RL_WORKER_NO_URL:
+        return "no_system_url";
+
+    default:
+        return dup ? "ambiguous_worker" : "eligible";
+    }
+}
+
+
+/* the workers in the location's scope, and those eligible for admin */
+
+static void
+ngx_http_dynamo_rl_fleet_count(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_report_t *rp)
+{
+    char                         *admin;
+    ngx_uint_t                    i;
+    ngx_http_dynamo_rl_index_t   *index;
+    ngx_http_dynamo_rl_worker_t  *w;
+
+    index = ngx_http_dynamo_rl_discovery_index(r);
+
+    if (index == NULL) {
+        return;
+    }
+
+    for (i = 0; i < index->nworkers; i++) {
+        w = &index->workers[i];
+
+        admin = ngx_http_dynamo_rl_worker_admin(r, index, w);
+
+        if (admin == NULL) {
+            continue;
+        }
+
+        rp->workers++;
+
+        if (admin[0] == 'e') {
+            rp->eligible++;
+        }
+    }
 }
 
 
@@ -825,9 +1083,14 @@ ngx_http_dynamo_rl_metrics_handler(ngx_http_request_t *r)
     }
 
     ngx_http_dynamo_rl_report(r, &rp);
+    ngx_http_dynamo_rl_fleet_count(r, &rp);
 
     /* the exposition has a fixed set of series */
-    size = 32768;
+
+    size = NGX_HTTP_DYNAMO_RL_METRICS_FIXED
+           + (NGX_HTTP_DYNAMO_RL_PLANES + NGX_HTTP_DYNAMO_RL_HISTOGRAMS)
+             * (NGX_HTTP_DYNAMO_RL_BUCKETS + 2)
+             * NGX_HTTP_DYNAMO_RL_METRICS_LINE;
 
     p = ngx_pnalloc(r->pool, size);
     if (p == NULL) {
@@ -848,7 +1111,8 @@ ngx_http_dynamo_rl_metrics_handler(ngx_http_request_t *r)
 static u_char *
 ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
 {
-    ngx_uint_t  i, j, sum;
+    ngx_uint_t                  i, j;
+    ngx_http_dynamo_rl_hist_t  *h;
 
     p = ngx_cpymem(p, "# HELP dynamo_rl_requests_total Requests by plane "
                    "and outcome.\n# TYPE dynamo_rl_requests_total counter\n",
@@ -872,12 +1136,18 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
                     "refused, by plane and reason.\n"
                     "# TYPE dynamo_rl_denials_total counter\n");
 
+    /* only the reasons each plane can give */
+
     for (i = 0; i < NGX_HTTP_DYNAMO_RL_PLANES; i++) {
-        for (j = 0; ngx_http_dynamo_rl_reasons[j].len; j++) {
+        for (j = 0; ngx_http_dynamo_rl_reasons[j].name.len; j++) {
+            if (!(ngx_http_dynamo_rl_reasons[j].planes & (1 << i))) {
+                continue;
+            }
+
             p = ngx_sprintf(p, "dynamo_rl_denials_total{plane=\"%V\","
                             "reason=\"%V\"} %ui\n",
                             &ngx_http_dynamo_rl_plane_names[i],
-                            &ngx_http_dynamo_rl_reasons[j],
+                            &ngx_http_dynamo_rl_reasons[j].name,
                             rp->denials[i][j]);
         }
     }
@@ -896,6 +1166,17 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
                     "dynamo_rl_discovery_refreshes_total{result=\"failed\"} "
                     "%ui\n",
                     rp->refresh_ok, rp->refresh_failed);
+
+    p = ngx_sprintf(p, "# HELP dynamo_rl_snapshot_workers Workers of the "
+                    "discovery snapshot in the metrics location's namespace "
+                    "scope.\n"
+                    "# TYPE dynamo_rl_snapshot_workers gauge\n"
+                    "dynamo_rl_snapshot_workers %ui\n"
+                    "# HELP dynamo_rl_snapshot_eligible_workers Of those, "
+                    "the workers the admin plane would call.\n"
+                    "# TYPE dynamo_rl_snapshot_eligible_workers gauge\n"
+                    "dynamo_rl_snapshot_eligible_workers %ui\n",
+                    rp->workers, rp->eligible);
 
     p = ngx_sprintf(p, "# HELP dynamo_rl_snapshot_generation Generation of "
                     "the discovery snapshot, 0 before the first.\n"
@@ -951,6 +1232,10 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
     p = ngx_sprintf(p, "# HELP dynamo_rl_ledger_records Attempt records in "
                     "the zone.\n# TYPE dynamo_rl_ledger_records gauge\n"
                     "dynamo_rl_ledger_records %ui\n"
+                    "# HELP dynamo_rl_ledger_capacity About how many "
+                    "records the zone has room for.\n"
+                    "# TYPE dynamo_rl_ledger_capacity gauge\n"
+                    "dynamo_rl_ledger_capacity %ui\n"
                     "# HELP dynamo_rl_ledger_in_flight Attempts not yet "
                     "finished.\n# TYPE dynamo_rl_ledger_in_flight gauge\n"
                     "dynamo_rl_ledger_in_flight %ui\n"
@@ -970,41 +1255,85 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
                     "refused for a full ledger.\n"
                     "# TYPE dynamo_rl_ledger_exhausted_total counter\n"
                     "dynamo_rl_ledger_exhausted_total %ui\n",
-                    rp->records, rp->in_flight, rp->evictions, rp->expired,
-                    rp->duplicates, rp->exhausted);
+                    rp->records, rp->capacity, rp->in_flight,
+                    rp->evictions, rp->expired, rp->duplicates,
+                    rp->exhausted);
 
     p = ngx_sprintf(p, "# HELP dynamo_rl_request_duration_seconds Request "
                     "duration by plane.\n"
                     "# TYPE dynamo_rl_request_duration_seconds histogram\n");
 
     for (i = 0; i < NGX_HTTP_DYNAMO_RL_PLANES; i++) {
-        sum = 0;
+        p = ngx_http_dynamo_rl_histogram_text(p,
+                                        "dynamo_rl_request_duration_seconds",
+                                        "plane",
+                                        &ngx_http_dynamo_rl_plane_names[i],
+                                        rp->duration[i], rp->duration_ms[i]);
+    }
 
-        for (j = 0; j < NGX_HTTP_DYNAMO_RL_BUCKETS; j++) {
-            sum += rp->duration[i][j];
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_HISTOGRAMS; i++) {
+        h = &ngx_http_dynamo_rl_hists[i];
 
-            if (j < NGX_HTTP_DYNAMO_RL_BUCKETS - 1) {
-                p = ngx_sprintf(p, "dynamo_rl_request_duration_seconds_bucket"
-                                "{plane=\"%V\",le=\"%M.%03M\"} %ui\n",
-                                &ngx_http_dynamo_rl_plane_names[i],
-                                ngx_http_dynamo_rl_buckets[j] / 1000,
-                                ngx_http_dynamo_rl_buckets[j] % 1000, sum);
-
-            } else {
-                p = ngx_sprintf(p, "dynamo_rl_request_duration_seconds_bucket"
-                                "{plane=\"%V\",le=\"+Inf\"} %ui\n",
-                                &ngx_http_dynamo_rl_plane_names[i], sum);
-            }
+        if (h->help != NULL) {
+            p = ngx_sprintf(p, "# HELP %s %s\n# TYPE %s histogram\n",
+                            h->name, h->help, h->name);
         }
 
-        p = ngx_sprintf(p, "dynamo_rl_request_duration_seconds_sum"
-                        "{plane=\"%V\"} %ui.%03ui\n"
-                        "dynamo_rl_request_duration_seconds_count"
-                        "{plane=\"%V\"} %ui\n",
-                        &ngx_http_dynamo_rl_plane_names[i],
-                        rp->duration_ms[i] / 1000, rp->duration_ms[i] % 1000,
-                        &ngx_http_dynamo_rl_plane_names[i], sum);
+        p = ngx_http_dynamo_rl_histogram_text(p, h->name, h->label,
+                                              &h->value, rp->hist[i],
+                                              rp->hist_sum[i]);
     }
 
     return p;
+}
+
+
+/* one series of a histogram: cumulative buckets, the sum and the count */
+
+static u_char *
+ngx_http_dynamo_rl_histogram_text(u_char *p, char *name, char *label,
+    ngx_str_t *value, ngx_uint_t *counts, ngx_uint_t sum)
+{
+    u_char      lb[64];
+    ngx_uint_t  j, n;
+    ngx_str_t   l, s;
+
+    /* the label and a comma before "le", or nothing */
+
+    if (label != NULL) {
+        l.data = lb;
+        l.len = ngx_snprintf(lb, sizeof(lb), "%s=\"%V\",", label, value)
+                - lb;
+
+        s.data = lb;
+        s.len = l.len - 1;
+
+    } else {
+        ngx_str_null(&l);
+        ngx_str_null(&s);
+    }
+
+    n = 0;
+
+    for (j = 0; j < NGX_HTTP_DYNAMO_RL_BUCKETS; j++) {
+        n += counts[j];
+
+        if (j < NGX_HTTP_DYNAMO_RL_BUCKETS - 1) {
+            p = ngx_sprintf(p, "%s_bucket{%Vle=\"%M.%03M\"} %ui\n",
+                            name, &l, ngx_http_dynamo_rl_buckets[j] / 1000,
+                            ngx_http_dynamo_rl_buckets[j] % 1000, n);
+
+        } else {
+            p = ngx_sprintf(p, "%s_bucket{%Vle=\"+Inf\"} %ui\n",
+                            name, &l, n);
+        }
+    }
+
+    if (label != NULL) {
+        return ngx_sprintf(p, "%s_sum{%V} %ui.%03ui\n%s_count{%V} %ui\n",
+                           name, &s, sum / 1000, sum % 1000, name, &s, n);
+    }
+
+    return ngx_sprintf(p, "%s_sum %ui.%03ui\n%s_count %ui\n",
+                       name, sum / 1000, sum % 1000, name, n);
 }

@@ -244,3 +244,18 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     return NGX_OK;
 }
+
+
+/* a duration into one of the zone's histograms, by any process */
+
+void
+ngx_http_dynamo_rl_zone_observe(ngx_http_dynamo_rl_shctx_t *sh,
+    ngx_uint_t hist, ngx_msec_t ms)
+{
+    ngx_uint_t  i;
+
+    i = ngx_http_dynamo_rl_bucket(ms);
+
+    (void) ngx_atomic_fetch_add(&sh->hist[hist][i], 1);
+    (void) ngx_atomic_fetch_add(&sh->hist_sum[hist], ms);
+}

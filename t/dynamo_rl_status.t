@@ -148,6 +148,17 @@ my @REASONS = qw/ method bad_path bad_attempt_id duplicate_attempt
 	ambiguous_worker worker_invalid worker_error no_system_url
 	route_not_advertised discovery_invalid redirected cross_origin /;
 
+# the reasons each plane can give: the counters have only these
+
+my %PLANE_REASONS = (
+	request => [ qw/ method bad_path bad_attempt_id duplicate_attempt
+		ledger_full gate_closed redirected / ],
+	discovery => [ qw/ method bad_path discovery_invalid redirected / ],
+	admin => [ qw/ method bad_path discovery_unavailable unknown_worker
+		ambiguous_worker worker_invalid worker_error no_system_url
+		route_not_advertised redirected cross_origin / ],
+);
+
 my ($r, $j, $w);
 
 ###############################################################################
@@ -161,8 +172,8 @@ is($r->{status}, 200, 'empty: status');
 is($r->{headers}{'content-type'}, 'application/json', 'empty: content type');
 ok(ref $j eq 'HASH', 'empty: a JSON object') or diag($r->{body});
 
-is(join(',', sort keys %$j), 'counters,gate,ledger,nginx,recent_denials,'
-	. 'snapshot,time,version,zone', 'empty: top-level fields');
+is(join(',', sort keys %$j), 'counters,durations,gate,ledger,nginx,'
+	. 'recent_denials,snapshot,time,version,zone', 'empty: top-level fields');
 like($j->{version}, qr/^\d+\.\d+\.\d+/, 'empty: version');
 like($j->{nginx}, qr/^1\.\d+\.\d+$/, 'empty: nginx version');
 is($j->{zone}, 'rl', 'empty: zone name');
@@ -610,7 +621,7 @@ sub schema_ok {
 			sort keys %{$c->{requests}{$p} // {}}) eq $outcomes{$p};
 		push @bad, "denials.$p fields" unless join(',',
 			sort keys %{$c->{denials}{$p} // {}})
-			eq join(',', sort @REASONS);
+			eq join(',', sort @{$PLANE_REASONS{$p}});
 		$int->("requests.$p", $_)
 			for values %{$c->{requests}{$p} // {}};
 		$int->("denials.$p", $_) for values %{$c->{denials}{$p} // {}};
