@@ -20,7 +20,9 @@
 # - durations run on the monotonic clock: nginx runs with libfaketime,
 #   and a 2-hour step of its wall clock during a 1-second attempt leaves
 #   it a 1-second attempt in every histogram;
-# - the status JSON's "durations" has the same counts.
+# - the status JSON's "durations" has the same counts;
+# - examples/: every Grafana query and every alerting rule names only
+#   exported metrics, and "promtool test rules" passes the rules' cases.
 
 ###############################################################################
 
@@ -30,8 +32,10 @@ use strict;
 use Test::More;
 
 use IO::Select;
+use File::Basename qw/ dirname /;
 use JSON::PP;
 use Time::HiRes qw/ time /;
+use YAML::XS ();
 
 use lib 't/lib';
 use Test::DynamoRL;
@@ -51,9 +55,10 @@ my ($FAKETIME) = grep { -f }
 die "libfaketime is missing: install Debian's faketime (make test-deps)\n"
 	unless defined $FAKETIME;
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(42);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(48);
 
 my $DIR = $t->testdir();
+my $EXAMPLES = dirname(__FILE__) . '/../examples';
 my $RC = "$DIR/faketime.rc";
 
 # nginx's wall clock only, as in dynamo_rl_clock.t (which says why the
@@ -435,6 +440,74 @@ is(join(' ', map { $d->{$_}{count} // 'none' } qw/ upstream_header
 	'status: durations, the same counts as the metrics');
 
 ###############################################################################
+
+# examples/: every Grafana query and every alert names metrics exported
+# above, and the alerting rules pass their promtool cases
+
+my %exported = map { /^([a-z_]+)/ ? ($1 => 1) : () } keys %$m;
+
+my $dash = eval { decode_json(slurp(
+	"$EXAMPLES/grafana/dynamo-rl-dashboard.json")) } // {};
+my @queries = map { $_->{expr} } grep { defined $_->{expr} }
+	map { @{$_->{targets} // []} } @{$dash->{panels} // []};
+push @queries, map { $_->{definition} // () }
+	@{$dash->{templating}{list} // []};
+
+my $rules = eval { YAML::XS::LoadFile(
+	"$EXAMPLES/prometheus/dynamo-rl-alerts.yml") } // {};
+my @alerts = map { $_->{expr} } map { @{$_->{rules} // []} }
+	@{$rules->{groups} // []};
+
+cmp_ok(scalar @queries, '>=', 15, 'grafana: the dashboard\'s queries');
+cmp_ok(scalar @alerts, '>=', 10, 'prometheus: the alerting rules');
+
+is(join("\n", unknown_metrics(@queries)), '',
+	'grafana: every query names exported metrics only');
+is(join("\n", unknown_metrics(@alerts)), '',
+	'prometheus: every alert names exported metrics only');
+
+my @panels = grep { $_->{type} ne 'row' } @{$dash->{panels} // []};
+is(join(', ', map { $_->{title} } grep { !@{$_->{targets} // []} } @panels),
+	'', 'grafana: every panel has a query');
+
+{
+	my ($bin) = grep { -x } map { "$_/promtool" }
+		split /:/, $ENV{PATH} // '/usr/bin';
+	my $dir = "$EXAMPLES/prometheus";
+
+	my $o = $bin ? `cd $dir && $bin test rules dynamo-rl-alerts.test.yml 2>&1`
+		: 'promtool is not installed (Debian package prometheus)';
+	is($bin ? $? : -1, 0, 'prometheus: promtool test rules') or diag($o);
+}
+
+###############################################################################
+
+# every name of a metric in the expressions is exported (a histogram's
+# _bucket, _sum and _count are its own series in the exposition), and
+# every expression has one
+
+sub unknown_metrics {
+	my (@exprs) = @_;
+
+	my @bad;
+
+	for my $e (@exprs) {
+		my @names = $e =~ /\b(dynamo_rl_[a-z_]+)/g;
+
+		push @bad, "no metric in: $e" unless @names;
+		push @bad, map { "$_ in: $e" } grep { !$exported{$_} } @names;
+	}
+
+	return @bad;
+}
+
+sub slurp {
+	my ($path) = @_;
+
+	open my $fh, '<', $path or die "cannot open $path: $!\n";
+	local $/;
+	return scalar <$fh>;
+}
 
 sub set_clock {
 	my ($offset) = @_;
