@@ -6,6 +6,8 @@
 
 #include "ngx_http_dynamo_rl_module.h"
 
+#include <openssl/rand.h>
+
 
 /* the counters and denials, copied out of the zone before rendering */
 
@@ -165,77 +167,216 @@ static ngx_http_dynamo_rl_hist_t  ngx_http_dynamo_rl_hists[] = {
 #define NGX_HTTP_DYNAMO_RL_HIST_JSON                                         \
     (64 + (NGX_HTTP_DYNAMO_RL_BUCKETS + 1) * (NGX_ATOMIC_T_LEN + 1))
 
+/* the dashboard runs only its own style and script, and polls its origin */
+#define NGX_HTTP_DYNAMO_RL_CSP                                               \
+    "default-src 'none'; script-src 'nonce-%V'; style-src 'nonce-%V'; "    \
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; "             \
+    "frame-ancestors 'none'"
+
 /* the metrics: every line but the histograms', and a histogram's line */
 #define NGX_HTTP_DYNAMO_RL_METRICS_FIXED  16384
 #define NGX_HTTP_DYNAMO_RL_METRICS_LINE                                      \
     (128 + NGX_ATOMIC_T_LEN)
 
 
+/*
+ * the dashboard, around its nonce and its data: the style and the script
+ * run under a Content-Security-Policy that allows only them, the script
+ * polls the status document and draws with inline SVG
+ */
+
 static char  ngx_http_dynamo_rl_html_head[] =
 "<!DOCTYPE html>\n"
 "<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
-"<meta http-equiv=\"refresh\" content=\"2\">\n"
+"<meta name=\"viewport\" content=\"width=device-width\">\n"
 "<title>dynamo_rl gateway</title>\n"
-"<style>\n"
-"body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\n"
-"h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}\n"
-"#gate{padding:1em;border-radius:6px;font-size:1.2em}\n"
-".open{background:#dff5e1}.closed{background:#fde2e2}\n"
-".expired{background:#f9c74f}\n"
-"table{border-collapse:collapse}td,th{padding:.2em .8em;"
-"border-bottom:1px solid #ddd;text-align:left}\n"
-".ok{color:#1b7f2a}.deny{color:#b3261e}.num{text-align:right}\n"
+"<style nonce=\"";
+
+static char  ngx_http_dynamo_rl_html_style[] =
+"\">\n"
+"body{font:13px/1.35 system-ui,sans-serif;margin:0;color:#222;background:#f6f7f"
+"9}\n"
+"main{max-width:1180px;margin:0 auto;padding:12px 16px}\n"
+"header{display:flex;align-items:baseline;gap:12px}\n"
+"h1{font-size:18px;margin:4px 0}h2{font-size:14px;margin:14px 0 4px}\n"
+"#conn{padding:2px 8px;border-radius:10px;background:#dff5e1;color:#1b5e20}\n"
+"#conn.down{background:#b3261e;color:#fff;font-weight:bold}\n"
+"body.down .card,body.down svg{opacity:.45}\n"
+".row{display:grid;grid-template-columns:1fr 1fr;gap:10px}\n"
+".card{background:#fff;border:1px solid #dde;border-radius:6px;padding:8px 10px"
+"}\n"
+"#gate{font-size:15px}#gate b{font-size:17px}\n"
+".open{border-left:6px solid #2e7d32}.closed{border-left:6px solid #f9a825}\n"
+".expired{border-left:6px solid #b3261e}\n"
+"svg{width:100%;display:block}\n"
+".legend span{margin-right:10px;white-space:nowrap}\n"
+".legend svg{display:inline;width:10px;vertical-align:-1px}\n"
+"table{border-collapse:collapse;width:100%}\n"
+"td,th{padding:2px 6px;border-bottom:1px solid #eee;text-align:left}\n"
+".num{text-align:right}.ok{color:#1b7f2a}.deny{color:#b3261e}\n"
+".muted{color:#777}\n"
 "</style></head><body>\n"
-"<h1>dynamo_rl gateway</h1>\n"
-"<div id=\"gate\"></div>\n"
-"<h2>Fleet</h2><p id=\"snapshot\"></p>\n"
-"<table id=\"fleet\"><thead><tr><th>instance id</th><th>namespace</th>"
-"<th>model</th><th>routes</th><th>admin</th></tr></thead>"
-"<tbody></tbody></table>\n"
-"<h2>Recent denials</h2>\n"
-"<table id=\"recent\"><thead><tr><th>time</th><th>plane</th>"
-"<th>reason</th><th>status</th></tr></thead><tbody></tbody></table>\n"
-"<h2>Requests</h2>\n"
-"<table id=\"requests\"><tbody></tbody></table>\n"
-"<h2>Ledger</h2><p id=\"ledger\"></p>\n"
+"<main>\n"
+"<header><h1>dynamo_rl gateway</h1><span id=\"conn\">live</span>\n"
+"<span id=\"info\" class=\"muted\"></span></header>\n"
+"<div class=\"row\">\n"
+"<div id=\"gate\" class=\"card\"></div>\n"
+"<div class=\"card\"><div id=\"snapshot\"></div><div id=\"ledger\"></div></div>"
+"\n"
+"</div>\n"
+"<h2>Gate history</h2>\n"
+"<div class=\"card\"><svg id=\"strip\" height=\"34\"></svg>\n"
+"<div class=\"legend\" id=\"strip-legend\"></div></div>\n"
+"<div class=\"row\">\n"
+"<div><h2>Request outcomes per second</h2>\n"
+"<div class=\"card\"><svg id=\"c-out\" height=\"130\"></svg>\n"
+"<div class=\"legend\" id=\"l-out\"></div></div></div>\n"
+"<div><h2>Denials per second</h2>\n"
+"<div class=\"card\"><svg id=\"c-den\" height=\"130\"></svg>\n"
+"<div class=\"legend\" id=\"l-den\"></div></div></div>\n"
+"<div><h2>In flight</h2>\n"
+"<div class=\"card\"><svg id=\"c-fly\" height=\"130\"></svg>\n"
+"<div class=\"legend\" id=\"l-fly\"></div></div></div>\n"
+"<div><h2>Time to first token, ms</h2>\n"
+"<div class=\"card\"><svg id=\"c-ttft\" height=\"130\"></svg>\n"
+"<div class=\"legend\" id=\"l-ttft\"></div></div></div>\n"
+"</div>\n"
+"<div class=\"row\">\n"
+"<div><h2>Fleet</h2><div class=\"card\"><table id=\"fleet\"><thead><tr>\n"
+"<th>instance id</th><th>namespace</th><th>model</th><th>routes</th>\n"
+"<th>admin</th></tr></thead><tbody></tbody></table></div></div>\n"
+"<div><h2>Recent denials</h2><div class=\"card\"><table id=\"recent\"><thead>\n"
+"<tr><th>time</th><th>plane</th><th>reason</th><th>status</th></tr></thead>\n"
+"<tbody></tbody></table></div></div>\n"
+"</div>\n"
+"</main>\n"
 "<script type=\"application/json\" id=\"data\">";
 
+static char  ngx_http_dynamo_rl_html_script[] =
+"</script>\n"
+"<script nonce=\"";
+
 static char  ngx_http_dynamo_rl_html_tail[] =
-"</script>\n<script>\n"
-"var d=JSON.parse(document.getElementById('data').textContent);\n"
-"function el(t,c,x){var e=document.createElement(t);"
-"if(c)e.className=c;e.textContent=x;return e}\n"
-"function row(tb,cells){var tr=document.createElement('tr');"
-"cells.forEach(function(c){tr.appendChild(el('td',c[1],c[0]))});"
-"tb.appendChild(tr)}\n"
-"var g=d.gate,gd=document.getElementById('gate');\n"
-"gd.className=g.expired?'expired':g.state;\n"
-"gd.appendChild(el('strong',null,'gate '+g.state.toUpperCase()"
-"+(g.expired?' (lease expired)':'')));\n"
-"gd.appendChild(el('div',null,'epoch '+g.epoch+', in flight '"
-"+g.in_flight+(g.state=='closed'?', draining'+(g.in_flight?'':' done')"
-":'')));\n"
+"\">\n"
+"(function(){'use strict';\n"
+"var D=document,EVERY=2000,KEEP=300,hist=[],polls=0,down=0;\n"
+"var NS=D.getElementById('strip').namespaceURI;\n"
+"var PH={open:'#2e7d32',draining:'#f9a825',drained:'#1565c0',\n"
+"expired:'#b3261e',unknown:'#bbb'};\n"
+"function $(i){return D.getElementById(i)}\n"
+"function el(t,c,x){var e=D.createElement(t);if(c)e.className=c;\n"
+"if(x!==undefined)e.textContent=x;return e}\n"
+"function sv(t,a){var e=D.createElementNS(NS,t);\n"
+"for(var k in a)e.setAttribute(k,a[k]);return e}\n"
+"function clear(e){while(e.firstChild)e.removeChild(e.firstChild)}\n"
+"function sum(o){var s=0;for(var k in o)s+=o[k];return s}\n"
+"function phase(g){return g.expired?'expired':g.state=='open'?'open':\n"
+"g.in_flight?'draining':'drained'}\n"
+"function legend(id,items){var l=$(id);clear(l);items.forEach(function(x){\n"
+"var s=el('span');\n"
+"var v=sv('svg',{width:10,height:10});v.appendChild(sv('rect',{width:10,\n"
+"height:10,fill:x[1]}));s.appendChild(v);s.appendChild(D.createTextNode(\n"
+"' '+x[0]));l.appendChild(s)})}\n"
+"function sample(d){var c=d.counters,u=d.durations||{};return{t:Date.now(),\n"
+"gate:d.gate,phase:phase(d.gate),req:c.requests.request,\n"
+"den:{request:sum(c.denials.request),discovery:sum(c.denials.discovery),\n"
+"admin:sum(c.denials.admin)},admin:sum(c.admin_results),\n"
+"hdr:(u.upstream_header||{}).buckets||[],le:u.le_ms||[]}}\n"
+"function rate(a,b,f){var dt=(b.t-a.t)/1000;return dt>0?\n"
+"Math.max(0,(f(b)-f(a))/dt):0}\n"
+"function quant(a,b,q){var d=[],n=0,i;for(i=0;i<b.hdr.length;i++){\n"
+"d.push((b.hdr[i]||0)-(a.hdr[i]||0));n+=d[i]}if(n<=0)return null;\n"
+"var k=q*n,c=0;for(i=0;i<d.length;i++){c+=d[i];if(c>=k)\n"
+"return i<b.le.length?b.le[i]:b.le[b.le.length-1]}return null}\n"
+"function series(f){var v=[];for(var i=1;i<hist.length;i++)\n"
+"v.push({t:hist[i].t,v:f(hist[i-1],hist[i])});return v}\n"
+"function chart(id,lid,ss){var g=$(id),W=g.clientWidth||560,H=130,\n"
+"L=44,B=16,max=0,t0=hist.length?hist[0].t:0,t1=hist.length?\n"
+"hist[hist.length-1].t:1,pts=0;clear(g);g.setAttribute('viewBox',\n"
+"'0 0 '+W+' '+H);ss.forEach(function(s){s.v.forEach(function(p){\n"
+"if(p.v!==null&&p.v>max)max=p.v})});max=max>0?max*1.1:1;\n"
+"function X(t){return L+(W-L-4)*(t1>t0?(t-t0)/(t1-t0):1)}\n"
+"function Y(v){return 4+(H-B-8)*(1-v/max)}\n"
+"[0,.5,1].forEach(function(f){var y=Y(max*f);g.appendChild(sv('line',\n"
+"{x1:L,x2:W-4,y1:y,y2:y,stroke:'#e5e5e5'}));var t=sv('text',{x:L-4,\n"
+"y:y+4,'text-anchor':'end','font-size':10,fill:'#666'});\n"
+"t.textContent=fmt(max*f);g.appendChild(t)});\n"
+"var tl=sv('text',{x:W-4,y:H-3,'text-anchor':'end','font-size':10,\n"
+"fill:'#666'});tl.textContent='last '+Math.round((t1-t0)/1000)+' s';\n"
+"g.appendChild(tl);ss.forEach(function(s){var d='',m='M';s.v.forEach(\n"
+"function(p){if(p.v===null){m='M';return}d+=m+X(p.t).toFixed(1)+','+\n"
+"Y(p.v).toFixed(1);m='L';pts++});if(d)g.appendChild(sv('path',{d:d,\n"
+"fill:'none',stroke:s.c,'stroke-width':1.6}))});\n"
+"g.setAttribute('data-points',pts);legend(lid,ss.map(function(s){\n"
+"var l=s.v.length?s.v[s.v.length-1].v:null;return[s.n+' '+\n"
+"(l===null?'-':fmt(l)),s.c]}))}\n"
+"function fmt(v){return v>=100?Math.round(v)+'':v>=10?v.toFixed(1):\n"
+"v.toFixed(2)}\n"
+"function strip(){var g=$('strip'),W=g.clientWidth||1100,H=34,n=hist.length,\n"
+"i,x,w;clear(g);g.setAttribute('viewBox','0 0 '+W+' '+H);if(!n)return;\n"
+"var t0=hist[0].t,t1=hist[n-1].t+EVERY;for(i=0;i<n;i++){\n"
+"x=W*(hist[i].t-t0)/(t1-t0);w=W*((i+1<n?hist[i+1].t:t1)-hist[i].t)/\n"
+"(t1-t0);g.appendChild(sv('rect',{x:x.toFixed(1),y:2,width:\n"
+"Math.max(w,1).toFixed(1),height:18,fill:PH[hist[i].phase]||PH.unknown,\n"
+"'data-phase':hist[i].phase}));if(i&&hist[i].admin>hist[i-1].admin)\n"
+"g.appendChild(sv('rect',{x:x.toFixed(1),y:22,width:2,height:10,\n"
+"fill:'#333'}))}g.setAttribute('data-phases',hist.map(function(h){\n"
+"return h.phase}).filter(function(p,j,a){return!j||p!=a[j-1]}).join(' '))}\n"
+"function row(tb,cells){var tr=el('tr');cells.forEach(function(c){\n"
+"tr.appendChild(el('td',c[1],c[0]))});tb.appendChild(tr)}\n"
+"function render(d){var g=d.gate,gd=$('gate'),p=phase(g);\n"
+"gd.className='card '+(g.expired?'expired':g.state);clear(gd);\n"
+"gd.appendChild(el('b',null,'gate '+g.state.toUpperCase()+\n"
+"(g.expired?' (lease expired)':'')));gd.appendChild(el('div',null,\n"
+"'phase '+p+', epoch '+g.epoch+', in flight '+g.in_flight));\n"
 "if(g.reason)gd.appendChild(el('div',null,'reason: '+g.reason));\n"
-"if(g.lease_expires)gd.appendChild(el('div',null,'lease until '"
-"+g.lease_expires));\n"
-"var s=d.snapshot;\n"
-"document.getElementById('snapshot').textContent=s.generation?"
-"'snapshot '+s.generation+' from '+s.source+', '+s.age_ms+' ms old, '"
-"+s.workers+' workers, '+s.eligible+' admin-eligible':'no snapshot yet';\n"
-"var fb=document.querySelector('#fleet tbody');\n"
-"(s.fleet||[]).forEach(function(w){row(fb,[[w.instance_id],"
-"[w.namespace],[w.model||''],[w.routes,'num'],"
+"if(g.lease_expires)gd.appendChild(el('div',null,'lease until '+\n"
+"g.lease_expires));var s=d.snapshot,l=d.ledger;\n"
+"$('snapshot').textContent=s.generation?'snapshot '+s.generation+\n"
+"' from '+s.source+', '+s.age_ms+' ms old, '+s.workers+' workers, '+\n"
+"s.eligible+' admin-eligible':'no snapshot yet';\n"
+"$('ledger').textContent='ledger: '+l.records+' records ('+l.in_flight+\n"
+"' in flight) of about '+l.capacity+', '+l.evictions+' evicted, '+\n"
+"l.duplicates+' duplicates refused';$('info').textContent=\n"
+"'nginx '+d.nginx+', module '+d.version+', zone '+d.zone+', '+d.time;\n"
+"var fb=$('fleet').tBodies[0];clear(fb);(s.fleet||[]).forEach(function(w){\n"
+"row(fb,[[w.instance_id],[w.namespace],[w.model||''],[w.routes,'num'],\n"
 "[w.admin,w.admin=='eligible'?'ok':'deny']])});\n"
-"var rb=document.querySelector('#recent tbody');\n"
-"d.recent_denials.forEach(function(x){row(rb,[[x.time],[x.plane],"
-"[x.reason,'deny'],[x.status,'num']])});\n"
-"var qb=document.querySelector('#requests tbody');\n"
-"Object.keys(d.counters.requests).forEach(function(p){"
-"var o=d.counters.requests[p];Object.keys(o).forEach(function(k){"
-"row(qb,[[p],[k],[o[k],'num']])})});\n"
-"var l=d.ledger;document.getElementById('ledger').textContent="
-"l.records+' records ('+l.in_flight+' in flight) of about '+l.capacity"
-"+', '+l.evictions+' evicted, '+l.duplicates+' duplicates refused';\n"
+"var rb=$('recent').tBodies[0];clear(rb);d.recent_denials.forEach(\n"
+"function(x){row(rb,[[x.time],[x.plane],[x.reason,'deny'],\n"
+"[x.status,'num']])});draw()}\n"
+"function draw(){var r=function(k){return function(a,b){return rate(a,b,\n"
+"function(h){return h.req[k]||0})}};\n"
+"chart('c-out','l-out',[{n:'succeeded',c:'#2e7d32',v:series(r('succeeded'))},\n"
+"{n:'failed',c:'#b3261e',v:series(r('failed'))},{n:'canceled',c:'#8e24aa',\n"
+"v:series(r('canceled'))},{n:'rejected',c:'#f9a825',\n"
+"v:series(r('rejected'))}]);var dn=function(k){return function(a,b){\n"
+"return rate(a,b,function(h){return h.den[k]})}};\n"
+"chart('c-den','l-den',[{n:'request',c:'#f9a825',v:series(dn('request'))},\n"
+"{n:'discovery',c:'#1565c0',v:series(dn('discovery'))},{n:'admin',\n"
+"c:'#b3261e',v:series(dn('admin'))}]);chart('c-fly','l-fly',[{n:\n"
+"'in flight',c:'#1565c0',v:hist.map(function(h){return{t:h.t,\n"
+"v:h.gate.in_flight}})}]);chart('c-ttft','l-ttft',[{n:'p50',c:'#2e7d32',\n"
+"v:series(function(a,b){return quant(a,b,.5)})},{n:'p95',c:'#b3261e',\n"
+"v:series(function(a,b){return quant(a,b,.95)})}]);strip()}\n"
+"function push(d){hist.push(sample(d));if(hist.length>KEEP)hist.shift();\n"
+"polls++;var b=D.body,n=sum(hist[hist.length-1].req);b.setAttribute(\n"
+"'data-polls',polls);if(polls==1)b.setAttribute('data-first',n);\n"
+"b.setAttribute('data-last',n)}\n"
+"function state(ok,why){var c=$('conn');if(ok){down=0;c.className='';\n"
+"c.textContent='live, every '+EVERY/1000+' s';D.body.className=''}\n"
+"else{if(!down)down=new Date();c.className='down';c.textContent=\n"
+"'gateway unreachable since '+down.toLocaleTimeString()+' ('+why+\n"
+"'), retrying';D.body.className='down'}}\n"
+"function poll(){fetch(location.pathname+'?format=json',{cache:'no-store',\n"
+"headers:{Accept:'application/json'}}).then(function(r){if(!r.ok)\n"
+"throw new Error('HTTP '+r.status);return r.json()}).then(function(d){\n"
+"push(d);render(d);state(1)}).catch(function(e){state(0,e.message||e)})}\n"
+"legend('strip-legend',[['open',PH.open],['closed, draining',PH.draining],\n"
+"['closed, drained: refresh',PH.drained],['lease expired',PH.expired],\n"
+"['admin call','#333']]);push(JSON.parse($('data').textContent));\n"
+"render(JSON.parse($('data').textContent));state(1);\n"
+"setInterval(poll,EVERY)})();\n"
 "</script></body></html>\n";
 
 
@@ -1006,15 +1147,52 @@ ngx_http_dynamo_rl_fleet_count(ngx_http_request_t *r,
 
 /*
  * the dashboard: one page with the same JSON inside, rendered by inline
- * script; "<" is escaped so that no string can close the script element
+ * script; "<" is escaped so that no string can close the script element;
+ * a nonce from RAND_bytes() for each answer is all its policy allows
  */
 
 static ngx_int_t
 ngx_http_dynamo_rl_status_html(ngx_http_request_t *r, ngx_str_t *json)
 {
-    u_char     *p, *s, *last;
-    size_t      len, n;
-    ngx_str_t   type;
+    u_char           *p, *s, *last;
+    size_t            len, n;
+    ngx_str_t         type, nonce, src;
+    ngx_table_elt_t  *h;
+    u_char            rnd[16];
+
+    if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
+        ngx_log_error(NGX_LOG_CRIT, r->connection->log, 0,
+                      "RAND_bytes() failed for the dashboard's nonce");
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    nonce.data = ngx_pnalloc(r->pool, ngx_base64_encoded_length(sizeof(rnd)));
+    if (nonce.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    src.data = rnd;
+    src.len = sizeof(rnd);
+
+    ngx_encode_base64(&nonce, &src);
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    len = sizeof(NGX_HTTP_DYNAMO_RL_CSP) - 1 + 2 * nonce.len;
+
+    h->value.data = ngx_pnalloc(r->pool, len);
+    if (h->value.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    h->value.len = ngx_sprintf(h->value.data, NGX_HTTP_DYNAMO_RL_CSP,
+                               &nonce, &nonce)
+                   - h->value.data;
+    h->hash = 1;
+    ngx_str_set(&h->key, "Content-Security-Policy");
 
     n = 0;
 
@@ -1024,8 +1202,12 @@ ngx_http_dynamo_rl_status_html(ngx_http_request_t *r, ngx_str_t *json)
         }
     }
 
-    len = sizeof(ngx_http_dynamo_rl_html_head) - 1 + json->len + 5 * n
-          + sizeof(ngx_http_dynamo_rl_html_tail) - 1;
+    len = sizeof(ngx_http_dynamo_rl_html_head) - 1
+          + sizeof(ngx_http_dynamo_rl_html_style) - 1
+          + json->len + 5 * n
+          + sizeof(ngx_http_dynamo_rl_html_script) - 1
+          + sizeof(ngx_http_dynamo_rl_html_tail) - 1
+          + 2 * nonce.len;
 
     p = ngx_pnalloc(r->pool, len);
     if (p == NULL) {
@@ -1034,6 +1216,9 @@ ngx_http_dynamo_rl_status_html(ngx_http_request_t *r, ngx_str_t *json)
 
     last = ngx_cpymem(p, ngx_http_dynamo_rl_html_head,
                       sizeof(ngx_http_dynamo_rl_html_head) - 1);
+    last = ngx_cpymem(last, nonce.data, nonce.len);
+    last = ngx_cpymem(last, ngx_http_dynamo_rl_html_style,
+                      sizeof(ngx_http_dynamo_rl_html_style) - 1);
 
     for (s = json->data; s < json->data + json->len; s++) {
         switch (*s) {
@@ -1055,6 +1240,9 @@ ngx_http_dynamo_rl_status_html(ngx_http_request_t *r, ngx_str_t *json)
         }
     }
 
+    last = ngx_cpymem(last, ngx_http_dynamo_rl_html_script,
+                      sizeof(ngx_http_dynamo_rl_html_script) - 1);
+    last = ngx_cpymem(last, nonce.data, nonce.len);
     last = ngx_cpymem(last, ngx_http_dynamo_rl_html_tail,
                       sizeof(ngx_http_dynamo_rl_html_tail) - 1);
 
