@@ -16,7 +16,9 @@
 #   flight behind a closed gate, drained once it ended, open again;
 # - with the gateway stopped after the page was served, the page says
 #   the gateway cannot be reached;
-# - a screenshot at a laptop's size.
+# - a screenshot at a laptop's size;
+# - the control: the same page with another nonce in its policy is
+#   refused by Chromium, and the refusal is seen in its console.
 #
 # Chromium runs headless with its own profile in the test directory,
 # bounded by timeout(1), against 127.0.0.1 only.
@@ -50,7 +52,7 @@ my ($CHROMIUM) = grep { -x } map { "$_/chromium" }
 die "chromium is missing: install Debian's chromium (make test-deps)\n"
 	unless defined $CHROMIUM;
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(30);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(32);
 
 my $DIR = $t->testdir();
 
@@ -222,6 +224,25 @@ like($run->{dom}, qr/<span id="conn" class="down">gateway unreachable/,
 	'down: the page says the gateway cannot be reached');
 like($run->{dom}, qr/<body[^>]*class="down"/, 'down: the figures greyed');
 is(join("\n", csp_violations($run->{log})), '', 'down: no CSP violation');
+
+# the control: with another nonce in the policy, Chromium refuses the
+# page's style and script and says so, which the checks above would see
+
+my %bad = %$page;
+$bad{headers} = { %{$page->{headers}} };
+$bad{headers}{'content-security-policy'}
+	=~ s/nonce-[^']+/nonce-AAAAAAAAAAAAAAAAAAAAAA==/g;
+
+my $other = port(8086);
+
+unlink "$DIR/once.ready";
+$t->run_daemon(\&serve_once, $other, \%bad);
+$t->waitforfile("$DIR/once.ready");
+
+$run = chromium('control', "http://127.0.0.1:$other/rl/status", 2000);
+
+ok(scalar(csp_violations($run->{log})), 'control: a CSP violation is seen');
+unlike($run->{dom}, qr/data-polls=/, 'control: the script did not run');
 
 ###############################################################################
 
