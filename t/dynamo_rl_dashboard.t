@@ -272,7 +272,7 @@ sub chromium {
 		open STDIN, '<', '/dev/null';
 		open STDOUT, '>', $out or POSIX::_exit(126);
 		open STDERR, '>', $log or POSIX::_exit(126);
-		exec @cmd;
+		{ exec @cmd; }
 		POSIX::_exit(127);
 	}
 
