@@ -163,9 +163,9 @@ static ngx_http_dynamo_rl_hist_t  ngx_http_dynamo_rl_hists[] = {
 #define NGX_HTTP_DYNAMO_RL_FLEET_TAIL                                        \
     (sizeof("],\"workers\":,\"eligible\":") - 1 + 2 * NGX_INT_T_LEN)
 
-/* a histogram in the status document: its name, counts and sum */
+/* a histogram in the status document: its name, counts, count and sum */
 #define NGX_HTTP_DYNAMO_RL_HIST_JSON                                         \
-    (64 + (NGX_HTTP_DYNAMO_RL_BUCKETS + 1) * (NGX_ATOMIC_T_LEN + 1))
+    (96 + (NGX_HTTP_DYNAMO_RL_BUCKETS + 2) * (NGX_ATOMIC_T_LEN + 1))
 
 /* the dashboard runs only its own style and script, and polls its origin */
 #define NGX_HTTP_DYNAMO_RL_CSP                                               \
