@@ -2,7 +2,8 @@
 #
 #   make            build build/ngx_http_dynamo_rl_module.so
 #   make run        the gateway in front of the bundled fake Dynamo
-#   make test       unit tests, fuzz smoke and the whole prove suite
+#   make test       unit tests, fuzz smoke, the example alerting rules
+#                   and the whole prove suite
 #   make check      lint, cppcheck and test
 #   make deb        build/libnginx-mod-http-dynamo-rl_<version>_<arch>.deb
 #
@@ -36,7 +37,7 @@ FUZZ_SMOKE_TIME ?= 30
 .PHONY: all build deps run-deps unit-tests valgrind deb bench nginx-tests soak \
         bench-deps bench-request \
         bench-snapshot bench-admin test-deps run test unit fuzz fuzz-smoke lint \
-        cppcheck check asan clean
+        cppcheck check asan clean rules
 
 all: build
 
@@ -119,8 +120,17 @@ fuzz-smoke:
 
 test: test-deps bench-deps build $(UNITS) $(FUZZERS) $(BUILD)/snapshot-bench
 	$(MAKE) fuzz-smoke
+	$(MAKE) rules
 	$(PROVE) $(PROVE_OPTS) -e '' $(UNITS)
 	TEST_NGINX_MODULES=$(BUILD) $(PROVE) $(PROVE_OPTS) -I t/lib -r t/
+
+# the example alerting rules: syntax, then their promtool test cases
+
+RULES := $(CURDIR)/examples/prometheus
+
+rules:
+	promtool check rules $(RULES)/dynamo-rl-alerts.yml
+	cd $(RULES) && promtool test rules dynamo-rl-alerts.test.yml
 
 # the whole suite with the module under AddressSanitizer and
 # LeakSanitizer; util/lsan.supp names what nginx itself never frees

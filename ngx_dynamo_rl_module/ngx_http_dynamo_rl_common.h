@@ -125,6 +125,11 @@ typedef struct {
     size_t                          admin_len;
     ngx_str_t                       admin_result;
 
+    /* ngx_http_dynamo_rl_now(): the start, the upstream's header, the end */
+    uint64_t                        started;
+    uint64_t                        header_at;
+    uint64_t                        ended_at;
+
     /* discovery plane: the listener's document, held until complete */
     u_char                         *doc;
     size_t                          doc_len;

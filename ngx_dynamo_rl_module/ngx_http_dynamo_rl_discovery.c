@@ -369,6 +369,7 @@ ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
         sh->updating = 1;
         sh->updater = ngx_pid;
         sh->deadline = now + NGX_HTTP_DYNAMO_RL_FLIGHT_TIMEOUT;
+        sh->refresh_begun = now;
         lead = 1;
     }
 
@@ -787,6 +788,11 @@ ngx_http_dynamo_rl_flight_end(ngx_http_dynamo_rl_zone_t *zone,
 
         if (!abandoned) {
             zone->sh->flights++;
+
+            ngx_http_dynamo_rl_zone_observe(zone->sh,
+                                            NGX_HTTP_DYNAMO_RL_HIST_REFRESH + 1,
+                                            ngx_current_msec
+                                            - zone->sh->refresh_begun);
         }
     }
 
@@ -961,6 +967,10 @@ ngx_http_dynamo_rl_store(ngx_log_t *log, ngx_http_dynamo_rl_zone_t *zone,
         if (sh->updating && sh->updater == ngx_pid) {
             sh->updating = 0;
             sh->flights++;
+
+            ngx_http_dynamo_rl_zone_observe(sh, NGX_HTTP_DYNAMO_RL_HIST_REFRESH,
+                                            ngx_current_msec
+                                            - sh->refresh_begun);
         }
     }
 

@@ -1190,7 +1190,8 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
     ngx_http_top_body_filter = ngx_http_dynamo_rl_body_filter;
 
     if (ngx_http_dynamo_rl_ledger_filter_init(cf) != NGX_OK
-        || ngx_http_dynamo_rl_admin_filter_init(cf) != NGX_OK)
+        || ngx_http_dynamo_rl_admin_filter_init(cf) != NGX_OK
+        || ngx_http_dynamo_rl_status_filter_init(cf) != NGX_OK)
     {
         return NGX_ERROR;
     }

@@ -1606,3 +1606,86 @@ ngx_http_dynamo_rl_parse_health_path(u_char *p, size_t len, uint64_t *id)
 
     return ngx_http_dynamo_rl_parse_u64(p, slash - p, id);
 }
+
+
+/*
+ * the upper bounds of the duration histograms, in milliseconds, chosen
+ * for generation: a cached prompt's first token in a few milliseconds,
+ * a long rollout or a weight update in minutes, up to an hour; the last
+ * bucket, +Inf, is implicit
+ */
+
+ngx_msec_t  ngx_http_dynamo_rl_buckets[NGX_HTTP_DYNAMO_RL_BUCKETS - 1] = {
+    5, 10, 25, 50, 100, 250, 500,
+    1000, 2500, 5000, 10000, 30000, 60000,
+    120000, 300000, 600000, 1800000, 3600000
+};
+
+
+/*
+ * every reason the module gives for a refusal on a plane, fixed strings
+ * safe as label values, with the planes that can give it: the metrics
+ * export only these combinations; a new reason needs its row here
+ */
+
+ngx_http_dynamo_rl_reason_t  ngx_http_dynamo_rl_reasons[] = {
+    { ngx_string("method"), NGX_HTTP_DYNAMO_RL_ON_ALL },
+    { ngx_string("bad_path"), NGX_HTTP_DYNAMO_RL_ON_ALL },
+    { ngx_string("bad_attempt_id"), NGX_HTTP_DYNAMO_RL_ON_REQUEST },
+    { ngx_string("duplicate_attempt"), NGX_HTTP_DYNAMO_RL_ON_REQUEST },
+    { ngx_string("ledger_full"), NGX_HTTP_DYNAMO_RL_ON_REQUEST },
+    { ngx_string("gate_closed"), NGX_HTTP_DYNAMO_RL_ON_REQUEST },
+    { ngx_string("discovery_unavailable"), NGX_HTTP_DYNAMO_RL_ON_ADMIN },
+    { ngx_string("unknown_worker"), NGX_HTTP_DYNAMO_RL_ON_ADMIN },
+    { ngx_string("ambiguous_worker"), NGX_HTTP_DYNAMO_RL_ON_ADMIN },
+    { ngx_string("worker_invalid"), NGX_HTTP_DYNAMO_RL_ON_ADMIN },
+    { ngx_string("worker_error"), NGX_HTTP_DYNAMO_RL_ON_ADMIN },
+    { ngx_string("no_system_url"), NGX_HTTP_DYNAMO_RL_ON_ADMIN },
+    { ngx_string("route_not_advertised"), NGX_HTTP_DYNAMO_RL_ON_ADMIN },
+    { ngx_string("discovery_invalid"), NGX_HTTP_DYNAMO_RL_ON_DISCOVERY },
+    { ngx_string("redirected"), NGX_HTTP_DYNAMO_RL_ON_ALL },
+    { ngx_string("cross_origin"), NGX_HTTP_DYNAMO_RL_ON_ADMIN },
+    { ngx_string("caller_scope"), NGX_HTTP_DYNAMO_RL_ON_ADMIN
+                                  |NGX_HTTP_DYNAMO_RL_ON_DISCOVERY },
+    { ngx_null_string, 0 }
+};
+
+
+/* the bucket of a duration: the first bound it does not pass, or +Inf */
+
+ngx_uint_t
+ngx_http_dynamo_rl_bucket(ngx_msec_t ms)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_BUCKETS - 1; i++) {
+        if (ms <= ngx_http_dynamo_rl_buckets[i]) {
+            break;
+        }
+    }
+
+    return i;
+}
+
+
+/* the row of a reason, or NGX_HTTP_DYNAMO_RL_REASONS if it has none */
+
+ngx_uint_t
+ngx_http_dynamo_rl_reason_find(u_char *p, size_t len, ngx_uint_t plane)
+{
+    ngx_uint_t                    i;
+    ngx_http_dynamo_rl_reason_t  *rs;
+
+    for (i = 0; ngx_http_dynamo_rl_reasons[i].name.len; i++) {
+        rs = &ngx_http_dynamo_rl_reasons[i];
+
+        if (rs->name.len == len
+            && ngx_strncmp(rs->name.data, p, len) == 0
+            && (rs->planes & (1 << plane)))
+        {
+            return i;
+        }
+    }
+
+    return NGX_HTTP_DYNAMO_RL_REASONS;
+}

@@ -44,6 +44,22 @@ typedef struct {
 } ngx_http_dynamo_rl_scan_t;
 
 
+/*
+ * a refusal's reason, and the planes that can give it, as bits of their
+ * index: request 0, discovery 1, admin 2
+ */
+
+#define NGX_HTTP_DYNAMO_RL_ON_REQUEST    0x1
+#define NGX_HTTP_DYNAMO_RL_ON_DISCOVERY  0x2
+#define NGX_HTTP_DYNAMO_RL_ON_ADMIN      0x4
+#define NGX_HTTP_DYNAMO_RL_ON_ALL        0x7
+
+typedef struct {
+    ngx_str_t                      name;
+    ngx_uint_t                     planes;
+} ngx_http_dynamo_rl_reason_t;
+
+
 /* incremental SSE terminal detection over any split of the stream */
 
 typedef struct {
@@ -130,6 +146,13 @@ ngx_int_t ngx_http_dynamo_rl_routes_find(u_char *p, size_t len,
     ngx_str_t *route);
 ngx_int_t ngx_http_dynamo_rl_parse_health_path(u_char *p, size_t len,
     uint64_t *id);
+ngx_uint_t ngx_http_dynamo_rl_bucket(ngx_msec_t ms);
+ngx_uint_t ngx_http_dynamo_rl_reason_find(u_char *p, size_t len,
+    ngx_uint_t plane);
+
+
+extern ngx_msec_t                   ngx_http_dynamo_rl_buckets[];
+extern ngx_http_dynamo_rl_reason_t  ngx_http_dynamo_rl_reasons[];
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_PARSE_H_INCLUDED_ */

@@ -86,6 +86,7 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
 
     ctx->plane = drlcf->plane;
     ctx->header = &drlcf->attempt_header;
+    ctx->started = ngx_http_dynamo_rl_now();
 
 
     if (drlcf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {

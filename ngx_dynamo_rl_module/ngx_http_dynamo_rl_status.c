@@ -6,6 +6,8 @@
 
 #include "ngx_http_dynamo_rl_module.h"
 
+#include <openssl/rand.h>
+
 
 /* the counters and denials, copied out of the zone before rendering */
 
@@ -18,6 +20,9 @@ typedef struct {
     ngx_uint_t                       duration[NGX_HTTP_DYNAMO_RL_PLANES]
                                              [NGX_HTTP_DYNAMO_RL_BUCKETS];
     ngx_uint_t                       duration_ms[NGX_HTTP_DYNAMO_RL_PLANES];
+    ngx_uint_t                       hist[NGX_HTTP_DYNAMO_RL_HISTOGRAMS]
+                                         [NGX_HTTP_DYNAMO_RL_BUCKETS];
+    ngx_uint_t                       hist_sum[NGX_HTTP_DYNAMO_RL_HISTOGRAMS];
     ngx_uint_t                       refresh_ok;
     ngx_uint_t                       refresh_failed;
 
@@ -26,6 +31,8 @@ typedef struct {
     ngx_msec_t                       age;
     time_t                           fetched;
     ngx_uint_t                       has_snapshot;
+    ngx_uint_t                       workers;
+    ngx_uint_t                       eligible;
 
     ngx_uint_t                       records;
     ngx_uint_t                       in_flight;
@@ -42,7 +49,20 @@ typedef struct {
 } ngx_http_dynamo_rl_report_t;
 
 
-static ngx_uint_t ngx_http_dynamo_rl_reason(ngx_str_t *reason);
+/* a histogram's series in the metrics */
+
+typedef struct {
+    char                            *name;
+    char                            *label;
+    ngx_str_t                        value;
+    char                            *help;
+} ngx_http_dynamo_rl_hist_t;
+
+
+static ngx_int_t ngx_http_dynamo_rl_status_header_filter(
+    ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_status_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
 static ngx_uint_t ngx_http_dynamo_rl_outcome(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 static void ngx_http_dynamo_rl_report(ngx_http_request_t *r,
@@ -52,13 +72,25 @@ static ngx_int_t ngx_http_dynamo_rl_metrics_handler(ngx_http_request_t *r);
 static u_char *ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
     ngx_http_dynamo_rl_report_t *rp, ngx_http_dynamo_rl_index_t *index,
     u_char *p, u_char *last);
+static u_char *ngx_http_dynamo_rl_durations_json(
+    ngx_http_dynamo_rl_report_t *rp, u_char *p);
 static size_t ngx_http_dynamo_rl_fleet_len(ngx_http_dynamo_rl_index_t *index);
+static char *ngx_http_dynamo_rl_worker_admin(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_index_t *index, ngx_http_dynamo_rl_worker_t *w);
+static void ngx_http_dynamo_rl_fleet_count(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_report_t *rp);
 static u_char *ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r,
     ngx_http_dynamo_rl_index_t *index, u_char *p, u_char *last);
 static ngx_int_t ngx_http_dynamo_rl_status_html(ngx_http_request_t *r,
     ngx_str_t *json);
 static u_char *ngx_http_dynamo_rl_metrics_text(
     ngx_http_dynamo_rl_report_t *rp, u_char *p);
+static u_char *ngx_http_dynamo_rl_histogram_text(u_char *p, char *name,
+    char *label, ngx_str_t *value, ngx_uint_t *counts, ngx_uint_t sum);
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
 
 static ngx_str_t  ngx_http_dynamo_rl_plane_names[] = {
@@ -80,27 +112,42 @@ static ngx_str_t  ngx_http_dynamo_rl_outcome_names
 };
 
 
-/* every reason the module gives: fixed strings, safe as label values */
+/* the histograms beside the planes': JSON names, metric label values */
 
-static ngx_str_t  ngx_http_dynamo_rl_reasons[] = {
-    ngx_string("method"),
-    ngx_string("bad_path"),
-    ngx_string("bad_attempt_id"),
-    ngx_string("duplicate_attempt"),
-    ngx_string("ledger_full"),
-    ngx_string("gate_closed"),
-    ngx_string("discovery_unavailable"),
-    ngx_string("unknown_worker"),
-    ngx_string("ambiguous_worker"),
-    ngx_string("worker_invalid"),
-    ngx_string("worker_error"),
-    ngx_string("no_system_url"),
-    ngx_string("route_not_advertised"),
-    ngx_string("discovery_invalid"),
-    ngx_string("redirected"),
-    ngx_string("cross_origin"),
-    ngx_string("caller_scope"),
-    ngx_null_string
+static ngx_str_t  ngx_http_dynamo_rl_hist_names[] = {
+    ngx_string("upstream_header"),
+    ngx_string("attempt_succeeded"),
+    ngx_string("attempt_failed"),
+    ngx_string("attempt_canceled"),
+    ngx_string("admin_ok"),
+    ngx_string("admin_error"),
+    ngx_string("refresh_ok"),
+    ngx_string("refresh_failed")
+};
+
+
+/* the same as metrics: the first series of each carries its help text */
+
+static ngx_http_dynamo_rl_hist_t  ngx_http_dynamo_rl_hists[] = {
+    { "dynamo_rl_upstream_header_seconds", NULL, ngx_null_string,
+      "Request plane: time to the frontend's response header, which "
+      "comes with the first token of a stream." },
+    { "dynamo_rl_attempt_duration_seconds", "outcome",
+      ngx_string("succeeded"),
+      "Request plane: whole attempts forwarded to the frontend, by "
+      "outcome." },
+    { "dynamo_rl_attempt_duration_seconds", "outcome",
+      ngx_string("failed"), NULL },
+    { "dynamo_rl_attempt_duration_seconds", "outcome",
+      ngx_string("canceled"), NULL },
+    { "dynamo_rl_admin_call_duration_seconds", "result", ngx_string("ok"),
+      "Admin calls answered by a worker, by result." },
+    { "dynamo_rl_admin_call_duration_seconds", "result",
+      ngx_string("error"), NULL },
+    { "dynamo_rl_discovery_refresh_duration_seconds", "result",
+      ngx_string("ok"), "Snapshot refreshes from the listener, by result." },
+    { "dynamo_rl_discovery_refresh_duration_seconds", "result",
+      ngx_string("failed"), NULL }
 };
 
 
@@ -116,93 +163,237 @@ static ngx_str_t  ngx_http_dynamo_rl_reasons[] = {
 #define NGX_HTTP_DYNAMO_RL_FLEET_TAIL                                        \
     (sizeof("],\"workers\":,\"eligible\":") - 1 + 2 * NGX_INT_T_LEN)
 
+/* a histogram in the status document: its name, counts, count and sum */
+#define NGX_HTTP_DYNAMO_RL_HIST_JSON                                         \
+    (96 + (NGX_HTTP_DYNAMO_RL_BUCKETS + 2) * (NGX_ATOMIC_T_LEN + 1))
 
-/* upper bounds in milliseconds; the last bucket is +Inf */
+/* the dashboard runs only its own style and script, and polls its origin */
+#define NGX_HTTP_DYNAMO_RL_CSP                                               \
+    "default-src 'none'; script-src 'nonce-%V'; style-src 'nonce-%V'; "    \
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; "             \
+    "frame-ancestors 'none'"
 
-static ngx_msec_t  ngx_http_dynamo_rl_buckets[NGX_HTTP_DYNAMO_RL_BUCKETS - 1]
-    = { 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000 };
+/* the metrics: every line but the histograms', and a histogram's line */
+#define NGX_HTTP_DYNAMO_RL_METRICS_FIXED  16384
+#define NGX_HTTP_DYNAMO_RL_METRICS_LINE                                      \
+    (128 + NGX_ATOMIC_T_LEN)
 
+
+/*
+ * the dashboard, around its nonce and its data: the style and the script
+ * run under a Content-Security-Policy that allows only them, the script
+ * polls the status document and draws with inline SVG
+ */
 
 static char  ngx_http_dynamo_rl_html_head[] =
 "<!DOCTYPE html>\n"
 "<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
-"<meta http-equiv=\"refresh\" content=\"2\">\n"
+"<meta name=\"viewport\" content=\"width=device-width\">\n"
 "<title>dynamo_rl gateway</title>\n"
-"<style>\n"
-"body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}\n"
-"h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.5em}\n"
-"#gate{padding:1em;border-radius:6px;font-size:1.2em}\n"
-".open{background:#dff5e1}.closed{background:#fde2e2}\n"
-".expired{background:#f9c74f}\n"
-"table{border-collapse:collapse}td,th{padding:.2em .8em;"
-"border-bottom:1px solid #ddd;text-align:left}\n"
-".ok{color:#1b7f2a}.deny{color:#b3261e}.num{text-align:right}\n"
+"<style nonce=\"";
+
+static char  ngx_http_dynamo_rl_html_style[] =
+"\">\n"
+"body{font:13px/1.35 system-ui,sans-serif;margin:0;color:#222;background:#f6f7f"
+"9}\n"
+"main{max-width:1180px;margin:0 auto;padding:12px 16px}\n"
+"header{display:flex;align-items:baseline;gap:12px}\n"
+"h1{font-size:18px;margin:4px 0}h2{font-size:14px;margin:14px 0 4px}\n"
+"#conn{padding:2px 8px;border-radius:10px;background:#dff5e1;color:#1b5e20}\n"
+"#conn.down{background:#b3261e;color:#fff;font-weight:bold}\n"
+"body.down .card,body.down svg{opacity:.45}\n"
+".row{display:grid;grid-template-columns:1fr 1fr;gap:10px}\n"
+".card{background:#fff;border:1px solid #dde;border-radius:6px;padding:8px 10px"
+"}\n"
+"#gate{font-size:15px}#gate b{font-size:17px}\n"
+".open{border-left:6px solid #2e7d32}.closed{border-left:6px solid #f9a825}\n"
+".expired{border-left:6px solid #b3261e}\n"
+"svg{width:100%;display:block}\n"
+".legend span{margin-right:10px;white-space:nowrap}\n"
+".legend svg{display:inline;width:10px;vertical-align:-1px}\n"
+"table{border-collapse:collapse;width:100%}\n"
+"td,th{padding:2px 6px;border-bottom:1px solid #eee;text-align:left}\n"
+".num{text-align:right}.ok{color:#1b7f2a}.deny{color:#b3261e}\n"
+".muted{color:#777}\n"
 "</style></head><body>\n"
-"<h1>dynamo_rl gateway</h1>\n"
-"<div id=\"gate\"></div>\n"
-"<h2>Fleet</h2><p id=\"snapshot\"></p>\n"
-"<table id=\"fleet\"><thead><tr><th>instance id</th><th>namespace</th>"
-"<th>model</th><th>routes</th><th>admin</th></tr></thead>"
-"<tbody></tbody></table>\n"
-"<h2>Recent denials</h2>\n"
-"<table id=\"recent\"><thead><tr><th>time</th><th>plane</th>"
-"<th>reason</th><th>status</th></tr></thead><tbody></tbody></table>\n"
-"<h2>Requests</h2>\n"
-"<table id=\"requests\"><tbody></tbody></table>\n"
-"<h2>Ledger</h2><p id=\"ledger\"></p>\n"
+"<main>\n"
+"<header><h1>dynamo_rl gateway</h1><span id=\"conn\">live</span>\n"
+"<span id=\"info\" class=\"muted\"></span></header>\n"
+"<div class=\"row\">\n"
+"<div id=\"gate\" class=\"card\"></div>\n"
+"<div class=\"card\"><div id=\"snapshot\"></div><div id=\"ledger\"></div></div>"
+"\n"
+"</div>\n"
+"<h2>Gate history</h2>\n"
+"<div class=\"card\"><svg id=\"strip\" height=\"34\"></svg>\n"
+"<div class=\"legend\" id=\"strip-legend\"></div></div>\n"
+"<div class=\"row\">\n"
+"<div><h2>Request outcomes per second</h2>\n"
+"<div class=\"card\"><svg id=\"c-out\" height=\"130\"></svg>\n"
+"<div class=\"legend\" id=\"l-out\"></div></div></div>\n"
+"<div><h2>Denials per second</h2>\n"
+"<div class=\"card\"><svg id=\"c-den\" height=\"130\"></svg>\n"
+"<div class=\"legend\" id=\"l-den\"></div></div></div>\n"
+"<div><h2>In flight</h2>\n"
+"<div class=\"card\"><svg id=\"c-fly\" height=\"130\"></svg>\n"
+"<div class=\"legend\" id=\"l-fly\"></div></div></div>\n"
+"<div><h2>Time to first token, ms</h2>\n"
+"<div class=\"card\"><svg id=\"c-ttft\" height=\"130\"></svg>\n"
+"<div class=\"legend\" id=\"l-ttft\"></div></div></div>\n"
+"</div>\n"
+"<div class=\"row\">\n"
+"<div><h2>Fleet</h2><div class=\"card\"><table id=\"fleet\"><thead><tr>\n"
+"<th>instance id</th><th>namespace</th><th>model</th><th>routes</th>\n"
+"<th>admin</th></tr></thead><tbody></tbody></table></div></div>\n"
+"<div><h2>Recent denials</h2><div class=\"card\"><table id=\"recent\"><thead>\n"
+"<tr><th>time</th><th>plane</th><th>reason</th><th>status</th></tr></thead>\n"
+"<tbody></tbody></table></div></div>\n"
+"</div>\n"
+"</main>\n"
 "<script type=\"application/json\" id=\"data\">";
 
+static char  ngx_http_dynamo_rl_html_script[] =
+"</script>\n"
+"<script nonce=\"";
+
 static char  ngx_http_dynamo_rl_html_tail[] =
-"</script>\n<script>\n"
-"var d=JSON.parse(document.getElementById('data').textContent);\n"
-"function el(t,c,x){var e=document.createElement(t);"
-"if(c)e.className=c;e.textContent=x;return e}\n"
-"function row(tb,cells){var tr=document.createElement('tr');"
-"cells.forEach(function(c){tr.appendChild(el('td',c[1],c[0]))});"
-"tb.appendChild(tr)}\n"
-"var g=d.gate,gd=document.getElementById('gate');\n"
-"gd.className=g.expired?'expired':g.state;\n"
-"gd.appendChild(el('strong',null,'gate '+g.state.toUpperCase()"
-"+(g.expired?' (lease expired)':'')));\n"
-"gd.appendChild(el('div',null,'epoch '+g.epoch+', in flight '"
-"+g.in_flight+(g.state=='closed'?', draining'+(g.in_flight?'':' done')"
-":'')));\n"
+"\">\n"
+"(function(){'use strict';\n"
+"var D=document,EVERY=2000,KEEP=300,hist=[],polls=0,down=0;\n"
+"var NS=D.getElementById('strip').namespaceURI;\n"
+"var PH={open:'#2e7d32',draining:'#f9a825',drained:'#1565c0',\n"
+"expired:'#b3261e',unknown:'#bbb'};\n"
+"function $(i){return D.getElementById(i)}\n"
+"function el(t,c,x){var e=D.createElement(t);if(c)e.className=c;\n"
+"if(x!==undefined)e.textContent=x;return e}\n"
+"function sv(t,a){var e=D.createElementNS(NS,t);\n"
+"for(var k in a)e.setAttribute(k,a[k]);return e}\n"
+"function clear(e){while(e.firstChild)e.removeChild(e.firstChild)}\n"
+"function sum(o){var s=0;for(var k in o)s+=o[k];return s}\n"
+"function phase(g){return g.expired?'expired':g.state=='open'?'open':\n"
+"g.in_flight?'draining':'drained'}\n"
+"function legend(id,items){var l=$(id);clear(l);items.forEach(function(x){\n"
+"var s=el('span');\n"
+"var v=sv('svg',{width:10,height:10});v.appendChild(sv('rect',{width:10,\n"
+"height:10,fill:x[1]}));s.appendChild(v);s.appendChild(D.createTextNode(\n"
+"' '+x[0]));l.appendChild(s)})}\n"
+"function sample(d){var c=d.counters,u=d.durations||{};return{t:Date.now(),\n"
+"gate:d.gate,phase:phase(d.gate),req:c.requests.request,\n"
+"den:{request:sum(c.denials.request),discovery:sum(c.denials.discovery),\n"
+"admin:sum(c.denials.admin)},admin:sum(c.admin_results),\n"
+"hdr:(u.upstream_header||{}).buckets||[],le:u.le_ms||[]}}\n"
+"function rate(a,b,f){var dt=(b.t-a.t)/1000;return dt>0?\n"
+"Math.max(0,(f(b)-f(a))/dt):0}\n"
+"function quant(a,b,q){var d=[],n=0,i;for(i=0;i<b.hdr.length;i++){\n"
+"d.push((b.hdr[i]||0)-(a.hdr[i]||0));n+=d[i]}if(n<=0)return null;\n"
+"var k=q*n,c=0;for(i=0;i<d.length;i++){c+=d[i];if(c>=k)\n"
+"return i<b.le.length?b.le[i]:b.le[b.le.length-1]}return null}\n"
+"function series(f){var v=[];for(var i=1;i<hist.length;i++)\n"
+"v.push({t:hist[i].t,v:f(hist[i-1],hist[i])});return v}\n"
+"function chart(id,lid,ss){var g=$(id),W=g.clientWidth||560,H=130,\n"
+"L=44,B=16,max=0,t0=hist.length?hist[0].t:0,t1=hist.length?\n"
+"hist[hist.length-1].t:1,pts=0;clear(g);g.setAttribute('viewBox',\n"
+"'0 0 '+W+' '+H);ss.forEach(function(s){s.v.forEach(function(p){\n"
+"if(p.v!==null&&p.v>max)max=p.v})});max=max>0?max*1.1:1;\n"
+"function X(t){return L+(W-L-4)*(t1>t0?(t-t0)/(t1-t0):1)}\n"
+"function Y(v){return 4+(H-B-8)*(1-v/max)}\n"
+"[0,.5,1].forEach(function(f){var y=Y(max*f);g.appendChild(sv('line',\n"
+"{x1:L,x2:W-4,y1:y,y2:y,stroke:'#e5e5e5'}));var t=sv('text',{x:L-4,\n"
+"y:y+4,'text-anchor':'end','font-size':10,fill:'#666'});\n"
+"t.textContent=fmt(max*f);g.appendChild(t)});\n"
+"var tl=sv('text',{x:W-4,y:H-3,'text-anchor':'end','font-size':10,\n"
+"fill:'#666'});tl.textContent='last '+Math.round((t1-t0)/1000)+' s';\n"
+"g.appendChild(tl);ss.forEach(function(s){var d='',m='M';s.v.forEach(\n"
+"function(p){if(p.v===null){m='M';return}d+=m+X(p.t).toFixed(1)+','+\n"
+"Y(p.v).toFixed(1);m='L';pts++});if(d)g.appendChild(sv('path',{d:d,\n"
+"fill:'none',stroke:s.c,'stroke-width':1.6}))});\n"
+"g.setAttribute('data-points',pts);legend(lid,ss.map(function(s){\n"
+"var l=s.v.length?s.v[s.v.length-1].v:null;return[s.n+' '+\n"
+"(l===null?'-':fmt(l)),s.c]}))}\n"
+"function fmt(v){return v>=100?Math.round(v)+'':v>=10?v.toFixed(1):\n"
+"v.toFixed(2)}\n"
+"function strip(){var g=$('strip'),W=g.clientWidth||1100,H=34,n=hist.length,\n"
+"i,x,w;clear(g);g.setAttribute('viewBox','0 0 '+W+' '+H);if(!n)return;\n"
+"var t0=hist[0].t,t1=hist[n-1].t+EVERY;for(i=0;i<n;i++){\n"
+"x=W*(hist[i].t-t0)/(t1-t0);w=W*((i+1<n?hist[i+1].t:t1)-hist[i].t)/\n"
+"(t1-t0);g.appendChild(sv('rect',{x:x.toFixed(1),y:2,width:\n"
+"Math.max(w,1).toFixed(1),height:18,fill:PH[hist[i].phase]||PH.unknown,\n"
+"'data-phase':hist[i].phase}));if(i&&hist[i].admin>hist[i-1].admin)\n"
+"g.appendChild(sv('rect',{x:x.toFixed(1),y:22,width:2,height:10,\n"
+"fill:'#333'}))}g.setAttribute('data-phases',hist.map(function(h){\n"
+"return h.phase}).filter(function(p,j,a){return!j||p!=a[j-1]}).join(' '))}\n"
+"function row(tb,cells){var tr=el('tr');cells.forEach(function(c){\n"
+"tr.appendChild(el('td',c[1],c[0]))});tb.appendChild(tr)}\n"
+"function render(d){var g=d.gate,gd=$('gate'),p=phase(g);\n"
+"gd.className='card '+(g.expired?'expired':g.state);clear(gd);\n"
+"gd.appendChild(el('b',null,'gate '+g.state.toUpperCase()+\n"
+"(g.expired?' (lease expired)':'')));gd.appendChild(el('div',null,\n"
+"'phase '+p+', epoch '+g.epoch+', in flight '+g.in_flight));\n"
 "if(g.reason)gd.appendChild(el('div',null,'reason: '+g.reason));\n"
-"if(g.lease_expires)gd.appendChild(el('div',null,'lease until '"
-"+g.lease_expires));\n"
-"var s=d.snapshot;\n"
-"document.getElementById('snapshot').textContent=s.generation?"
-"'snapshot '+s.generation+' from '+s.source+', '+s.age_ms+' ms old, '"
-"+s.workers+' workers, '+s.eligible+' admin-eligible':'no snapshot yet';\n"
-"var fb=document.querySelector('#fleet tbody');\n"
-"(s.fleet||[]).forEach(function(w){row(fb,[[w.instance_id],"
-"[w.namespace],[w.model||''],[w.routes,'num'],"
+"if(g.lease_expires)gd.appendChild(el('div',null,'lease until '+\n"
+"g.lease_expires));var s=d.snapshot,l=d.ledger;\n"
+"$('snapshot').textContent=s.generation?'snapshot '+s.generation+\n"
+"' from '+s.source+', '+s.age_ms+' ms old, '+s.workers+' workers, '+\n"
+"s.eligible+' admin-eligible':'no snapshot yet';\n"
+"$('ledger').textContent='ledger: '+l.records+' records ('+l.in_flight+\n"
+"' in flight) of about '+l.capacity+', '+l.evictions+' evicted, '+\n"
+"l.duplicates+' duplicates refused';$('info').textContent=\n"
+"'nginx '+d.nginx+', module '+d.version+', zone '+d.zone+', '+d.time;\n"
+"var fb=$('fleet').tBodies[0];clear(fb);(s.fleet||[]).forEach(function(w){\n"
+"row(fb,[[w.instance_id],[w.namespace],[w.model||''],[w.routes,'num'],\n"
 "[w.admin,w.admin=='eligible'?'ok':'deny']])});\n"
-"var rb=document.querySelector('#recent tbody');\n"
-"d.recent_denials.forEach(function(x){row(rb,[[x.time],[x.plane],"
-"[x.reason,'deny'],[x.status,'num']])});\n"
-"var qb=document.querySelector('#requests tbody');\n"
-"Object.keys(d.counters.requests).forEach(function(p){"
-"var o=d.counters.requests[p];Object.keys(o).forEach(function(k){"
-"row(qb,[[p],[k],[o[k],'num']])})});\n"
-"var l=d.ledger;document.getElementById('ledger').textContent="
-"l.records+' records ('+l.in_flight+' in flight) of about '+l.capacity"
-"+', '+l.evictions+' evicted, '+l.duplicates+' duplicates refused';\n"
+"var rb=$('recent').tBodies[0];clear(rb);d.recent_denials.forEach(\n"
+"function(x){row(rb,[[x.time],[x.plane],[x.reason,'deny'],\n"
+"[x.status,'num']])});draw()}\n"
+"function draw(){var r=function(k){return function(a,b){return rate(a,b,\n"
+"function(h){return h.req[k]||0})}};\n"
+"chart('c-out','l-out',[{n:'succeeded',c:'#2e7d32',v:series(r('succeeded'))},\n"
+"{n:'failed',c:'#b3261e',v:series(r('failed'))},{n:'canceled',c:'#8e24aa',\n"
+"v:series(r('canceled'))},{n:'rejected',c:'#f9a825',\n"
+"v:series(r('rejected'))}]);var dn=function(k){return function(a,b){\n"
+"return rate(a,b,function(h){return h.den[k]})}};\n"
+"chart('c-den','l-den',[{n:'request',c:'#f9a825',v:series(dn('request'))},\n"
+"{n:'discovery',c:'#1565c0',v:series(dn('discovery'))},{n:'admin',\n"
+"c:'#b3261e',v:series(dn('admin'))}]);chart('c-fly','l-fly',[{n:\n"
+"'in flight',c:'#1565c0',v:hist.map(function(h){return{t:h.t,\n"
+"v:h.gate.in_flight}})}]);chart('c-ttft','l-ttft',[{n:'p50',c:'#2e7d32',\n"
+"v:series(function(a,b){return quant(a,b,.5)})},{n:'p95',c:'#b3261e',\n"
+"v:series(function(a,b){return quant(a,b,.95)})}]);strip()}\n"
+"function push(d){hist.push(sample(d));if(hist.length>KEEP)hist.shift();\n"
+"polls++;var b=D.body,n=sum(hist[hist.length-1].req);b.setAttribute(\n"
+"'data-polls',polls);if(polls==1)b.setAttribute('data-first',n);\n"
+"b.setAttribute('data-last',n)}\n"
+"function state(ok,why){var c=$('conn');if(ok){down=0;c.className='';\n"
+"c.textContent='live, every '+EVERY/1000+' s';D.body.className=''}\n"
+"else{if(!down)down=new Date();c.className='down';c.textContent=\n"
+"'gateway unreachable since '+down.toLocaleTimeString()+' ('+why+\n"
+"'), retrying';D.body.className='down'}}\n"
+"function poll(){fetch(location.pathname+'?format=json',{cache:'no-store',\n"
+"headers:{Accept:'application/json'}}).then(function(r){if(!r.ok)\n"
+"throw new Error('HTTP '+r.status);return r.json()}).then(function(d){\n"
+"push(d);render(d);state(1)}).catch(function(e){state(0,e.message||e)})}\n"
+"legend('strip-legend',[['open',PH.open],['closed, draining',PH.draining],\n"
+"['closed, drained: refresh',PH.drained],['lease expired',PH.expired],\n"
+"['admin call','#333']]);push(JSON.parse($('data').textContent));\n"
+"render(JSON.parse($('data').textContent));state(1);\n"
+"setInterval(poll,EVERY)})();\n"
 "</script></body></html>\n";
 
 
 /*
  * the log phase, before the access log: the request's plane, outcome,
- * denial and duration go into the zone's counters
+ * denial and durations go into the zone's counters; durations run on the
+ * monotonic clock from the plane's first look at the request to the end
+ * of its response (or now, if it never ended: a client that went away)
  */
 
 void
 ngx_http_dynamo_rl_account(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx)
 {
-    ngx_uint_t                       plane, outcome, reason, i;
-    ngx_msec_int_t                   ms;
-    ngx_time_t                      *tp;
+    uint64_t                         now, end;
+    ngx_msec_t                       ms;
+    ngx_uint_t                       plane, outcome, reason, bucket;
     ngx_http_dynamo_rl_zone_t       *zone;
     ngx_http_dynamo_rl_shctx_t      *sh;
     ngx_http_dynamo_rl_recent_t     *rc;
@@ -230,25 +421,51 @@ ngx_http_dynamo_rl_account(ngx_http_request_t *r,
         (void) ngx_atomic_fetch_add(&sh->admin_results[ctx->admin_error], 1);
     }
 
-    tp = ngx_timeofday();
-    ms = (ngx_msec_int_t) ((tp->sec - r->start_sec) * 1000
-                           + (tp->msec - r->start_msec));
-    ms = ngx_max(ms, 0);
+    now = ngx_http_dynamo_rl_now();
+    end = ctx->ended_at ? ctx->ended_at : now;
+    ms = (ngx_msec_t) (end > ctx->started ? end - ctx->started : 0);
+    bucket = ngx_http_dynamo_rl_bucket(ms);
 
-    for (i = 0; i < NGX_HTTP_DYNAMO_RL_BUCKETS - 1; i++) {
-        if ((ngx_msec_t) ms <= ngx_http_dynamo_rl_buckets[i]) {
-            break;
-        }
-    }
-
-    (void) ngx_atomic_fetch_add(&sh->duration[plane][i], 1);
+    (void) ngx_atomic_fetch_add(&sh->duration[plane][bucket], 1);
     (void) ngx_atomic_fetch_add(&sh->duration_ms[plane], ms);
+
+    if (ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
+
+        if (ctx->header_at >= ctx->started && ctx->header_at) {
+            ngx_http_dynamo_rl_zone_observe(sh, NGX_HTTP_DYNAMO_RL_HIST_HEADER,
+                                            (ngx_msec_t) (ctx->header_at
+                                                          - ctx->started));
+        }
+
+        /* an attempt let through to the frontend: succeeded to canceled */
+
+        if (ctx->admitted && outcome < 3) {
+            ngx_http_dynamo_rl_zone_observe(sh,
+                                            NGX_HTTP_DYNAMO_RL_HIST_ATTEMPT
+                                            + outcome, ms);
+        }
+
+    } else if (ctx->admin_result.len) {
+        ngx_http_dynamo_rl_zone_observe(sh,
+                                        NGX_HTTP_DYNAMO_RL_HIST_ADMIN
+                                        + ctx->admin_error, ms);
+    }
 
     if (ctx->deny_reason.len == 0) {
         return;
     }
 
-    reason = ngx_http_dynamo_rl_reason(&ctx->deny_reason);
+    reason = ngx_http_dynamo_rl_reason_find(ctx->deny_reason.data,
+                                            ctx->deny_reason.len, plane);
+
+    if (reason == NGX_HTTP_DYNAMO_RL_REASONS) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "dynamo rl: reason \"%V\" on the %V plane is not in "
+                      "the table of reasons, not counted",
+                      &ctx->deny_reason,
+                      &ngx_http_dynamo_rl_plane_names[plane]);
+        return;
+    }
 
     (void) ngx_atomic_fetch_add(&sh->denials[plane][reason], 1);
 
@@ -256,7 +473,7 @@ ngx_http_dynamo_rl_account(ngx_http_request_t *r,
 
     rc = &sh->recent[sh->recent_next++ % NGX_HTTP_DYNAMO_RL_RECENT];
 
-    rc->time = tp->sec;
+    rc->time = ngx_time();
     rc->plane = (u_char) plane;
     rc->reason = (u_char) reason;
     rc->status = (u_short) r->headers_out.status;
@@ -265,24 +482,74 @@ ngx_http_dynamo_rl_account(ngx_http_request_t *r,
 }
 
 
-static ngx_uint_t
-ngx_http_dynamo_rl_reason(ngx_str_t *reason)
+ngx_int_t
+ngx_http_dynamo_rl_status_filter_init(ngx_conf_t *cf)
 {
-    ngx_uint_t  i;
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_dynamo_rl_status_header_filter;
 
-    for (i = 0; ngx_http_dynamo_rl_reasons[i].len; i++) {
-        if (ngx_http_dynamo_rl_reasons[i].len == reason->len
-            && ngx_strncmp(ngx_http_dynamo_rl_reasons[i].data, reason->data,
-                           reason->len)
-               == 0)
-        {
-            return i;
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_dynamo_rl_status_body_filter;
+
+    return NGX_OK;
+}
+
+
+/*
+ * the request plane's time to the upstream's response header: Dynamo's
+ * frontend sends it with the first event of a stream, so for SSE this is
+ * the time to the first token
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_status_header_filter(ngx_http_request_t *r)
+{
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    if (r != r->main || r->upstream == NULL
+        || r->upstream->headers_in.status_n == 0)
+    {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+    if (ctx != NULL && ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        && ctx->header_at == 0)
+    {
+        ctx->header_at = ngx_http_dynamo_rl_now();
+    }
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+/* the end of a response: its last buffer handed to the output */
+
+static ngx_int_t
+ngx_http_dynamo_rl_status_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_chain_t               *cl;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    if (r != r->main || in == NULL) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
+
+    if (ctx == NULL || ctx->ended_at) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    for (cl = in; cl; cl = cl->next) {
+        if (cl->buf->last_buf) {
+            ctx->ended_at = ngx_http_dynamo_rl_now();
+            break;
         }
     }
 
-    /* cannot happen: every reason is in the table */
-
-    return 0;
+    return ngx_http_next_body_filter(r, in);
 }
 
 
@@ -366,6 +633,14 @@ ngx_http_dynamo_rl_report(ngx_http_request_t *r,
         }
 
         rp->duration_ms[i] = sh->duration_ms[i];
+    }
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_HISTOGRAMS; i++) {
+        for (j = 0; j < NGX_HTTP_DYNAMO_RL_BUCKETS; j++) {
+            rp->hist[i][j] = sh->hist[i][j];
+        }
+
+        rp->hist_sum[i] = sh->hist_sum[i];
     }
 
     rp->admin_results[0] = sh->admin_results[0];
@@ -454,6 +729,8 @@ ngx_http_dynamo_rl_status_handler(ngx_http_request_t *r)
     index = ngx_http_dynamo_rl_discovery_index(r);
 
     size = NGX_HTTP_DYNAMO_RL_STATUS_FIXED + NGX_HTTP_DYNAMO_RL_RECENT * 128
+           + (NGX_HTTP_DYNAMO_RL_PLANES + NGX_HTTP_DYNAMO_RL_HISTOGRAMS)
+             * NGX_HTTP_DYNAMO_RL_HIST_JSON
            + ngx_http_dynamo_rl_gate_json_len(&rp.gate)
            + ngx_http_dynamo_rl_fleet_len(index);
 
@@ -492,7 +769,7 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
     ngx_http_dynamo_rl_report_t *rp, ngx_http_dynamo_rl_index_t *index,
     u_char *p, u_char *last)
 {
-    ngx_uint_t                    i, j;
+    ngx_uint_t                    i, j, n;
     ngx_http_dynamo_rl_zone_t    *zone;
     ngx_http_dynamo_rl_recent_t  *rc;
 
@@ -530,6 +807,9 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
 
     if ((size_t) (last - p) < NGX_HTTP_DYNAMO_RL_STATUS_FIXED / 2
                               + NGX_HTTP_DYNAMO_RL_RECENT * 128
+                              + (NGX_HTTP_DYNAMO_RL_PLANES
+                                 + NGX_HTTP_DYNAMO_RL_HISTOGRAMS)
+                                * NGX_HTTP_DYNAMO_RL_HIST_JSON
                               + ngx_http_dynamo_rl_gate_json_len(&rp->gate))
     {
         return NULL;
@@ -570,9 +850,15 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
         p = ngx_sprintf(p, "%s\"%V\":{", i ? "," : "",
                         &ngx_http_dynamo_rl_plane_names[i]);
 
-        for (j = 0; ngx_http_dynamo_rl_reasons[j].len; j++) {
-            p = ngx_sprintf(p, "%s\"%V\":%ui", j ? "," : "",
-                            &ngx_http_dynamo_rl_reasons[j],
+        n = 0;
+
+        for (j = 0; ngx_http_dynamo_rl_reasons[j].name.len; j++) {
+            if (!(ngx_http_dynamo_rl_reasons[j].planes & (1 << i))) {
+                continue;
+            }
+
+            p = ngx_sprintf(p, "%s\"%V\":%ui", n++ ? "," : "",
+                            &ngx_http_dynamo_rl_reasons[j].name,
                             rp->denials[i][j]);
         }
 
@@ -595,11 +881,71 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
         p = ngx_sprintf(p, "\",\"plane\":\"%V\",\"reason\":\"%V\","
                         "\"status\":%ui}",
                         &ngx_http_dynamo_rl_plane_names[rc->plane],
-                        &ngx_http_dynamo_rl_reasons[rc->reason],
+                        &ngx_http_dynamo_rl_reasons[rc->reason].name,
                         (ngx_uint_t) rc->status);
     }
 
-    p = ngx_cpymem(p, "]}", 2);
+    p = ngx_cpymem(p, "],\"durations\":", sizeof("],\"durations\":") - 1);
+    p = ngx_http_dynamo_rl_durations_json(rp, p);
+
+    *p++ = '}';
+
+    return p;
+}
+
+
+/*
+ * every histogram, for the dashboard: the bounds once, then per histogram
+ * the count of each bucket (not cumulative, +Inf last) and the sum
+ */
+
+static u_char *
+ngx_http_dynamo_rl_durations_json(ngx_http_dynamo_rl_report_t *rp, u_char *p)
+{
+    ngx_uint_t  i, j, n;
+
+    p = ngx_cpymem(p, "{\"le_ms\":[", sizeof("{\"le_ms\":[") - 1);
+
+    for (j = 0; j < NGX_HTTP_DYNAMO_RL_BUCKETS - 1; j++) {
+        p = ngx_sprintf(p, "%s%M", j ? "," : "", ngx_http_dynamo_rl_buckets[j]);
+    }
+
+    *p++ = ']';
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_PLANES + NGX_HTTP_DYNAMO_RL_HISTOGRAMS;
+         i++)
+    {
+        if (i < NGX_HTTP_DYNAMO_RL_PLANES) {
+            p = ngx_sprintf(p, ",\"%V\":{\"buckets\":[",
+                            &ngx_http_dynamo_rl_plane_names[i]);
+
+        } else {
+            p = ngx_sprintf(p, ",\"%V\":{\"buckets\":[",
+                            &ngx_http_dynamo_rl_hist_names
+                                [i - NGX_HTTP_DYNAMO_RL_PLANES]);
+        }
+
+        n = 0;
+
+        for (j = 0; j < NGX_HTTP_DYNAMO_RL_BUCKETS; j++) {
+            if (i < NGX_HTTP_DYNAMO_RL_PLANES) {
+                p = ngx_sprintf(p, "%s%ui", j ? "," : "", rp->duration[i][j]);
+                n += rp->duration[i][j];
+
+            } else {
+                p = ngx_sprintf(p, "%s%ui", j ? "," : "",
+                                rp->hist[i - NGX_HTTP_DYNAMO_RL_PLANES][j]);
+                n += rp->hist[i - NGX_HTTP_DYNAMO_RL_PLANES][j];
+            }
+        }
+
+        p = ngx_sprintf(p, "],\"count\":%ui,\"sum_ms\":%ui}", n,
+                        i < NGX_HTTP_DYNAMO_RL_PLANES
+                        ? rp->duration_ms[i]
+                        : rp->hist_sum[i - NGX_HTTP_DYNAMO_RL_PLANES]);
+    }
+
+    *p++ = '}';
 
     return p;
 }
@@ -638,13 +984,10 @@ static u_char *
 ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r,
     ngx_http_dynamo_rl_index_t *index, u_char *p, u_char *last)
 {
-    char                           *admin;
-    size_t                          len;
-    ngx_uint_t                      i, k, n, eligible, dup;
-    ngx_http_dynamo_rl_worker_t    *w, **wp;
-    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
-
-    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+    char                         *admin;
+    size_t                        len;
+    ngx_uint_t                    i, n, eligible;
+    ngx_http_dynamo_rl_worker_t  *w;
 
     if ((size_t) (last - p) < ngx_http_dynamo_rl_fleet_len(NULL)) {
         return NULL;
@@ -664,44 +1007,10 @@ ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r,
     for (i = 0; i < index->nworkers; i++) {
         w = &index->workers[i];
 
-        if (ngx_http_dynamo_rl_in_scope(drlcf, &w->namespace) != NGX_OK) {
+        admin = ngx_http_dynamo_rl_worker_admin(r, index, w);
+
+        if (admin == NULL) {
             continue;
-        }
-
-        /* ambiguous as the admin plane sees it: twice in this scope */
-
-        dup = 0;
-
-        if (w->has_id) {
-            wp = ngx_http_dynamo_rl_index_find(index, w->id, &k);
-
-            for ( /* void */ ; k; k--, wp++) {
-                if (ngx_http_dynamo_rl_in_scope(drlcf, &(*wp)->namespace)
-                    == NGX_OK)
-                {
-                    dup++;
-                }
-            }
-
-            dup = (dup > 1);
-        }
-
-        switch (w->state) {
-
-        case NGX_HTTP_DYNAMO_RL_WORKER_INVALID:
-            admin = "worker_invalid";
-            break;
-
-        case NGX_HTTP_DYNAMO_RL_WORKER_ERROR:
-            admin = "worker_error";
-            break;
-
-        case NGX_HTTP_DYNAMO_RL_WORKER_NO_URL:
-            admin = "no_system_url";
-            break;
-
-        default:
-            admin = dup ? "ambiguous_worker" : "eligible";
         }
 
         if (admin[0] == 'e') {
@@ -748,16 +1057,142 @@ ngx_http_dynamo_rl_fleet_json(ngx_http_request_t *r,
 
 
 /*
+ * a worker's admin eligibility as the location's scope sees it: "eligible"
+ * or the admin plane's reason to refuse it; NULL when out of scope
+ */
+
+static char *
+ngx_http_dynamo_rl_worker_admin(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_index_t *index, ngx_http_dynamo_rl_worker_t *w)
+{
+    ngx_uint_t                      k, dup;
+    ngx_http_dynamo_rl_worker_t   **wp;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    if (ngx_http_dynamo_rl_in_scope(drlcf, &w->namespace) != NGX_OK) {
+        return NULL;
+    }
+
+    /* ambiguous as the admin plane sees it: twice in this scope */
+
+    dup = 0;
+
+    if (w->has_id) {
+        wp = ngx_http_dynamo_rl_index_find(index, w->id, &k);
+
+        for ( /* void */ ; k; k--, wp++) {
+            if (ngx_http_dynamo_rl_in_scope(drlcf, &(*wp)->namespace)
+                == NGX_OK)
+            {
+                dup++;
+            }
+        }
+
+        dup = (dup > 1);
+    }
+
+    switch (w->state) {
+
+    case NGX_HTTP_DYNAMO_RL_WORKER_INVALID:
+        return "worker_invalid";
+
+    case NGX_HTTP_DYNAMO_RL_WORKER_ERROR:
+        return "worker_error";
+
+    case NGX_HTTP_DYNAMO_RL_WORKER_NO_URL:
+        return "no_system_url";
+
+    default:
+        return dup ? "ambiguous_worker" : "eligible";
+    }
+}
+
+
+/* the workers in the location's scope, and those eligible for admin */
+
+static void
+ngx_http_dynamo_rl_fleet_count(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_report_t *rp)
+{
+    char                         *admin;
+    ngx_uint_t                    i;
+    ngx_http_dynamo_rl_index_t   *index;
+    ngx_http_dynamo_rl_worker_t  *w;
+
+    index = ngx_http_dynamo_rl_discovery_index(r);
+
+    if (index == NULL) {
+        return;
+    }
+
+    for (i = 0; i < index->nworkers; i++) {
+        w = &index->workers[i];
+
+        admin = ngx_http_dynamo_rl_worker_admin(r, index, w);
+
+        if (admin == NULL) {
+            continue;
+        }
+
+        rp->workers++;
+
+        if (admin[0] == 'e') {
+            rp->eligible++;
+        }
+    }
+}
+
+
+/*
  * the dashboard: one page with the same JSON inside, rendered by inline
- * script; "<" is escaped so that no string can close the script element
+ * script; "<" is escaped so that no string can close the script element;
+ * a nonce from RAND_bytes() for each answer is all its policy allows
  */
 
 static ngx_int_t
 ngx_http_dynamo_rl_status_html(ngx_http_request_t *r, ngx_str_t *json)
 {
-    u_char     *p, *s, *last;
-    size_t      len, n;
-    ngx_str_t   type;
+    u_char           *p, *s, *last;
+    size_t            len, n;
+    ngx_str_t         type, nonce, src;
+    ngx_table_elt_t  *h;
+    u_char            rnd[16];
+
+    if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
+        ngx_log_error(NGX_LOG_CRIT, r->connection->log, 0,
+                      "RAND_bytes() failed for the dashboard's nonce");
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    nonce.data = ngx_pnalloc(r->pool, ngx_base64_encoded_length(sizeof(rnd)));
+    if (nonce.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    src.data = rnd;
+    src.len = sizeof(rnd);
+
+    ngx_encode_base64(&nonce, &src);
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    len = sizeof(NGX_HTTP_DYNAMO_RL_CSP) - 1 + 2 * nonce.len;
+
+    h->value.data = ngx_pnalloc(r->pool, len);
+    if (h->value.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    h->value.len = ngx_sprintf(h->value.data, NGX_HTTP_DYNAMO_RL_CSP,
+                               &nonce, &nonce)
+                   - h->value.data;
+    h->hash = 1;
+    ngx_str_set(&h->key, "Content-Security-Policy");
 
     n = 0;
 
@@ -767,8 +1202,12 @@ ngx_http_dynamo_rl_status_html(ngx_http_request_t *r, ngx_str_t *json)
         }
     }
 
-    len = sizeof(ngx_http_dynamo_rl_html_head) - 1 + json->len + 5 * n
-          + sizeof(ngx_http_dynamo_rl_html_tail) - 1;
+    len = sizeof(ngx_http_dynamo_rl_html_head) - 1
+          + sizeof(ngx_http_dynamo_rl_html_style) - 1
+          + json->len + 5 * n
+          + sizeof(ngx_http_dynamo_rl_html_script) - 1
+          + sizeof(ngx_http_dynamo_rl_html_tail) - 1
+          + 2 * nonce.len;
 
     p = ngx_pnalloc(r->pool, len);
     if (p == NULL) {
@@ -777,6 +1216,9 @@ ngx_http_dynamo_rl_status_html(ngx_http_request_t *r, ngx_str_t *json)
 
     last = ngx_cpymem(p, ngx_http_dynamo_rl_html_head,
                       sizeof(ngx_http_dynamo_rl_html_head) - 1);
+    last = ngx_cpymem(last, nonce.data, nonce.len);
+    last = ngx_cpymem(last, ngx_http_dynamo_rl_html_style,
+                      sizeof(ngx_http_dynamo_rl_html_style) - 1);
 
     for (s = json->data; s < json->data + json->len; s++) {
         switch (*s) {
@@ -798,6 +1240,9 @@ ngx_http_dynamo_rl_status_html(ngx_http_request_t *r, ngx_str_t *json)
         }
     }
 
+    last = ngx_cpymem(last, ngx_http_dynamo_rl_html_script,
+                      sizeof(ngx_http_dynamo_rl_html_script) - 1);
+    last = ngx_cpymem(last, nonce.data, nonce.len);
     last = ngx_cpymem(last, ngx_http_dynamo_rl_html_tail,
                       sizeof(ngx_http_dynamo_rl_html_tail) - 1);
 
@@ -826,9 +1271,14 @@ ngx_http_dynamo_rl_metrics_handler(ngx_http_request_t *r)
     }
 
     ngx_http_dynamo_rl_report(r, &rp);
+    ngx_http_dynamo_rl_fleet_count(r, &rp);
 
     /* the exposition has a fixed set of series */
-    size = 32768;
+
+    size = NGX_HTTP_DYNAMO_RL_METRICS_FIXED
+           + (NGX_HTTP_DYNAMO_RL_PLANES + NGX_HTTP_DYNAMO_RL_HISTOGRAMS)
+             * (NGX_HTTP_DYNAMO_RL_BUCKETS + 2)
+             * NGX_HTTP_DYNAMO_RL_METRICS_LINE;
 
     p = ngx_pnalloc(r->pool, size);
     if (p == NULL) {
@@ -849,7 +1299,8 @@ ngx_http_dynamo_rl_metrics_handler(ngx_http_request_t *r)
 static u_char *
 ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
 {
-    ngx_uint_t  i, j, sum;
+    ngx_uint_t                  i, j;
+    ngx_http_dynamo_rl_hist_t  *h;
 
     p = ngx_cpymem(p, "# HELP dynamo_rl_requests_total Requests by plane "
                    "and outcome.\n# TYPE dynamo_rl_requests_total counter\n",
@@ -873,12 +1324,18 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
                     "refused, by plane and reason.\n"
                     "# TYPE dynamo_rl_denials_total counter\n");
 
+    /* only the reasons each plane can give */
+
     for (i = 0; i < NGX_HTTP_DYNAMO_RL_PLANES; i++) {
-        for (j = 0; ngx_http_dynamo_rl_reasons[j].len; j++) {
+        for (j = 0; ngx_http_dynamo_rl_reasons[j].name.len; j++) {
+            if (!(ngx_http_dynamo_rl_reasons[j].planes & (1 << i))) {
+                continue;
+            }
+
             p = ngx_sprintf(p, "dynamo_rl_denials_total{plane=\"%V\","
                             "reason=\"%V\"} %ui\n",
                             &ngx_http_dynamo_rl_plane_names[i],
-                            &ngx_http_dynamo_rl_reasons[j],
+                            &ngx_http_dynamo_rl_reasons[j].name,
                             rp->denials[i][j]);
         }
     }
@@ -897,6 +1354,17 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
                     "dynamo_rl_discovery_refreshes_total{result=\"failed\"} "
                     "%ui\n",
                     rp->refresh_ok, rp->refresh_failed);
+
+    p = ngx_sprintf(p, "# HELP dynamo_rl_snapshot_workers Workers of the "
+                    "discovery snapshot in the metrics location's namespace "
+                    "scope.\n"
+                    "# TYPE dynamo_rl_snapshot_workers gauge\n"
+                    "dynamo_rl_snapshot_workers %ui\n"
+                    "# HELP dynamo_rl_snapshot_eligible_workers Of those, "
+                    "the workers the admin plane would call.\n"
+                    "# TYPE dynamo_rl_snapshot_eligible_workers gauge\n"
+                    "dynamo_rl_snapshot_eligible_workers %ui\n",
+                    rp->workers, rp->eligible);
 
     p = ngx_sprintf(p, "# HELP dynamo_rl_snapshot_generation Generation of "
                     "the discovery snapshot, 0 before the first.\n"
@@ -952,6 +1420,10 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
     p = ngx_sprintf(p, "# HELP dynamo_rl_ledger_records Attempt records in "
                     "the zone.\n# TYPE dynamo_rl_ledger_records gauge\n"
                     "dynamo_rl_ledger_records %ui\n"
+                    "# HELP dynamo_rl_ledger_capacity About how many "
+                    "records the zone has room for.\n"
+                    "# TYPE dynamo_rl_ledger_capacity gauge\n"
+                    "dynamo_rl_ledger_capacity %ui\n"
                     "# HELP dynamo_rl_ledger_in_flight Attempts not yet "
                     "finished.\n# TYPE dynamo_rl_ledger_in_flight gauge\n"
                     "dynamo_rl_ledger_in_flight %ui\n"
@@ -971,41 +1443,85 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
                     "refused for a full ledger.\n"
                     "# TYPE dynamo_rl_ledger_exhausted_total counter\n"
                     "dynamo_rl_ledger_exhausted_total %ui\n",
-                    rp->records, rp->in_flight, rp->evictions, rp->expired,
-                    rp->duplicates, rp->exhausted);
+                    rp->records, rp->capacity, rp->in_flight,
+                    rp->evictions, rp->expired, rp->duplicates,
+                    rp->exhausted);
 
     p = ngx_sprintf(p, "# HELP dynamo_rl_request_duration_seconds Request "
                     "duration by plane.\n"
                     "# TYPE dynamo_rl_request_duration_seconds histogram\n");
 
     for (i = 0; i < NGX_HTTP_DYNAMO_RL_PLANES; i++) {
-        sum = 0;
+        p = ngx_http_dynamo_rl_histogram_text(p,
+                                        "dynamo_rl_request_duration_seconds",
+                                        "plane",
+                                        &ngx_http_dynamo_rl_plane_names[i],
+                                        rp->duration[i], rp->duration_ms[i]);
+    }
 
-        for (j = 0; j < NGX_HTTP_DYNAMO_RL_BUCKETS; j++) {
-            sum += rp->duration[i][j];
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_HISTOGRAMS; i++) {
+        h = &ngx_http_dynamo_rl_hists[i];
 
-            if (j < NGX_HTTP_DYNAMO_RL_BUCKETS - 1) {
-                p = ngx_sprintf(p, "dynamo_rl_request_duration_seconds_bucket"
-                                "{plane=\"%V\",le=\"%M.%03M\"} %ui\n",
-                                &ngx_http_dynamo_rl_plane_names[i],
-                                ngx_http_dynamo_rl_buckets[j] / 1000,
-                                ngx_http_dynamo_rl_buckets[j] % 1000, sum);
-
-            } else {
-                p = ngx_sprintf(p, "dynamo_rl_request_duration_seconds_bucket"
-                                "{plane=\"%V\",le=\"+Inf\"} %ui\n",
-                                &ngx_http_dynamo_rl_plane_names[i], sum);
-            }
+        if (h->help != NULL) {
+            p = ngx_sprintf(p, "# HELP %s %s\n# TYPE %s histogram\n",
+                            h->name, h->help, h->name);
         }
 
-        p = ngx_sprintf(p, "dynamo_rl_request_duration_seconds_sum"
-                        "{plane=\"%V\"} %ui.%03ui\n"
-                        "dynamo_rl_request_duration_seconds_count"
-                        "{plane=\"%V\"} %ui\n",
-                        &ngx_http_dynamo_rl_plane_names[i],
-                        rp->duration_ms[i] / 1000, rp->duration_ms[i] % 1000,
-                        &ngx_http_dynamo_rl_plane_names[i], sum);
+        p = ngx_http_dynamo_rl_histogram_text(p, h->name, h->label,
+                                              &h->value, rp->hist[i],
+                                              rp->hist_sum[i]);
     }
 
     return p;
+}
+
+
+/* one series of a histogram: cumulative buckets, the sum and the count */
+
+static u_char *
+ngx_http_dynamo_rl_histogram_text(u_char *p, char *name, char *label,
+    ngx_str_t *value, ngx_uint_t *counts, ngx_uint_t sum)
+{
+    u_char      lb[64];
+    ngx_uint_t  j, n;
+    ngx_str_t   l, s;
+
+    /* the label and a comma before "le", or nothing */
+
+    if (label != NULL) {
+        l.data = lb;
+        l.len = ngx_snprintf(lb, sizeof(lb), "%s=\"%V\",", label, value)
+                - lb;
+
+        s.data = lb;
+        s.len = l.len - 1;
+
+    } else {
+        ngx_str_null(&l);
+        ngx_str_null(&s);
+    }
+
+    n = 0;
+
+    for (j = 0; j < NGX_HTTP_DYNAMO_RL_BUCKETS; j++) {
+        n += counts[j];
+
+        if (j < NGX_HTTP_DYNAMO_RL_BUCKETS - 1) {
+            p = ngx_sprintf(p, "%s_bucket{%Vle=\"%M.%03M\"} %ui\n",
+                            name, &l, ngx_http_dynamo_rl_buckets[j] / 1000,
+                            ngx_http_dynamo_rl_buckets[j] % 1000, n);
+
+        } else {
+            p = ngx_sprintf(p, "%s_bucket{%Vle=\"+Inf\"} %ui\n",
+                            name, &l, n);
+        }
+    }
+
+    if (label != NULL) {
+        return ngx_sprintf(p, "%s_sum{%V} %ui.%03ui\n%s_count{%V} %ui\n",
+                           name, &s, sum / 1000, sum % 1000, name, &s, n);
+    }
+
+    return ngx_sprintf(p, "%s_sum %ui.%03ui\n%s_count %ui\n",
+                       name, sum / 1000, sum % 1000, name, n);
 }

@@ -396,3 +396,18 @@ ngx_http_dynamo_rl_zone_state(ngx_conf_t *cf, ngx_http_dynamo_rl_zone_t *zone,
 
     return NGX_CONF_OK;
 }
+
+
+/* a duration into one of the zone's histograms, by any process */
+
+void
+ngx_http_dynamo_rl_zone_observe(ngx_http_dynamo_rl_shctx_t *sh,
+    ngx_uint_t hist, ngx_msec_t ms)
+{
+    ngx_uint_t  i;
+
+    i = ngx_http_dynamo_rl_bucket(ms);
+
+    (void) ngx_atomic_fetch_add(&sh->hist[hist][i], 1);
+    (void) ngx_atomic_fetch_add(&sh->hist_sum[hist], ms);
+}

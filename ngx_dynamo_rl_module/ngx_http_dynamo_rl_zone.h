@@ -14,9 +14,21 @@
 #define NGX_HTTP_DYNAMO_RL_PLANES        3     /* request, discovery, admin */
 #define NGX_HTTP_DYNAMO_RL_OUTCOMES      4
 #define NGX_HTTP_DYNAMO_RL_REASONS       24
-#define NGX_HTTP_DYNAMO_RL_BUCKETS       14
+#define NGX_HTTP_DYNAMO_RL_BUCKETS       19    /* 5 ms .. 1 h, +Inf */
 #define NGX_HTTP_DYNAMO_RL_RECENT        16
 #define NGX_HTTP_DYNAMO_RL_GATE_REASON   128
+
+/*
+ * the histograms of durations beside the one of each plane: the request
+ * plane's time to the upstream's header, its attempts by outcome
+ * (succeeded, failed, canceled), admin calls by result (ok, error) and
+ * snapshot refreshes by result (ok, failed)
+ */
+#define NGX_HTTP_DYNAMO_RL_HIST_HEADER   0
+#define NGX_HTTP_DYNAMO_RL_HIST_ATTEMPT  1
+#define NGX_HTTP_DYNAMO_RL_HIST_ADMIN    4
+#define NGX_HTTP_DYNAMO_RL_HIST_REFRESH  6
+#define NGX_HTTP_DYNAMO_RL_HISTOGRAMS    8
 
 /* every process slot nginx has, each tracked on its own */
 #define NGX_HTTP_DYNAMO_RL_SLOTS         NGX_MAX_PROCESSES
@@ -123,6 +135,14 @@ typedef struct {
 
     /* the same hash of the snapshot in "raw" */
     uint64_t                        members;
+
+    /* durations on the monotonic clock, in ms, without the mutex */
+    ngx_atomic_t                    hist[NGX_HTTP_DYNAMO_RL_HISTOGRAMS]
+                                        [NGX_HTTP_DYNAMO_RL_BUCKETS];
+    ngx_atomic_t                    hist_sum[NGX_HTTP_DYNAMO_RL_HISTOGRAMS];
+
+    /* when the refresh flight in progress began, ngx_current_msec */
+    ngx_msec_t                      refresh_begun;
 } ngx_http_dynamo_rl_shctx_t;
 
 
@@ -165,6 +185,8 @@ char *ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 ngx_int_t ngx_http_dynamo_rl_zone_reserve(ngx_conf_t *cf,
     ngx_shm_zone_t *shm_zone, size_t max_size);
+void ngx_http_dynamo_rl_zone_observe(ngx_http_dynamo_rl_shctx_t *sh,
+    ngx_uint_t hist, ngx_msec_t ms);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_ZONE_H_INCLUDED_ */

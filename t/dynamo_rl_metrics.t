@@ -142,8 +142,21 @@ my @REASONS = qw/ method bad_path bad_attempt_id duplicate_attempt
 	route_not_advertised discovery_invalid redirected cross_origin
 	caller_scope /;
 
+# the reasons each plane can give: no series for the others
+
+my %PLANE_REASONS = (
+	request => [ qw/ method bad_path bad_attempt_id duplicate_attempt
+		ledger_full gate_closed redirected / ],
+	discovery => [ qw/ method bad_path discovery_invalid redirected
+		caller_scope / ],
+	admin => [ qw/ method bad_path discovery_unavailable unknown_worker
+		ambiguous_worker worker_invalid worker_error no_system_url
+		route_not_advertised redirected cross_origin caller_scope / ],
+);
+
 my @LE = qw/ 0.005 0.010 0.025 0.050 0.100 0.250 0.500 1.000 2.500 5.000
-	10.000 30.000 60.000 +Inf /;
+	10.000 30.000 60.000 120.000 300.000 600.000 1800.000 3600.000
+	+Inf /;
 
 # what the sequence below must leave in the counters
 
@@ -344,7 +357,7 @@ for my $line (grep { !/^#/ && /\S/ } split /\n/, $text) {
 	for my $k (keys %l) {
 		my $v = $l{$k};
 		my $good = $k eq 'plane' ? grep { $_ eq $v } @PLANES
-			: $k eq 'outcome' ? $outcome_ok{$l{plane} // ''}{$v}
+			: $k eq 'outcome' ? $outcome_ok{$l{plane} // 'request'}{$v}
 			: $k eq 'reason' ? $reason_ok{$v}
 			: $k eq 'le' ? $le_ok{$v}
 			: $k eq 'result' ? $result_ok{$v}
@@ -629,7 +642,7 @@ sub expected {
 			$sum += $n;
 		}
 
-		for my $reason (@REASONS) {
+		for my $reason (@{$PLANE_REASONS{$p}}) {
 			$c{"dynamo_rl_denials_total{plane=$p,reason=$reason}"} =
 				$e->{denials}{$p}{$reason} // 0;
 		}

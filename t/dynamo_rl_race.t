@@ -393,7 +393,7 @@ sub check {
 
 	if ($html) {
 		$body =~ m{<script\ type="application/json"\ id="data">(.*?)
-			</script>\n<script>.*</html>\n\z}sx
+			</script>\n<script\ nonce="[^"]+">.*</html>\n\z}sx
 			or return 'HTML without its data: ' . substr($body, -200);
 		$body = $1;
 	}

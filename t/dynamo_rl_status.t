@@ -41,7 +41,7 @@ select STDOUT; $| = 1;
 $SIG{ALRM} = sub { die "test timed out\n" };
 alarm(300);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(127);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(128);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
@@ -127,6 +127,18 @@ my @REASONS = qw/ method bad_path bad_attempt_id duplicate_attempt
 	route_not_advertised discovery_invalid redirected cross_origin
 	caller_scope /;
 
+# the reasons each plane can give: the counters have only these
+
+my %PLANE_REASONS = (
+	request => [ qw/ method bad_path bad_attempt_id duplicate_attempt
+		ledger_full gate_closed redirected / ],
+	discovery => [ qw/ method bad_path discovery_invalid redirected
+		caller_scope / ],
+	admin => [ qw/ method bad_path discovery_unavailable unknown_worker
+		ambiguous_worker worker_invalid worker_error no_system_url
+		route_not_advertised redirected cross_origin caller_scope / ],
+);
+
 my ($r, $j, $w);
 
 ###############################################################################
@@ -140,8 +152,8 @@ is($r->{status}, 200, 'empty: status');
 is($r->{headers}{'content-type'}, 'application/json', 'empty: content type');
 ok(ref $j eq 'HASH', 'empty: a JSON object') or diag($r->{body});
 
-is(join(',', sort keys %$j), 'counters,gate,ledger,nginx,recent_denials,'
-	. 'snapshot,time,version,zone', 'empty: top-level fields');
+is(join(',', sort keys %$j), 'counters,durations,gate,ledger,nginx,'
+	. 'recent_denials,snapshot,time,version,zone', 'empty: top-level fields');
 like($j->{version}, qr/^\d+\.\d+\.\d+/, 'empty: version');
 like($j->{nginx}, qr/^1\.\d+\.\d+$/, 'empty: nginx version');
 is($j->{zone}, 'rl', 'empty: zone name');
@@ -382,8 +394,8 @@ unlike($body, qr/<img/i, 'html: no img element in the markup');
 unlike($body, qr/<(?:script|link|img|iframe)[^>]*\s(?:src|href)\s*=/i,
 	'html: no external assets');
 unlike($body, qr/https?:\/\//, 'html: no URL at all');
-like($body, qr/<meta http-equiv="refresh" content="\d+">/i,
-	'html: refreshes itself');
+unlike($body, qr/<meta http-equiv="refresh"/i, 'html: no reload');
+like($body, qr/fetch\(location\.pathname/, 'html: polls the status instead');
 
 my ($data) = $body
 	=~ /<script type="application\/json" id="data">(.*?)<\/script>/s;
@@ -426,10 +438,10 @@ is($rc, 0, 'chromium --dump-dom: exit 0') or diag($err);
 
 my ($gate_div) = ($dom // '') =~ /(<div id="gate"[^>]*>.*?)<h2>/s;
 
-like($gate_div // '', qr/<div id="gate" class="closed">/,
+like($gate_div // '', qr/<div id="gate" class="card closed">/,
 	'dom: the gate element styled closed');
 like($gate_div // '', qr/gate CLOSED/, 'dom: the gate state text');
-like($gate_div // '', qr/draining done/, 'dom: the drain progress');
+like($gate_div // '', qr/phase drained/, 'dom: the drain progress');
 like($gate_div // '', qr/reason: weights v7 &lt;b&gt;now&lt;\/b&gt;/,
 	'dom: the gate reason, as text');
 like($gate_div // '', qr/lease until \d{4}-/, 'dom: the lease');
@@ -456,7 +468,7 @@ my ($recent) = ($dom // '') =~ /<table id="recent">.*?<tbody>(.*?)<\/tbody>/s;
 is(scalar(() = ($recent // '') =~ /<tr>/g), 7, 'dom: the recent denials');
 like($recent // '', qr/gate_closed/, 'dom: a denial reason');
 
-like($dom // '', qr/<p id="ledger">1 records/, 'dom: the ledger');
+like($dom // '', qr/<div id="ledger">ledger: 1 records/, 'dom: the ledger');
 
 # the screenshot
 
@@ -558,7 +570,7 @@ sub schema_ok {
 			sort keys %{$c->{requests}{$p} // {}}) eq $outcomes{$p};
 		push @bad, "denials.$p fields" unless join(',',
 			sort keys %{$c->{denials}{$p} // {}})
-			eq join(',', sort @REASONS);
+			eq join(',', sort @{$PLANE_REASONS{$p}});
 		$int->("requests.$p", $_)
 			for values %{$c->{requests}{$p} // {}};
 		$int->("denials.$p", $_) for values %{$c->{denials}{$p} // {}};

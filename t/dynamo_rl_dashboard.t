@@ -1,0 +1,428 @@
+#!/usr/bin/perl
+
+# (C) ngx_dynamo_rl_module developers
+
+# The HTML dashboard (issue 17) under its Content-Security-Policy (issue
+# 18, item 1), in headless Chromium:
+#
+# - the page sends a Content-Security-Policy with default-src 'none',
+#   its style and script allowed by a nonce that is new in every answer,
+#   connect-src 'self' for its polling, and no outside origin; it does
+#   not reload itself;
+# - while generations run, the page polls the status document: the
+#   charts are drawn (inline SVG), the figures change between polls, and
+#   the console shows no CSP violation and no script error;
+# - the gate's history shows its phases: draining while a stream is in
+#   flight behind a closed gate, drained once it ended, open again;
+# - with the gateway stopped after the page was served, the page says
+#   the gateway cannot be reached;
+# - a screenshot at a laptop's size;
+# - the control: the same page with another nonce in its policy is
+#   refused by Chromium, and the refusal is seen in its console.
+#
+# Chromium runs headless with its own profile in the test directory,
+# bounded by timeout(1), against 127.0.0.1 only.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use IO::Socket::INET;
+use IO::Select;
+use POSIX ();
+use Time::HiRes qw/ time sleep /;
+
+use lib 't/lib';
+use Test::DynamoRL;
+
+###############################################################################
+
+select STDERR; $| = 1;
+select STDOUT; $| = 1;
+
+$SIG{ALRM} = sub { die "test timed out\n" };
+alarm(Test::DynamoRL::scale(300));
+
+my ($CHROMIUM) = grep { -x } map { "$_/chromium" }
+	split /:/, $ENV{PATH} // '/usr/bin';
+
+die "chromium is missing: install Debian's chromium (make test-deps)\n"
+	unless defined $CHROMIUM;
+
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(32);
+
+my $DIR = $t->testdir();
+
+$t->write_file_expand('nginx.conf', <<'EOF');
+
+%%TEST_GLOBALS%%
+
+events {
+}
+
+http {
+    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+
+    upstream frontend {
+        server 127.0.0.1:8081;
+        keepalive 4;
+    }
+
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    proxy_buffering off;
+
+    server {
+        listen       127.0.0.1:8080;
+        server_name  localhost;
+
+        location /v1/ {
+            dynamo_rl_plane request;
+            proxy_pass http://frontend;
+        }
+    }
+
+    server {
+        listen       127.0.0.1:8070;
+        server_name  localhost;
+
+        location = /rl/gate {
+            dynamo_rl_gate_api;
+        }
+
+        location = /rl/status {
+            dynamo_rl_status;
+        }
+    }
+}
+
+EOF
+
+$t->run_fake_dynamo();
+$t->run();
+
+my $BODY = '{"model":"m","prompt":"hello there"}';
+my $CHAT = '{"messages":[{"role":"user","content":"hi"}],"stream":true}';
+my $PAGE = 'http://127.0.0.1:' . port(8070) . '/rl/status?format=html';
+
+###############################################################################
+
+# the policy, and a nonce that is new in every answer
+
+my $r1 = call('GET', '/rl/status?format=html', port => 8070);
+my $r2 = call('GET', '/rl/status?format=html', port => 8070);
+
+my $csp = $r1->{headers}{'content-security-policy'} // '';
+my ($nonce) = $csp =~ /script-src 'nonce-([A-Za-z0-9+\/=]{16,})'/;
+
+like($csp, qr/(?:^|; )default-src 'none'(?:;|$)/, 'csp: default-src none');
+ok(defined $nonce, 'csp: the script by its nonce');
+my $N = $nonce // 'none';
+
+like($csp, qr/(?:^|; )style-src 'nonce-\Q$N\E'(?:;|$)/,
+	'csp: the style by the same nonce');
+like($csp, qr/(?:^|; )connect-src 'self'(?:;|$)/, 'csp: polls its origin');
+unlike($csp, qr/unsafe-|https?:|\*|data:/,
+	'csp: no unsafe-inline, no other origin');
+isnt(($r2->{headers}{'content-security-policy'} // '') =~ /nonce-([^']+)/
+	? $1 : '', $N, 'csp: a new nonce in the next answer');
+is(scalar(() = $r1->{body} =~ /<(?:script|style) nonce="\Q$N\E">/g), 2,
+	'html: the style and the script carry it');
+is($r1->{headers}{'x-content-type-options'}, 'nosniff', 'html: nosniff');
+unlike($r1->{body}, qr/http-equiv="refresh"/i, 'html: no reload');
+
+# the page while generations run
+
+my $STOP = "$DIR/traffic.stop";
+
+$t->run_daemon(\&traffic, $STOP);
+
+ok(Test::DynamoRL::wait_for(sub { requests() >= 5 }, 10),
+	'traffic: generations running');
+
+my $run = chromium('live', $PAGE, 12000);
+
+my %svg = map { $_ => svg_attr($run->{dom}, $_) } qw/ c-out c-den c-fly
+	c-ttft strip /;
+
+ok($run->{dom} =~ /<body[^>]*data-polls="(\d+)"/ && $1 >= 3,
+	'live: the page polled the status document');
+ok(!grep({ !defined $svg{$_} } keys %svg), 'live: the five charts present');
+cmp_ok($svg{'c-out'}{'data-points'} // 0, '>=', 8,
+	'live: request outcomes drawn');
+cmp_ok($svg{'c-fly'}{'data-points'} // 0, '>=', 3, 'live: in flight drawn');
+like($run->{dom}, qr/<path d="M[\d.]+,[\d.]+L/, 'live: lines in the charts');
+
+my ($first, $last) = $run->{dom} =~ /data-first="(\d+)"[^>]*data-last="(\d+)"/;
+cmp_ok($last // 0, '>', $first // 0,
+	'live: the figures change between polls');
+
+like($run->{dom}, qr/<span id="conn"[^>]*>live/, 'live: connected');
+is(join("\n", csp_violations($run->{log})), '', 'live: no CSP violation');
+is(join("\n", grep { /Uncaught|TypeError|ReferenceError/ }
+	console($run->{log})), '', 'live: no script error');
+
+# the screenshot at a laptop's size
+
+my $png = "$DIR/dashboard.png";
+chromium('shot', $PAGE, 4000, "--screenshot=$png", '--window-size=1366,900');
+
+ok(-s $png && -s $png > 20000, 'screenshot: taken');
+
+$t->write_file('traffic.stop', '');
+ok($t->waitforfile("$STOP.done"), 'traffic: stopped');
+
+# the gate's history: a closed gate with a stream in flight (draining),
+# after the stream (drained), open again
+
+my $s = http(raw('POST', '/v1/chat/completions', body => $CHAT,
+	headers => [ 'x-fake-scenario' => 'slow', 'x-fake-events' => 40,
+		'x-fake-interval-ms' => 200 ]), start => 1);
+read_until($s, qr/data: \{/, 10);
+
+call('POST', '/rl/gate', port => 8070,
+	body => '{"action":"close","reason":"weights v2","lease":"5m"}');
+
+$run = chromium('draining', $PAGE, 4000);
+is(svg_attr($run->{dom}, 'strip')->{'data-phases'}, 'draining',
+	'history: draining while a stream is in flight');
+like($run->{dom}, qr/phase draining/, 'gate: phase draining');
+
+close $s;
+
+ok(Test::DynamoRL::wait_for(sub {
+	my $j = call('GET', '/rl/status', port => 8070)->{body};
+	$j =~ /"in_flight":0/;
+}, 10), 'gate: drained');
+
+$run = chromium('drained', $PAGE, 4000);
+is(svg_attr($run->{dom}, 'strip')->{'data-phases'}, 'drained',
+	'history: drained, the refresh can run');
+like($run->{dom}, qr/reason: weights v2/, 'gate: the reason shown');
+
+call('POST', '/rl/gate', port => 8070, body => '{"action":"open"}');
+
+$run = chromium('open', $PAGE, 4000);
+is(svg_attr($run->{dom}, 'strip')->{'data-phases'}, 'open',
+	'history: open again');
+
+# the gateway goes away after serving the page: a one-shot server hands
+# out the page nginx made, with its headers, then stops listening
+
+my $page = call('GET', '/rl/status?format=html', port => 8070);
+my $once = port(8085);
+
+$t->run_daemon(\&serve_once, $once, $page);
+$t->waitforfile("$DIR/once.ready");
+
+$run = chromium('down', "http://127.0.0.1:$once/rl/status", 6000);
+
+like($run->{dom}, qr/<span id="conn" class="down">gateway unreachable/,
+	'down: the page says the gateway cannot be reached');
+like($run->{dom}, qr/<body[^>]*class="down"/, 'down: the figures greyed');
+is(join("\n", csp_violations($run->{log})), '', 'down: no CSP violation');
+
+# the control: with another nonce in the policy, Chromium refuses the
+# page's style and script and says so, which the checks above would see
+
+my %bad = %$page;
+$bad{headers} = { %{$page->{headers}} };
+$bad{headers}{'content-security-policy'}
+	=~ s/nonce-[^']+/nonce-AAAAAAAAAAAAAAAAAAAAAA==/g;
+
+my $other = port(8086);
+
+unlink "$DIR/once.ready";
+$t->run_daemon(\&serve_once, $other, \%bad);
+$t->waitforfile("$DIR/once.ready");
+
+$run = chromium('control', "http://127.0.0.1:$other/rl/status", 2000);
+
+ok(scalar(csp_violations($run->{log})), 'control: a CSP violation is seen');
+unlike($run->{dom}, qr/data-polls=/, 'control: the script did not run');
+
+###############################################################################
+
+# Chromium, headless, with virtual time: the page's timers run for
+# $budget ms of page time while the network answers in real time;
+# returns the DOM (or nothing, with --screenshot) and the console log
+
+sub chromium {
+	my ($name, $url, $budget, @extra) = @_;
+
+	my $out = "$DIR/chromium.$name.html";
+	my $log = "$DIR/chromium.$name.log";
+
+	my @cmd = ('timeout', '-k', '5', Test::DynamoRL::scale(60), $CHROMIUM,
+		'--headless', '--no-sandbox', '--disable-gpu',
+		"--user-data-dir=$DIR/chromium-profile",
+		'--no-first-run', '--no-default-browser-check',
+		'--disable-background-networking', '--disable-component-update',
+		'--disable-sync', '--disable-extensions',
+		'--enable-logging=stderr', '--v=0',
+		"--virtual-time-budget=$budget",
+		@extra ? @extra : ('--dump-dom'), $url);
+
+	my $pid = fork() // die "cannot fork: $!\n";
+
+	if ($pid == 0) {
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>', $out or POSIX::_exit(126);
+		open STDERR, '>', $log or POSIX::_exit(126);
+		{ exec @cmd; }
+		POSIX::_exit(127);
+	}
+
+	waitpid($pid, 0);
+
+	return { dom => slurp($out), log => slurp($log) };
+}
+
+sub slurp {
+	my ($path) = @_;
+
+	open my $fh, '<', $path or return '';
+	local $/;
+	return scalar <$fh>;
+}
+
+sub console {
+	my ($log) = @_;
+	return grep { /:CONSOLE/ } split /\n/, $log // '';
+}
+
+sub csp_violations {
+	my ($log) = @_;
+	return grep { /Content Security Policy|Refused to/ }
+		split /\n/, $log // '';
+}
+
+# the attributes of the <svg> element with that id, or undef
+
+sub svg_attr {
+	my ($dom, $id) = @_;
+
+	my ($tag) = ($dom // '') =~ /(<svg id="\Q$id\E"[^>]*>)/ or return undef;
+	my %a = $tag =~ /([\w-]+)="([^"]*)"/g;
+
+	return \%a;
+}
+
+# generations, one after another, until the stop file exists (30 s at
+# most); then "<stop>.done"
+
+sub traffic {
+	my ($stop) = @_;
+
+	my $end = time() + 30;
+	my $n = 0;
+
+	while (!-e $stop && time() < $end) {
+		http(raw('POST', '/v1/completions', body => $BODY,
+			headers => [ 'X-Dynamo-Attempt-Id' => "gen-$$-" . $n++ ]));
+		sleep(0.02);
+	}
+
+	open my $fh, '>', "$stop.done" or die "cannot create $stop.done: $!\n";
+	close $fh;
+}
+
+sub requests {
+	my $j = call('GET', '/rl/status', port => 8070)->{body} // '';
+	return $j =~ /"succeeded":(\d+)/ ? $1 : 0;
+}
+
+# one HTTP answer, the page as nginx made it, then no listener at all
+
+sub serve_once {
+	my ($port, $page) = @_;
+
+	my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$port",
+		Listen => 5, ReuseAddr => 1) or die "cannot listen: $!\n";
+	my ($c, $req);
+
+	open my $fh, '>', "$DIR/once.ready" or die "cannot create: $!\n";
+	close $fh;
+
+	# the first connection that asks for something
+
+	for (;;) {
+		$c = $l->accept() or die "cannot accept: $!\n";
+		$req = '';
+
+		my $sel = IO::Select->new($c);
+
+		while ($req !~ /\r\n\r\n/ && $sel->can_read(5)) {
+			last unless sysread($c, $req, 4096, length $req);
+		}
+
+		last if $req =~ /^GET /;
+		close $c;
+	}
+
+	my $head = "HTTP/1.1 200 OK\r\nConnection: close\r\n"
+		. 'Content-Length: ' . length($page->{body}) . "\r\n";
+
+	for my $h (qw/ content-type content-security-policy
+		x-content-type-options /)
+	{
+		$head .= "$h: $page->{headers}{$h}\r\n"
+			if defined $page->{headers}{$h};
+	}
+
+	print $c "$head\r\n$page->{body}";
+	close $c;
+	close $l;
+}
+
+sub raw {
+	my ($method, $uri, %o) = @_;
+
+	my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
+		. "Connection: close\r\n";
+
+	my @h = @{$o{headers} // []};
+
+	while (my ($name, $value) = splice(@h, 0, 2)) {
+		$req .= "$name: $value\r\n";
+	}
+
+	if (defined $o{body}) {
+		$req .= "Content-Type: application/json\r\n"
+			. 'Content-Length: ' . length($o{body}) . "\r\n";
+	}
+
+	return "$req\r\n" . ($o{body} // '');
+}
+
+sub call {
+	my ($method, $uri, %o) = @_;
+
+	my $port = delete $o{port} // 8080;
+	my $raw = http(raw($method, $uri, %o),
+		PeerAddr => '127.0.0.1:' . port($port));
+
+	return (length($raw // '') ? parse_response($raw) : undef)
+		// { headers => {}, body => '' };
+}
+
+sub read_until {
+	my ($s, $re, $seconds) = @_;
+
+	my $sel = IO::Select->new($s);
+	my $deadline = time() + $seconds;
+	my $buf = '';
+
+	while ($buf !~ $re) {
+		my $left = $deadline - time();
+		last if $left <= 0 || !$sel->can_read($left);
+		last unless sysread($s, $buf, 65536, length $buf);
+	}
+
+	return $buf;
+}
+
+###############################################################################
