@@ -87,7 +87,8 @@ PURE     = $(SRCDIR)/ngx_http_dynamo_rl_parse.c \
 
 UNITS    = $(patsubst t/unit/%.c,$(BUILD)/unit/%,$(wildcard t/unit/*.c))
 
-$(BUILD)/unit/%: t/unit/%.c $(PURE) $(SRCDIR)/*.h $(NGX_BUILD)/objs/Makefile
+$(BUILD)/unit/%: t/unit/%.c t/unit/tap.h $(PURE) $(SRCDIR)/*.h \
+             $(NGX_BUILD)/objs/Makefile
 	@mkdir -p $(BUILD)/unit
 	$(CC) -g -O1 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) -ljansson
 
