@@ -19,7 +19,18 @@ package Test::DynamoRL::Fixture;
 #                           the heredoc still hold (as in Test::DynamoRL);
 #                           pass the result to $t->write_file_expand()
 #
-#         %%RL_REQUEST_PLANE%%    location /v1/ proxied to "frontend"
+#         %%RL_REQUEST_PLANE [options]%%  location /v1/ proxied to
+#                                 "frontend"; "keepalive" adds HTTP/1.1
+#                                 with an empty Connection, "unbuffered"
+#                                 proxy_buffering off, "sse" both and
+#                                 the rest of examples/dynamo-rl.conf's
+#                                 /v1/ (no request buffering, a 60s read
+#                                 timeout, proxy_next_upstream error
+#                                 timeout)
+#         %%RL_FRONTEND [n]%%     upstream "frontend": the fake frontend
+#                                 (8081), with "keepalive n" if given
+#         %%RL_NOT_FOUND [json]%% location / answering 404, with
+#                                 "json" the frontend's JSON error body
 #         %%RL_DISCOVERY_PLANE%%  location = /v1/rl/workers, proxied to
 #                                 "rl_listener"
 #         %%RL_ADMIN_PLANE args%% location /v1/rl/workers/ of the admin
@@ -101,8 +112,44 @@ my $JSU = JSON::PP->new->utf8->allow_bignum;
 
 my %CONF = (
 	RL_REQUEST_PLANE => sub {
+		my (@args) = @_;
+
+		my %opt = (
+			keepalive => ' proxy_http_version 1.1;'
+				. ' proxy_set_header Connection "";',
+			unbuffered => ' proxy_buffering off;',
+		);
+
+		# as in examples/dynamo-rl.conf, with a test's read timeout
+
+		$opt{sse} = $opt{keepalive} . $opt{unbuffered}
+			. ' proxy_request_buffering off; proxy_read_timeout 60s;'
+			. ' proxy_next_upstream error timeout;';
+
 		return 'location /v1/ { dynamo_rl_plane request;'
-			. ' proxy_pass http://frontend; }';
+			. ' proxy_pass http://frontend;'
+			. join('', map { $opt{$_} // die "no option \"$_\"\n" }
+				@args)
+			. ' }';
+	},
+
+	RL_FRONTEND => sub {
+		my ($keepalive) = @_;
+
+		return 'upstream frontend { server 127.0.0.1:8081;'
+			. (defined $keepalive ? " keepalive $keepalive;" : '')
+			. ' }';
+	},
+
+	RL_NOT_FOUND => sub {
+		my ($type) = @_;
+
+		return 'location / { return 404; }' unless defined $type;
+
+		die "no type \"$type\"\n" unless $type eq 'json';
+
+		return 'location / { default_type application/json; return 404'
+			. q[ '{"message":"Not Found","type":"Not Found","code":404}'; }];
 	},
 
 	RL_DISCOVERY_PLANE => sub {
