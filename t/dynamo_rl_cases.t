@@ -41,7 +41,7 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ rl_conf vllm_routes worker /;
+use Test::DynamoRL::Fixture qw/ fork_server rl_conf vllm_routes worker /;
 
 ###############################################################################
 
@@ -2479,31 +2479,8 @@ EOF
 sub chaos {
 	my ($port, $log) = @_;
 
-	my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$port",
-		Listen => 512, ReuseAddr => 1, Proto => 'tcp')
-		or die "chaos: cannot listen on $port: $!\n";
-
-	my $parent = getppid();
-	local $SIG{CHLD} = sub { 1 while waitpid(-1, WNOHANG) > 0 };
-	local $SIG{PIPE} = 'IGNORE';
-
-	my $sel = IO::Select->new($l);
-
-	while (getppid() == $parent) {
-		next unless $sel->can_read(0.5);
-
-		my $c = $l->accept() or next;
-		my $pid = fork();
-
-		if (defined $pid && $pid == 0) {
-			$SIG{CHLD} = 'DEFAULT';
-			close $l;
-			eval { chaos_conn($c, $port, $log); };
-			POSIX::_exit(0);
-		}
-
-		close $c;
-	}
+	fork_server($port, 'chaos', sub { chaos_conn($_[0], $port, $log) },
+		backlog => 512);
 }
 
 sub chaos_record {
@@ -2801,31 +2778,7 @@ sub chaos_acked {
 sub fast_listener {
 	my ($port, $dir) = @_;
 
-	my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$port",
-		Listen => 128, ReuseAddr => 1, Proto => 'tcp')
-		or die "fast listener: cannot listen on $port: $!\n";
-
-	my $parent = getppid();
-	local $SIG{CHLD} = sub { 1 while waitpid(-1, WNOHANG) > 0 };
-	local $SIG{PIPE} = 'IGNORE';
-
-	my $sel = IO::Select->new($l);
-
-	while (getppid() == $parent) {
-		next unless $sel->can_read(0.5);
-
-		my $c = $l->accept() or next;
-		my $pid = fork();
-
-		if (defined $pid && $pid == 0) {
-			$SIG{CHLD} = 'DEFAULT';
-			close $l;
-			eval { fast_conn($c, $dir); };
-			POSIX::_exit(0);
-		}
-
-		close $c;
-	}
+	fork_server($port, 'fast listener', sub { fast_conn($_[0], $dir) });
 }
 
 sub fast_conn {

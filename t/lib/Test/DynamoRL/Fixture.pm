@@ -83,6 +83,13 @@ package Test::DynamoRL::Fixture;
 #     admin_call($t, $method, $path, %o)  an admin-plane call with its
 #                           access-log entry, error-log lines and the
 #                           worker records it caused (see below)
+#
+# Servers of a test's own:
+#
+#     fork_server($port, $name, $conn, backlog => N)  the body of a
+#                           run_daemon(): listens on 127.0.0.1:$port and
+#                           calls $conn->($socket) in a child process per
+#                           connection, until the test process is gone
 
 ###############################################################################
 
@@ -95,11 +102,13 @@ our @EXPORT_OK = qw/ rl_conf raw call start resp json flat json_error
 	is_true is_false iso_ms api metrics concurrent read_until vllm_routes
 	worker doc json_lines err_since frontend_records frontend_requests
 	forwarded listener_fetches worker_counts worker_records_since
-	admin_call /;
+	admin_call fork_server /;
 
 use IO::Select;
+use IO::Socket::INET;
 use JSON::PP;
 use Math::BigInt;
+use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ time /;
 use Time::Local qw/ timegm /;
 
@@ -520,6 +529,38 @@ sub admin_call {
 	$res->{fwd} = [ worker_records_since($t, $before) ];
 
 	return $res;
+}
+
+###############################################################################
+
+sub fork_server {
+	my ($port, $name, $conn, %o) = @_;
+
+	my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$port",
+		Listen => $o{backlog} // 128, ReuseAddr => 1, Proto => 'tcp')
+		or die "$name: cannot listen on $port: $!\n";
+
+	my $parent = getppid();
+	local $SIG{CHLD} = sub { 1 while waitpid(-1, WNOHANG) > 0 };
+	local $SIG{PIPE} = 'IGNORE';
+
+	my $sel = IO::Select->new($l);
+
+	while (getppid() == $parent) {
+		next unless $sel->can_read(0.5);
+
+		my $c = $l->accept() or next;
+		my $pid = fork();
+
+		if (defined $pid && $pid == 0) {
+			$SIG{CHLD} = 'DEFAULT';
+			close $l;
+			eval { $conn->($c); };
+			POSIX::_exit(0);
+		}
+
+		close $c;
+	}
 }
 
 ###############################################################################
