@@ -135,13 +135,7 @@ http {
 
         access_log %%TESTDIR%%/rl.log rl;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-        }
+        %%RL_REQUEST_PLANE keepalive unbuffered%%
     }
 
     # trusted network
@@ -705,13 +699,7 @@ http {
         listen       127.0.0.1:8074;
         server_name  localhost;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-        }
+        %%RL_REQUEST_PLANE keepalive unbuffered%%
 
         location /rl/attempts/ {
             dynamo_rl_attempts_api;
