@@ -21,10 +21,10 @@ use strict;
 use Test::More;
 
 use JSON::PP;
-use POSIX ();
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ curl_response json_error /;
 
 ###############################################################################
 
@@ -309,12 +309,6 @@ sub worker_calls {
 		@{$t->fake_records('worker-0')};
 }
 
-sub json_error {
-	my ($r) = @_;
-	my $j = eval { decode_json($r->{body}) } // {};
-	return "$r->{status} " . ($j->{error} // '-');
-}
-
 sub gate {
 	my $res = get('/rl/gate');
 	return eval { decode_json($res->{body}) } // {};
@@ -368,18 +362,9 @@ sub curl2 {
 	push @cmd, '--data-binary', $body if defined $body;
 	push @cmd, 'http://127.0.0.1:' . port(8099) . $uri;
 
-	my $pid = open(my $fh, '-|') // die "cannot fork: $!\n";
+	my ($r) = curl_response(@cmd);
 
-	if ($pid == 0) {
-		open STDERR, '>', '/dev/null';
-		exec(@cmd) or POSIX::_exit(127);
-	}
-
-	local $/;
-	my $out = <$fh>;
-	close $fh;
-
-	return parse_response($out) // { status => 0, headers => {}, body => '' };
+	return $r // { status => 0, headers => {}, body => '' };
 }
 
 ###############################################################################

@@ -60,6 +60,11 @@ package Test::DynamoRL::Fixture;
 #                           read the answers
 #     read_until($sock, $re, $seconds)  reads until $re matches, the
 #                           socket closes or the time (scale()d) is over
+#     curl_response(@cmd)   runs a command that prints a response with
+#                           its header (curl -i), its stderr dropped;
+#                           returns parse_response() of the output
+#                           (undef if none) and the output, with the
+#                           command's status in $?
 #
 # Discovery documents:
 #
@@ -102,7 +107,7 @@ our @EXPORT_OK = qw/ rl_conf raw call start resp json flat json_error
 	is_true is_false iso_ms api metrics concurrent read_until vllm_routes
 	worker doc json_lines err_since frontend_records frontend_requests
 	forwarded listener_fetches worker_counts worker_records_since
-	admin_call fork_server /;
+	admin_call curl_response fork_server /;
 
 use IO::Select;
 use IO::Socket::INET;
@@ -355,6 +360,23 @@ sub read_until {
 	}
 
 	return $buf;
+}
+
+sub curl_response {
+	my (@cmd) = @_;
+
+	my $pid = open(my $fh, '-|') // die "cannot fork: $!\n";
+
+	if ($pid == 0) {
+		open STDERR, '>', '/dev/null';
+		exec(@cmd) or POSIX::_exit(127);
+	}
+
+	local $/;
+	my $out = <$fh>;
+	close $fh;
+
+	return (parse_response($out), $out);
 }
 
 ###############################################################################
