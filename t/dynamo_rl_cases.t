@@ -41,15 +41,12 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ fork_server rl_conf vllm_routes worker /;
+use Test::DynamoRL::Fixture qw/ fork_server rl_conf time_limit vllm_routes
+	worker /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(900);
+time_limit(900);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(307);
 

@@ -32,15 +32,11 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call iso_ms json raw rl_conf /;
+use Test::DynamoRL::Fixture qw/ call iso_ms json raw rl_conf time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(Test::DynamoRL::scale(120));
+time_limit(Test::DynamoRL::scale(120));
 
 my ($FAKETIME) = grep { -f }
 	glob('/usr/lib/*/faketime/libfaketime.so.1'),

@@ -21,15 +21,11 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ rl_conf /;
+use Test::DynamoRL::Fixture qw/ rl_conf time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(120);
+time_limit(120);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(14);
 

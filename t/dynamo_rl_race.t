@@ -33,14 +33,11 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(Test::DynamoRL::scale(180));
+time_limit(Test::DynamoRL::scale(180));
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(14);
 

@@ -18,16 +18,12 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ admin_call concurrent doc
-	listener_fetches rl_conf worker /;
+use Test::DynamoRL::Fixture qw/ admin_call concurrent doc listener_fetches
+	rl_conf time_limit worker /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(120);
+time_limit(120);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(22);
 

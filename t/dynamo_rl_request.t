@@ -23,16 +23,12 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call flat frontend_records
-	frontend_requests json raw read_until rl_conf /;
+use Test::DynamoRL::Fixture qw/ call flat frontend_records frontend_requests
+	json raw read_until rl_conf time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(300);
+time_limit(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(283);
 

@@ -12,6 +12,13 @@ package Test::DynamoRL::Fixture;
 #
 # and helpers that read the files of a test take its harness first.
 #
+# The start of a test file:
+#
+#     time_limit($seconds)  STDOUT and STDERR unbuffered, and an alarm
+#                           that fails the test with "test timed out"
+#                           after $seconds (scale() them where valgrind
+#                           must stretch them)
+#
 # Configuration:
 #
 #     rl_conf($text)        expands the macros below in nginx.conf text;
@@ -103,7 +110,7 @@ use strict;
 
 use base qw/ Exporter /;
 
-our @EXPORT_OK = qw/ rl_conf raw call start resp json flat json_error
+our @EXPORT_OK = qw/ time_limit rl_conf raw call start resp json flat json_error
 	is_true is_false iso_ms api metrics concurrent read_until vllm_routes
 	worker doc json_lines err_since frontend_records frontend_requests
 	forwarded listener_fetches worker_counts worker_records_since
@@ -121,6 +128,18 @@ use Test::DynamoRL qw/ http http_end parse_response port /;
 
 my $JS = JSON::PP->new->canonical->allow_bignum;
 my $JSU = JSON::PP->new->utf8->allow_bignum;
+
+###############################################################################
+
+sub time_limit {
+	my ($seconds) = @_;
+
+	select STDERR; $| = 1;
+	select STDOUT; $| = 1;
+
+	$SIG{ALRM} = sub { die "test timed out\n" };
+	alarm($seconds);
+}
 
 ###############################################################################
 
