@@ -24,7 +24,7 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ curl_response json_error time_limit /;
+use Test::DynamoRL::Fixture qw/ curl_response json_error rl_conf time_limit /;
 
 ###############################################################################
 
@@ -62,7 +62,7 @@ my $XO = 2 * (@TYPES * @CROSS * 2 + @SAME * 2 + @CROSS * 2 + 2 * 2);
 
 $t->plan(8 + 15 + $XO + 3);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -116,10 +116,7 @@ http {
             proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://127.0.0.1:8082/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH%%
 
         location = /rl/gate {
             dynamo_rl_gate_api;

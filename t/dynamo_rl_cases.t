@@ -1798,10 +1798,7 @@ $extra
             proxy_read_timeout 2s;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH rl_listener%%
 
         location /rl/attempts/ {
             dynamo_rl_attempts_api;
@@ -1843,10 +1840,7 @@ $extra
             proxy_next_upstream off;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH rl_listener%%
 
         location /secret {
             return 200 "SECRET";
@@ -1928,10 +1922,7 @@ $extra
             proxy_next_upstream off;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH rl_listener%%
 
         location = /rl/status {
             dynamo_rl_status;
@@ -2457,10 +2448,7 @@ http {
             proxy_next_upstream off;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://127.0.0.1:8082/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH%%
     }
 }
 

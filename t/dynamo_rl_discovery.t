@@ -682,10 +682,7 @@ http {
             proxy_next_upstream off;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH rl_listener%%
     }
 
     # a listener slower than proxy_read_timeout

@@ -43,6 +43,9 @@ package Test::DynamoRL::Fixture;
 #         %%RL_ADMIN_PLANE args%% location /v1/rl/workers/ of the admin
 #                                 plane and its internal /_rl_discovery;
 #                                 args go to dynamo_rl_discovery
+#         %%RL_DISCOVERY_FETCH [upstream]%%  the internal
+#                                 /_rl_discovery, proxied to the fake
+#                                 listener (127.0.0.1:8082) or upstream
 #         %%RL_APIS [names]%%     locations of the gate, attempts, status
 #                                 and metrics handlers (default: all)
 #
@@ -200,6 +203,15 @@ my %CONF = (
 			. ' location = /_rl_discovery { internal;'
 			. ' proxy_pass http://rl_listener/v1/rl/workers;'
 			. ' subrequest_output_buffer_size 1m; }';
+	},
+
+	RL_DISCOVERY_FETCH => sub {
+		my ($up) = @_;
+
+		$up //= '127.0.0.1:8082';
+
+		return 'location = /_rl_discovery { internal;'
+			. " proxy_pass http://$up/v1/rl/workers; }";
 	},
 
 	RL_APIS => sub {
