@@ -88,7 +88,8 @@ PURE     = $(SRCDIR)/ngx_http_dynamo_rl_parse.c \
 
 UNITS    = $(patsubst t/unit/%.c,$(BUILD)/unit/%,$(wildcard t/unit/*.c))
 
-$(BUILD)/unit/%: t/unit/%.c $(PURE) $(SRCDIR)/*.h $(NGX_BUILD)/objs/Makefile
+$(BUILD)/unit/%: t/unit/%.c t/unit/*.h $(PURE) $(SRCDIR)/*.h \
+             $(NGX_BUILD)/objs/Makefile
 	@mkdir -p $(BUILD)/unit
 	$(CC) -g -O1 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) -ljansson
 
@@ -97,7 +98,8 @@ unit: $(UNITS)
 
 FUZZERS := $(patsubst t/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard t/fuzz/fuzz_*.c))
 
-$(BUILD)/fuzz/%: t/fuzz/%.c $(PURE) $(SRCDIR)/*.h $(NGX_BUILD)/objs/Makefile
+$(BUILD)/fuzz/%: t/fuzz/%.c t/unit/uuid7.h $(PURE) $(SRCDIR)/*.h \
+             $(NGX_BUILD)/objs/Makefile
 	@mkdir -p $(BUILD)/fuzz
 	clang -g -O1 -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined $(NGX_INCS) -o $@ $< $(PURE) \

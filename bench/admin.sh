@@ -365,10 +365,7 @@ if [ "${PROFILE:-0}" = 1 ] && command -v perf > /dev/null; then
     done
 fi
 
-if grep -E '\[(alert|crit|emerg)\]' "$prefix"/*/error.log > /dev/null; then
-    grep -E '\[(alert|crit|emerg)\]' "$prefix"/*/error.log >&2
-    die "the error logs have alerts"
-fi
+check_alerts
 
 echo "## admin call, end to end: 1 vs $big workers x 20 routes"
 echo

@@ -159,6 +159,25 @@ to_us() {
         else if (v ~ /s$/) print n * 1000000; else print n }'
 }
 
+size_bytes() {
+    # an nginx size ("8m", "512k", "4096") in bytes
+    awk -v size="$1" 'BEGIN {
+        m = size + 0
+        if (size ~ /[kK]$/) print m * 1024
+        else if (size ~ /[mM]$/) print m * 1048576
+        else print m }'
+}
+
+check_alerts() {
+    # check_alerts: dies when an error.log of the instances has an alert,
+    # a crit or an emerg line, and shows them
+    if grep -E '\[(alert|crit|emerg)\]' "$prefix"/*/error.log > /dev/null
+    then
+        grep -E '\[(alert|crit|emerg)\]' "$prefix"/*/error.log >&2
+        die "the error logs have alerts"
+    fi
+}
+
 # ---------------------------------------------------------------------
 # perf (cpu-clock: this KVM guest has no hardware counters)
 

@@ -922,10 +922,7 @@ if [ "$profile" = 1 ] && command -v perf > /dev/null; then
     done
 fi
 
-if grep -E '\[(alert|crit|emerg)\]' "$prefix"/*/error.log > /dev/null; then
-    grep -E '\[(alert|crit|emerg)\]' "$prefix"/*/error.log >&2
-    die "the error logs have alerts"
-fi
+check_alerts
 
 t_end=$(date +%s)
 
@@ -961,6 +958,7 @@ echo
 echo
 echo "### Zone: bytes per ledger record"
 echo
+zone_bytes=$(size_bytes "$zone_size")
 echo "| zone ($zone_size) | ids | records | in flight | capacity (status) |" \
      "evictions | zone bytes per record | records per 8 MiB |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|"
@@ -973,12 +971,8 @@ do
     awk -v what="$what" -v ids="$ids" -v rec="$rec" \
         -v fl="$(zone_field "$json" in_flight)" \
         -v cap="$(zone_field "$json" capacity)" \
-        -v ev="$(zone_field "$json" evictions)" -v size="$zone_size" \
+        -v ev="$(zone_field "$json" evictions)" -v bytes="$zone_bytes" \
         'BEGIN {
-            m = size + 0
-            if (size ~ /[kK]$/) bytes = m * 1024
-            else if (size ~ /[mM]$/) bytes = m * 1048576
-            else bytes = m
             printf "| %s | %s | %d | %d | %d | %d | %s | %s |\n",
                 what, ids, rec, fl, cap, ev,
                 (ev > 0 ? sprintf("%.1f", bytes / rec) : "(not full)"),
@@ -1003,12 +997,8 @@ do
     awk -v what="$what" -v rec="$(zone_field "$json" records)" \
         -v fl="$(zone_field "$json" in_flight)" \
         -v cap="$(zone_field "$json" capacity)" \
-        -v free="$(zone_field "$json" free_space)" -v size="$zone_size" \
+        -v free="$(zone_field "$json" free_space)" -v bytes="$zone_bytes" \
         'BEGIN {
-            m = size + 0
-            if (size ~ /[kK]$/) bytes = m * 1024
-            else if (size ~ /[mM]$/) bytes = m * 1048576
-            else bytes = m
             full = (free == 0 && rec > 0)
             printf "| %s | %d | %d | %d | %d | %s | %s |\n",
                 what, rec, fl, cap, free,

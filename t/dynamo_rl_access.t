@@ -18,18 +18,15 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ rl_conf time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(60);
+time_limit(60);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(12);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -62,10 +59,7 @@ http {
             proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://127.0.0.1:8082/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH%%
 
         location /rl/attempts/ {
             dynamo_rl_attempts_api;

@@ -43,6 +43,7 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ fork_server /;
 
 ###############################################################################
 
@@ -619,31 +620,7 @@ sub h2 {
 sub rogue {
 	my ($port, $log) = @_;
 
-	my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$port",
-		Listen => 128, ReuseAddr => 1, Proto => 'tcp')
-		or die "rogue: cannot listen on $port: $!\n";
-
-	my $parent = getppid();
-	local $SIG{CHLD} = sub { 1 while waitpid(-1, WNOHANG) > 0 };
-	local $SIG{PIPE} = 'IGNORE';
-
-	my $sel = IO::Select->new($l);
-
-	while (getppid() == $parent) {
-		next unless $sel->can_read(0.5);
-
-		my $c = $l->accept() or next;
-		my $pid = fork();
-
-		if (defined $pid && $pid == 0) {
-			$SIG{CHLD} = 'DEFAULT';
-			close $l;
-			eval { rogue_conn($c, $port, $log); };
-			POSIX::_exit(0);
-		}
-
-		close $c;
-	}
+	fork_server($port, 'rogue', sub { rogue_conn($_[0], $port, $log) });
 }
 
 sub rogue_record {

@@ -21,18 +21,14 @@ use strict;
 use Test::More;
 
 use JSON::PP;
-use POSIX ();
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ curl_response json_error rl_conf time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(Test::DynamoRL::scale(300));
+time_limit(Test::DynamoRL::scale(300));
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy http_v2/);
 
@@ -66,7 +62,7 @@ my $XO = 2 * (@TYPES * @CROSS * 2 + @SAME * 2 + @CROSS * 2 + 2 * 2);
 
 $t->plan(8 + 15 + $XO + 3);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -120,10 +116,7 @@ http {
             proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://127.0.0.1:8082/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH%%
 
         location = /rl/gate {
             dynamo_rl_gate_api;
@@ -309,12 +302,6 @@ sub worker_calls {
 		@{$t->fake_records('worker-0')};
 }
 
-sub json_error {
-	my ($r) = @_;
-	my $j = eval { decode_json($r->{body}) } // {};
-	return "$r->{status} " . ($j->{error} // '-');
-}
-
 sub gate {
 	my $res = get('/rl/gate');
 	return eval { decode_json($res->{body}) } // {};
@@ -368,18 +355,9 @@ sub curl2 {
 	push @cmd, '--data-binary', $body if defined $body;
 	push @cmd, 'http://127.0.0.1:' . port(8099) . $uri;
 
-	my $pid = open(my $fh, '-|') // die "cannot fork: $!\n";
+	my ($r) = curl_response(@cmd);
 
-	if ($pid == 0) {
-		open STDERR, '>', '/dev/null';
-		exec(@cmd) or POSIX::_exit(127);
-	}
-
-	local $/;
-	my $out = <$fh>;
-	close $fh;
-
-	return parse_response($out) // { status => 0, headers => {}, body => '' };
+	return $r // { status => 0, headers => {}, body => '' };
 }
 
 ###############################################################################

@@ -41,15 +41,12 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ rl_conf vllm_routes worker /;
+use Test::DynamoRL::Fixture qw/ fork_server rl_conf time_limit vllm_routes
+	worker /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(900);
+time_limit(900);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(307);
 
@@ -1801,10 +1798,7 @@ $extra
             proxy_read_timeout 2s;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH rl_listener%%
 
         location /rl/attempts/ {
             dynamo_rl_attempts_api;
@@ -1846,10 +1840,7 @@ $extra
             proxy_next_upstream off;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH rl_listener%%
 
         location /secret {
             return 200 "SECRET";
@@ -1931,10 +1922,7 @@ $extra
             proxy_next_upstream off;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH rl_listener%%
 
         location = /rl/status {
             dynamo_rl_status;
@@ -2460,10 +2448,7 @@ http {
             proxy_next_upstream off;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://127.0.0.1:8082/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH%%
     }
 }
 
@@ -2479,31 +2464,8 @@ EOF
 sub chaos {
 	my ($port, $log) = @_;
 
-	my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$port",
-		Listen => 512, ReuseAddr => 1, Proto => 'tcp')
-		or die "chaos: cannot listen on $port: $!\n";
-
-	my $parent = getppid();
-	local $SIG{CHLD} = sub { 1 while waitpid(-1, WNOHANG) > 0 };
-	local $SIG{PIPE} = 'IGNORE';
-
-	my $sel = IO::Select->new($l);
-
-	while (getppid() == $parent) {
-		next unless $sel->can_read(0.5);
-
-		my $c = $l->accept() or next;
-		my $pid = fork();
-
-		if (defined $pid && $pid == 0) {
-			$SIG{CHLD} = 'DEFAULT';
-			close $l;
-			eval { chaos_conn($c, $port, $log); };
-			POSIX::_exit(0);
-		}
-
-		close $c;
-	}
+	fork_server($port, 'chaos', sub { chaos_conn($_[0], $port, $log) },
+		backlog => 512);
 }
 
 sub chaos_record {
@@ -2801,31 +2763,7 @@ sub chaos_acked {
 sub fast_listener {
 	my ($port, $dir) = @_;
 
-	my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$port",
-		Listen => 128, ReuseAddr => 1, Proto => 'tcp')
-		or die "fast listener: cannot listen on $port: $!\n";
-
-	my $parent = getppid();
-	local $SIG{CHLD} = sub { 1 while waitpid(-1, WNOHANG) > 0 };
-	local $SIG{PIPE} = 'IGNORE';
-
-	my $sel = IO::Select->new($l);
-
-	while (getppid() == $parent) {
-		next unless $sel->can_read(0.5);
-
-		my $c = $l->accept() or next;
-		my $pid = fork();
-
-		if (defined $pid && $pid == 0) {
-			$SIG{CHLD} = 'DEFAULT';
-			close $l;
-			eval { fast_conn($c, $dir); };
-			POSIX::_exit(0);
-		}
-
-		close $c;
-	}
+	fork_server($port, 'fast listener', sub { fast_conn($_[0], $dir) });
 }
 
 sub fast_conn {

@@ -29,18 +29,14 @@ use Test::More;
 
 use JSON::PP;
 use Time::HiRes qw/ time sleep /;
-use Time::Local qw/ timegm /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ call iso_ms json raw rl_conf time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(Test::DynamoRL::scale(120));
+time_limit(Test::DynamoRL::scale(120));
 
 my ($FAKETIME) = grep { -f }
 	glob('/usr/lib/*/faketime/libfaketime.so.1'),
@@ -76,7 +72,7 @@ $ENV{FAKETIME_TIMESTAMP_FILE} = $RC;
 $ENV{FAKETIME_NO_CACHE} = 1;
 $ENV{FAKETIME_DONT_FAKE_MONOTONIC} = 1;
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -90,9 +86,7 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-    }
+    %%RL_FRONTEND%%
 
     proxy_http_version 1.1;
     proxy_set_header Connection "";
@@ -125,17 +119,7 @@ http {
         listen       127.0.0.1:8083;
         server_name  localhost;
 
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
-
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
-
-        location = /rl/status {
-            dynamo_rl_status;
-        }
+        %%RL_APIS attempts gate status%%
     }
 }
 
@@ -270,8 +254,7 @@ sub clock_is {
 	my ($offset) = @_;
 
 	return Test::DynamoRL::wait_for(sub {
-		my $j = eval { decode_json(call('GET', '/rl/status',
-			port => 8083)->{body}) } // {};
+		my $j = json(call('GET', '/rl/status', port => 8083));
 		my $ms = iso_ms($j->{time} // '') // return;
 		return abs($ms - (time() + $offset) * 1000) < 5000;
 	}, 10);
@@ -298,59 +281,18 @@ sub forwarded {
 sub api {
 	my ($id) = @_;
 
-	return eval { decode_json(call('GET', "/rl/attempts/$id",
-		port => 8083)->{body}) } // {};
+	return json(call('GET', "/rl/attempts/$id", port => 8083));
 }
 
 sub gate {
-	return eval { decode_json(call('GET', '/rl/gate', port => 8083)
-		->{body}) } // {};
+	return json(call('GET', '/rl/gate', port => 8083));
 }
 
 sub gate_post {
 	my ($data) = @_;
 
-	return eval { decode_json(call('POST', '/rl/gate', port => 8083,
-		body => encode_json($data))->{body}) } // {};
-}
-
-sub call {
-	my ($method, $uri, %o) = @_;
-
-	my $port = delete $o{port} // 8080;
-
-	return parse_response(http(raw($method, $uri, %o),
-		PeerAddr => '127.0.0.1:' . port($port)))
-		// { status => 0, headers => {}, body => '' };
-}
-
-sub raw {
-	my ($method, $uri, %o) = @_;
-
-	my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\n";
-	my @h = @{$o{headers} // []};
-
-	while (my ($name, $value) = splice(@h, 0, 2)) {
-		$req .= "$name: $value\r\n";
-	}
-
-	if (defined $o{body}) {
-		$req .= "Content-Type: application/json\r\n"
-			. 'Content-Length: ' . length($o{body}) . "\r\n";
-	}
-
-	return "$req\r\n" . ($o{body} // '');
-}
-
-sub iso_ms {
-	my ($s) = @_;
-
-	my ($y, $mo, $d, $h, $mi, $sec, $ms) = ($s // '')
-		=~ /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)\.(\d{3})Z$/
-		or return undef;
-
-	return timegm($sec, $mi, $h, $d, $mo - 1, $y) * 1000 + $ms;
+	return json(call('POST', '/rl/gate', port => 8083,
+		body => encode_json($data)));
 }
 
 ###############################################################################

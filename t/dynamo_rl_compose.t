@@ -29,18 +29,14 @@ use Test::More;
 use IO::Socket::INET;
 use JSON::PP;
 use Math::BigInt;
-use POSIX ();
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ curl_response json_error time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(Test::DynamoRL::scale(300));
+time_limit(Test::DynamoRL::scale(300));
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy rewrite http_v2/);
 
@@ -613,12 +609,6 @@ sub worker0_expected {
 	return scalar(@BLOCKS) * 2;
 }
 
-sub json_error {
-	my ($r) = @_;
-	my $j = eval { decode_json($r->{body}) } // {};
-	return "$r->{status} " . ($j->{error} // '-');
-}
-
 sub frontend_records {
 	return grep { ($_->{method} // '') ne '' } @{$t->fake_records('frontend')};
 }
@@ -690,18 +680,7 @@ sub curl2 {
 
 	push @cmd, 'http://127.0.0.1:' . port($port) . $uri;
 
-	my $pid = open(my $fh, '-|') // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-		open STDERR, '>', '/dev/null';
-		exec(@cmd) or POSIX::_exit(127);
-	}
-
-	local $/;
-	my $out = <$fh>;
-	close $fh;
-
-	my $r = parse_response($out);
+	my ($r, $out) = curl_response(@cmd);
 
 	if (!defined $r) {
 		diag("@cmd: exit " . ($? >> 8) . ": " . ($out // ''));

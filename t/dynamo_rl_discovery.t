@@ -28,15 +28,11 @@ use Time::HiRes qw/ time /;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ admin_call doc listener_fetches rl_conf
-	vllm_routes worker /;
+	time_limit vllm_routes worker /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(300);
+time_limit(300);
 
 # "dynamo_rl_namespace env" starts with none of these set
 
@@ -686,10 +682,7 @@ http {
             proxy_next_upstream off;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH rl_listener%%
     }
 
     # a listener slower than proxy_read_timeout

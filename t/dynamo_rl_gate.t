@@ -26,17 +26,13 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ api call flat forwarded
-	frontend_records is_false is_true iso_ms metrics raw read_until resp
-	rl_conf start /;
+use Test::DynamoRL::Fixture qw/ api call flat forwarded frontend_records
+	is_false is_true iso_ms metrics raw read_until resp rl_conf start
+	time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(300);
+time_limit(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(255);
 

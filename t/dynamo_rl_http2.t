@@ -32,6 +32,7 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ rl_conf /;
 
 ###############################################################################
 
@@ -56,7 +57,7 @@ if (my $problem = tools()) {
 
 $t->plan(97);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -70,10 +71,7 @@ http {
                               '"outcome":"$dynamo_rl_outcome",'
                               '"status":"$status","proto":"$server_protocol"}';
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 32;
-    }
+    %%RL_FRONTEND 32%%
 
     # rollout clients over h2c, otherwise as in examples/dynamo-rl.conf
 
@@ -83,24 +81,8 @@ http {
 
         access_log %%TESTDIR%%/rl.log rl;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-
-            proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-
-            proxy_buffering off;
-            proxy_request_buffering off;
-            proxy_read_timeout 60s;
-
-            proxy_next_upstream error timeout;
-        }
-
-        location / {
-            default_type application/json;
-            return 404 '{"message":"Not Found","type":"Not Found","code":404}';
-        }
+        %%RL_REQUEST_PLANE sse%%
+        %%RL_NOT_FOUND json%%
     }
 
     # trusted: attempts API and metrics, over HTTP/1.1
@@ -109,13 +91,7 @@ http {
         listen       127.0.0.1:8070;
         server_name  localhost;
 
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
-
-        location = /metrics {
-            dynamo_rl_metrics;
-        }
+        %%RL_APIS attempts metrics%%
     }
 }
 

@@ -28,17 +28,13 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ api call flat forwarded
-	frontend_records frontend_requests is_false is_true iso_ms json raw
-	read_until rl_conf start /;
+use Test::DynamoRL::Fixture qw/ api call flat forwarded frontend_records
+	frontend_requests is_false is_true iso_ms json raw read_until rl_conf
+	start time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(300);
+time_limit(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(357);
 
@@ -135,13 +131,7 @@ http {
 
         access_log %%TESTDIR%%/rl.log rl;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-        }
+        %%RL_REQUEST_PLANE keepalive unbuffered%%
     }
 
     # trusted network
@@ -705,13 +695,7 @@ http {
         listen       127.0.0.1:8074;
         server_name  localhost;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-        }
+        %%RL_REQUEST_PLANE keepalive unbuffered%%
 
         location /rl/attempts/ {
             dynamo_rl_attempts_api;

@@ -33,14 +33,11 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ rl_conf time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(Test::DynamoRL::scale(180));
+time_limit(Test::DynamoRL::scale(180));
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(14);
 
@@ -185,7 +182,7 @@ ok(Test::DynamoRL::wait_for(sub {
 sub nginx_conf {
 	my ($version) = @_;
 
-	return <<"EOF";
+	return rl_conf(<<"EOF");
 
 %%TEST_GLOBALS%%
 
@@ -222,10 +219,7 @@ http {
             proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH rl_listener%%
 
         location = /rl/status {
             dynamo_rl_status;

@@ -32,14 +32,11 @@ use Socket qw/ getaddrinfo getnameinfo SOCK_STREAM NI_NUMERICHOST
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(300);
+time_limit(300);
 
 my $CLIENT = abs_path(dirname(__FILE__) . '/../examples/rl-refresh');
 my $PYTHON = $ENV{TEST_PYTHON} // 'python3';

@@ -15,20 +15,15 @@ use strict;
 use Test::More;
 
 use JSON::PP;
-use Math::BigInt;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ admin_call concurrent listener_fetches
-	rl_conf /;
+use Test::DynamoRL::Fixture qw/ admin_call concurrent doc listener_fetches
+	rl_conf time_limit worker /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(120);
+time_limit(120);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(22);
 
@@ -45,7 +40,7 @@ my $ID = '18446744073709551615';
 
 # the snapshot: worker $ID, taken by an admin call
 
-$t->fake_set('discovery.json', doc($ID));
+$t->fake_set('discovery.json', one_worker($ID));
 
 my $r = admin("$W/$ID/engine/liveness_probe");
 is($r->{status}, 200, 'before reload: allowed');
@@ -58,7 +53,7 @@ like($gen, qr/^[1-9]\d*$/, 'before reload: snapshot generation');
 
 # from now on, a fetch would deny the call
 
-$t->fake_set('discovery.json', doc('42'));
+$t->fake_set('discovery.json', one_worker('42'));
 
 $t->write_file_expand('nginx.conf', nginx_conf(1, 'two'));
 $t->reload();
@@ -189,20 +184,11 @@ EOF
 
 # a document with one worker, on fake worker 2
 
-sub doc {
+sub one_worker {
 	my ($id) = @_;
 
-	return '{"protocol_version":1,"namespace":"dynamo","workers":['
-		. $JS->encode({
-			namespace => 'dynamo',
-			component => 'backend',
-			endpoint => 'rl',
-			instance_id => Math::BigInt->new($id),
-			transport => { tcp => "127.0.0.1:9999/$id/rl" },
-			request_plane_url => 'dyn://dynamo.backend.rl',
-			system_url => 'http://127.0.0.1:' . port(8093),
-			routes => [ 'liveness_probe' ],
-		}) . ']}';
+	return doc(worker(id => $id, w => 2, routes => [ 'liveness_probe' ],
+		model => undef, world_size => undef));
 }
 
 # one admin call (Test::DynamoRL::Fixture::admin_call)

@@ -23,20 +23,16 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call flat frontend_records
-	frontend_requests json raw read_until rl_conf /;
+use Test::DynamoRL::Fixture qw/ call flat frontend_records frontend_requests
+	json raw read_until rl_conf time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(300);
+time_limit(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(283);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -73,14 +69,7 @@ http {
 
         access_log %%TESTDIR%%/rl.log rl;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-
-            proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-        }
+        %%RL_REQUEST_PLANE keepalive unbuffered%%
 
         location /secret {
             return 200 "SECRET";
@@ -100,14 +89,7 @@ http {
         dynamo_rl_attempt_header X-Trace-Id;
         dynamo_rl_attempt_upstream_header off;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-
-            proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-        }
+        %%RL_REQUEST_PLANE keepalive unbuffered%%
 
         location /v1/models {
             dynamo_rl_plane request;

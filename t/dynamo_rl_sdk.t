@@ -28,6 +28,7 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ rl_conf /;
 
 ###############################################################################
 
@@ -55,7 +56,7 @@ if ($problem) {
 
 $t->plan(93);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -65,10 +66,7 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
+    %%RL_FRONTEND 8%%
 
     # rollout clients, as in examples/dynamo-rl.conf
 
@@ -76,24 +74,8 @@ http {
         listen       127.0.0.1:8080;
         server_name  localhost;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-
-            proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-
-            proxy_buffering off;
-            proxy_request_buffering off;
-            proxy_read_timeout 60s;
-
-            proxy_next_upstream error timeout;
-        }
-
-        location / {
-            default_type application/json;
-            return 404 '{"message":"Not Found","type":"Not Found","code":404}';
-        }
+        %%RL_REQUEST_PLANE sse%%
+        %%RL_NOT_FOUND json%%
     }
 
     # trusted: the attempts API
@@ -102,13 +84,7 @@ http {
         listen       127.0.0.1:8070;
         server_name  localhost;
 
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
-
-        location = /metrics {
-            dynamo_rl_metrics;
-        }
+        %%RL_APIS attempts metrics%%
     }
 }
 

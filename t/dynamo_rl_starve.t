@@ -24,21 +24,18 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ rl_conf time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(180);
+time_limit(180);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(37);
 
 # max_size=16k needs at least 16k + 256 + 64k: 96k leaves the ledger about
 # 200 records, the snapshot its own 16k
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -90,10 +87,7 @@ http {
             proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://127.0.0.1:8082/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH%%
 
         location /rl/attempts/ {
             dynamo_rl_attempts_api;

@@ -23,14 +23,11 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(240);
+time_limit(240);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(73);
 

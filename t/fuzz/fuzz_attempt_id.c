@@ -20,6 +20,7 @@
 
 
 #include "ngx_http_dynamo_rl_module.h"
+#include "../unit/uuid7.h"
 
 #include <stdlib.h>
 
@@ -87,10 +88,10 @@ ngx_http_dynamo_rl_fuzz_id_byte(u_char c)
 static void
 ngx_http_dynamo_rl_fuzz_uuid7(const uint8_t *data)
 {
-    u_char     *end, c, b[16];
+    u_char     *end;
     u_char      out[NGX_HTTP_DYNAMO_RL_UUID_LEN + 1], rnd[10], copy[10];
-    uint64_t    ms, ts;
-    ngx_uint_t  i, k;
+    uint64_t    ms;
+    ngx_uint_t  i;
 
     ms = 0;
 
@@ -114,65 +115,12 @@ ngx_http_dynamo_rl_fuzz_uuid7(const uint8_t *data)
         abort();
     }
 
-    k = 0;
+    /*
+     * 36 bytes of lowercase hex and hyphens, version 7, variant 10, the
+     * low 48 bits of ms big-endian, all 74 random bits from rnd
+     */
 
-    for (i = 0; i < NGX_HTTP_DYNAMO_RL_UUID_LEN; i++) {
-        c = out[i];
-
-        if (i == 8 || i == 13 || i == 18 || i == 23) {
-            if (c != '-') {
-                abort();
-            }
-
-            continue;
-        }
-
-        if (c >= '0' && c <= '9') {
-            c = (u_char) (c - '0');
-
-        } else if (c >= 'a' && c <= 'f') {
-            c = (u_char) (c - 'a' + 10);
-
-        } else {
-            /* lowercase hex only */
-            abort();
-        }
-
-        if (k % 2 == 0) {
-            b[k / 2] = (u_char) (c << 4);
-
-        } else {
-            b[k / 2] |= c;
-        }
-
-        k++;
-    }
-
-    /* version 7, variant 10 */
-
-    if ((b[6] >> 4) != 7 || (b[8] & 0xc0) != 0x80) {
-        abort();
-    }
-
-    /* the low 48 bits of ms, big-endian */
-
-    ts = 0;
-
-    for (i = 0; i < 6; i++) {
-        ts = (ts << 8) | b[i];
-    }
-
-    if (ts != (ms & 0xffffffffffffULL)) {
-        abort();
-    }
-
-    /* all 74 random bits come from rnd */
-
-    if ((b[6] & 0x0f) != (rnd[0] & 0x0f)
-        || b[7] != rnd[1]
-        || (b[8] & 0x3f) != (rnd[2] & 0x3f)
-        || ngx_memcmp(&b[9], &rnd[3], 7) != 0)
-    {
+    if (ngx_http_dynamo_rl_test_uuid_check(out, ms, rnd) != NULL) {
         abort();
     }
 

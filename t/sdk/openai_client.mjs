@@ -172,12 +172,14 @@ async function drain(stream, pick) {
 const prompt = 'Say hello';
 const messages = [{ role: 'user', content: 'Say hello' }];
 
-await run('completion', async () => {
-    const { data, response, request_id } = await client.completions
+// a non-streaming completion, through the client c
+
+async function completion(name, c) {
+    const { data, response, request_id } = await c.completions
         .create({ model: opts.model, prompt, max_tokens: 16 })
         .withResponse();
 
-    return raw('completion', response, {
+    return raw(name, response, {
         request_id,
         stream: false,
         object: data.object,
@@ -185,7 +187,9 @@ await run('completion', async () => {
         chunks: 0,
         finish_reason: data.choices[0].finish_reason,
     });
-});
+}
+
+await run('completion', () => completion('completion', client));
 
 await run('completion_stream', async () => {
     const { data: stream, response, request_id } = await client.completions
@@ -247,20 +251,7 @@ await run('chat_raw', async () => {
 
 // the client's own attempt id, through defaultHeaders
 
-await run('client_id', async () => {
-    const { data, response, request_id } = await namedClient.completions
-        .create({ model: opts.model, prompt, max_tokens: 16 })
-        .withResponse();
-
-    return raw('client_id', response, {
-        request_id,
-        stream: false,
-        object: data.object,
-        text: data.choices[0].text,
-        chunks: 0,
-        finish_reason: data.choices[0].finish_reason,
-    });
-});
+await run('client_id', () => completion('client_id', namedClient));
 
 // the same id again, through per-request headers, on a streaming call:
 // the gateway refuses it with 409 before anything is forwarded

@@ -5,6 +5,7 @@
 
 
 #include "ngx_http_dynamo_rl_module.h"
+#include "tap.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,25 +21,7 @@
  */
 
 
-static void ok(int cond, const char *name);
 static void test_full_table(void);
-
-
-static int  tests;
-static int  failed;
-
-
-static void
-ok(int cond, const char *name)
-{
-    tests++;
-
-    if (!cond) {
-        failed++;
-    }
-
-    printf("%sok %d - %s\n", cond ? "" : "not ", tests, name);
-}
 
 
 static void
@@ -108,7 +91,5 @@ main(void)
 
     test_full_table();
 
-    printf("1..%d\n", tests);
-
-    return failed ? 1 : 0;
+    return done_testing();
 }

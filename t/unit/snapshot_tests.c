@@ -5,6 +5,7 @@
 
 
 #include "ngx_http_dynamo_rl_module.h"
+#include "tap.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,6 @@ typedef struct {
 
 
 static void *test_alloc(void *data, size_t size);
-static void ok(int cond, const char *name);
 static char *slurp(const char *name);
 static void load(snap_t *s, const char *doc);
 static ngx_uint_t count(snap_t *s, uint64_t id);
@@ -36,10 +36,6 @@ static void test_documents(void);
 static void test_workers(void);
 static void test_scan(void);
 static void test_table(void);
-
-
-static int  tests;
-static int  failed;
 
 
 #define W(fields)                                                            \
@@ -62,19 +58,6 @@ test_alloc(void *data, size_t size)
 {
     /* the process exits after the tests: nothing is freed */
     return malloc(size ? size : 1);
-}
-
-
-static void
-ok(int cond, const char *name)
-{
-    tests++;
-
-    if (!cond) {
-        failed++;
-    }
-
-    printf("%sok %d - %s\n", cond ? "" : "not ", tests, name);
 }
 
 
@@ -500,7 +483,5 @@ main(void)
     test_scan();
     test_table();
 
-    printf("1..%d\n", tests);
-
-    return failed ? 1 : 0;
+    return done_testing();
 }

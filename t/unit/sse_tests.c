@@ -5,6 +5,7 @@
 
 
 #include "ngx_http_dynamo_rl_module.h"
+#include "tap.h"
 
 #include <stdio.h>
 
@@ -23,13 +24,8 @@ typedef struct {
 } sse_case_t;
 
 
-static void ok(int cond, const char *name);
 static ngx_uint_t verdict(const char *s, size_t len, size_t step,
     size_t split);
-
-
-static int  tests;
-static int  failed;
 
 
 static sse_case_t  cases[] = {
@@ -56,19 +52,6 @@ static sse_case_t  cases[] = {
     { "", 0, 0, "empty stream" },
     { NULL, 0, 0, NULL }
 };
-
-
-static void
-ok(int cond, const char *name)
-{
-    tests++;
-
-    if (!cond) {
-        failed++;
-    }
-
-    printf("%sok %d - %s\n", cond ? "" : "not ", tests, name);
-}
 
 
 /* done | error << 1, feeding "step" bytes at a time, or two parts */
@@ -131,7 +114,5 @@ main(void)
         ok(same, name);
     }
 
-    printf("1..%d\n", tests);
-
-    return failed ? 1 : 0;
+    return done_testing();
 }

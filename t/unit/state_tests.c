@@ -5,6 +5,7 @@
 
 
 #include "ngx_http_dynamo_rl_module.h"
+#include "tap.h"
 
 #include <stdio.h>
 
@@ -25,13 +26,8 @@ typedef struct {
 } state_case_t;
 
 
-static void ok(int cond, const char *name);
 static size_t sign(char *buf, size_t size, const char *version,
     const char *body, ngx_uint_t records);
-
-
-static int  tests;
-static int  failed;
 
 
 #define GATE  "gate closed 7 120000 95000 1767225600 73746570203132\n"
@@ -75,19 +71,6 @@ static state_case_t  cases[] = {
       "bad attempt record", "ttl of 2^64 - 1" },
     { NULL, 0, NULL, NULL }
 };
-
-
-static void
-ok(int cond, const char *name)
-{
-    tests++;
-
-    if (!cond) {
-        failed++;
-    }
-
-    printf("%sok %d - %s\n", cond ? "" : "not ", tests, name);
-}
 
 
 static size_t
@@ -262,7 +245,5 @@ main(void)
 
     ok(all, "every cut: refused");
 
-    printf("1..%d\n", tests);
-
-    return failed ? 1 : 0;
+    return done_testing();
 }

@@ -12,6 +12,13 @@ package Test::DynamoRL::Fixture;
 #
 # and helpers that read the files of a test take its harness first.
 #
+# The start of a test file:
+#
+#     time_limit($seconds)  STDOUT and STDERR unbuffered, and an alarm
+#                           that fails the test with "test timed out"
+#                           after $seconds (scale() them where valgrind
+#                           must stretch them)
+#
 # Configuration:
 #
 #     rl_conf($text)        expands the macros below in nginx.conf text;
@@ -19,12 +26,26 @@ package Test::DynamoRL::Fixture;
 #                           the heredoc still hold (as in Test::DynamoRL);
 #                           pass the result to $t->write_file_expand()
 #
-#         %%RL_REQUEST_PLANE%%    location /v1/ proxied to "frontend"
+#         %%RL_REQUEST_PLANE [options]%%  location /v1/ proxied to
+#                                 "frontend"; "keepalive" adds HTTP/1.1
+#                                 with an empty Connection, "unbuffered"
+#                                 proxy_buffering off, "sse" both and
+#                                 the rest of examples/dynamo-rl.conf's
+#                                 /v1/ (no request buffering, a 60s read
+#                                 timeout, proxy_next_upstream error
+#                                 timeout)
+#         %%RL_FRONTEND [n]%%     upstream "frontend": the fake frontend
+#                                 (8081), with "keepalive n" if given
+#         %%RL_NOT_FOUND [json]%% location / answering 404, with
+#                                 "json" the frontend's JSON error body
 #         %%RL_DISCOVERY_PLANE%%  location = /v1/rl/workers, proxied to
 #                                 "rl_listener"
 #         %%RL_ADMIN_PLANE args%% location /v1/rl/workers/ of the admin
 #                                 plane and its internal /_rl_discovery;
 #                                 args go to dynamo_rl_discovery
+#         %%RL_DISCOVERY_FETCH [upstream]%%  the internal
+#                                 /_rl_discovery, proxied to the fake
+#                                 listener (127.0.0.1:8082) or upstream
 #         %%RL_APIS [names]%%     locations of the gate, attempts, status
 #                                 and metrics handlers (default: all)
 #
@@ -49,6 +70,11 @@ package Test::DynamoRL::Fixture;
 #                           read the answers
 #     read_until($sock, $re, $seconds)  reads until $re matches, the
 #                           socket closes or the time (scale()d) is over
+#     curl_response(@cmd)   runs a command that prints a response with
+#                           its header (curl -i), its stderr dropped;
+#                           returns parse_response() of the output
+#                           (undef if none) and the output, with the
+#                           command's status in $?
 #
 # Discovery documents:
 #
@@ -72,6 +98,13 @@ package Test::DynamoRL::Fixture;
 #     admin_call($t, $method, $path, %o)  an admin-plane call with its
 #                           access-log entry, error-log lines and the
 #                           worker records it caused (see below)
+#
+# Servers of a test's own:
+#
+#     fork_server($port, $name, $conn, backlog => N)  the body of a
+#                           run_daemon(): listens on 127.0.0.1:$port and
+#                           calls $conn->($socket) in a child process per
+#                           connection, until the test process is gone
 
 ###############################################################################
 
@@ -80,15 +113,17 @@ use strict;
 
 use base qw/ Exporter /;
 
-our @EXPORT_OK = qw/ rl_conf raw call start resp json flat json_error
+our @EXPORT_OK = qw/ time_limit rl_conf raw call start resp json flat json_error
 	is_true is_false iso_ms api metrics concurrent read_until vllm_routes
 	worker doc json_lines err_since frontend_records frontend_requests
 	forwarded listener_fetches worker_counts worker_records_since
-	admin_call /;
+	admin_call curl_response fork_server /;
 
 use IO::Select;
+use IO::Socket::INET;
 use JSON::PP;
 use Math::BigInt;
+use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ time /;
 use Time::Local qw/ timegm /;
 
@@ -99,10 +134,58 @@ my $JSU = JSON::PP->new->utf8->allow_bignum;
 
 ###############################################################################
 
+sub time_limit {
+	my ($seconds) = @_;
+
+	select STDERR; $| = 1;
+	select STDOUT; $| = 1;
+
+	$SIG{ALRM} = sub { die "test timed out\n" };
+	alarm($seconds);
+}
+
+###############################################################################
+
 my %CONF = (
 	RL_REQUEST_PLANE => sub {
+		my (@args) = @_;
+
+		my %opt = (
+			keepalive => ' proxy_http_version 1.1;'
+				. ' proxy_set_header Connection "";',
+			unbuffered => ' proxy_buffering off;',
+		);
+
+		# as in examples/dynamo-rl.conf, with a test's read timeout
+
+		$opt{sse} = $opt{keepalive} . $opt{unbuffered}
+			. ' proxy_request_buffering off; proxy_read_timeout 60s;'
+			. ' proxy_next_upstream error timeout;';
+
 		return 'location /v1/ { dynamo_rl_plane request;'
-			. ' proxy_pass http://frontend; }';
+			. ' proxy_pass http://frontend;'
+			. join('', map { $opt{$_} // die "no option \"$_\"\n" }
+				@args)
+			. ' }';
+	},
+
+	RL_FRONTEND => sub {
+		my ($keepalive) = @_;
+
+		return 'upstream frontend { server 127.0.0.1:8081;'
+			. (defined $keepalive ? " keepalive $keepalive;" : '')
+			. ' }';
+	},
+
+	RL_NOT_FOUND => sub {
+		my ($type) = @_;
+
+		return 'location / { return 404; }' unless defined $type;
+
+		die "no type \"$type\"\n" unless $type eq 'json';
+
+		return 'location / { default_type application/json; return 404'
+			. q[ '{"message":"Not Found","type":"Not Found","code":404}'; }];
 	},
 
 	RL_DISCOVERY_PLANE => sub {
@@ -120,6 +203,15 @@ my %CONF = (
 			. ' location = /_rl_discovery { internal;'
 			. ' proxy_pass http://rl_listener/v1/rl/workers;'
 			. ' subrequest_output_buffer_size 1m; }';
+	},
+
+	RL_DISCOVERY_FETCH => sub {
+		my ($up) = @_;
+
+		$up //= '127.0.0.1:8082';
+
+		return 'location = /_rl_discovery { internal;'
+			. " proxy_pass http://$up/v1/rl/workers; }";
 	},
 
 	RL_APIS => sub {
@@ -301,6 +393,23 @@ sub read_until {
 	return $buf;
 }
 
+sub curl_response {
+	my (@cmd) = @_;
+
+	my $pid = open(my $fh, '-|') // die "cannot fork: $!\n";
+
+	if ($pid == 0) {
+		open STDERR, '>', '/dev/null';
+		exec(@cmd) or POSIX::_exit(127);
+	}
+
+	local $/;
+	my $out = <$fh>;
+	close $fh;
+
+	return (parse_response($out), $out);
+}
+
 ###############################################################################
 
 sub vllm_routes {
@@ -473,6 +582,38 @@ sub admin_call {
 	$res->{fwd} = [ worker_records_since($t, $before) ];
 
 	return $res;
+}
+
+###############################################################################
+
+sub fork_server {
+	my ($port, $name, $conn, %o) = @_;
+
+	my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$port",
+		Listen => $o{backlog} // 128, ReuseAddr => 1, Proto => 'tcp')
+		or die "$name: cannot listen on $port: $!\n";
+
+	my $parent = getppid();
+	local $SIG{CHLD} = sub { 1 while waitpid(-1, WNOHANG) > 0 };
+	local $SIG{PIPE} = 'IGNORE';
+
+	my $sel = IO::Select->new($l);
+
+	while (getppid() == $parent) {
+		next unless $sel->can_read(0.5);
+
+		my $c = $l->accept() or next;
+		my $pid = fork();
+
+		if (defined $pid && $pid == 0) {
+			$SIG{CHLD} = 'DEFAULT';
+			close $l;
+			eval { $conn->($c); };
+			POSIX::_exit(0);
+		}
+
+		close $c;
+	}
 }
 
 ###############################################################################
