@@ -22,6 +22,7 @@ typedef struct {
 } ngx_http_dynamo_rl_refresh_t;
 
 
+static ngx_int_t ngx_http_dynamo_rl_namespace_keep_env(ngx_conf_t *cf);
 static ngx_int_t ngx_http_dynamo_rl_refresh(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 static ngx_int_t ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r,
@@ -181,6 +182,11 @@ ngx_http_dynamo_rl_namespace(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "env") == 0) {
+
+        if (ngx_http_dynamo_rl_namespace_keep_env(cf) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
+
         prefix = getenv("DYN_NAMESPACE_PREFIX");
 
         if (prefix != NULL && prefix[0] != '\0') {
@@ -274,6 +280,59 @@ copy:
     drlcf->ns_scope.data = p;
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * the variables of "env" are kept in nginx's environment as if named by
+ * "env" directives: a binary upgrade (USR2) starts the new master with
+ * those alone, and it would otherwise read the default scope
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_namespace_keep_env(ngx_conf_t *cf)
+{
+    ngx_str_t        *var, *name;
+    ngx_uint_t        i;
+    ngx_core_conf_t  *ccf;
+
+    static ngx_str_t  names[] = {
+        ngx_string("DYN_NAMESPACE_PREFIX"),
+        ngx_string("DYN_NAMESPACE_WORKER_SUFFIX"),
+        ngx_string("DYN_NAMESPACE"),
+        ngx_null_string
+    };
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(cf->cycle->conf_ctx,
+                                           ngx_core_module);
+
+    for (name = names; name->len; name++) {
+
+        var = ccf->env.elts;
+
+        for (i = 0; i < ccf->env.nelts; i++) {
+            if (var[i].len >= name->len
+                && ngx_strncmp(var[i].data, name->data, name->len) == 0
+                && (var[i].len == name->len
+                    || var[i].data[name->len] == '='))
+            {
+                break;
+            }
+        }
+
+        if (i < ccf->env.nelts) {
+            continue;
+        }
+
+        var = ngx_array_push(&ccf->env);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        *var = *name;
+    }
+
+    return NGX_OK;
 }
 
 

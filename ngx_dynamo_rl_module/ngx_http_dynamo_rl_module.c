@@ -889,6 +889,23 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         }
     }
 
+    /* a caller's scope from a variable is checked in the access phase */
+
+    if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY
+        && (conf->ns_value != NULL || conf->routes_value != NULL))
+    {
+        clcf = ((ngx_http_conf_ctx_t *) cf->ctx)
+                   ->loc_conf[ngx_http_core_module.ctx_index];
+
+        if (clcf->satisfy != NGX_HTTP_SATISFY_ALL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"dynamo_rl_plane discovery\" with a "
+                               "caller's scope from variables cannot be "
+                               "used with \"satisfy any\"");
+            return NGX_CONF_ERROR;
+        }
+    }
+
     /*
      * upstreams cannot steer nginx from a plane location: the proxy module
      * has merged its configuration before ours, as a static module

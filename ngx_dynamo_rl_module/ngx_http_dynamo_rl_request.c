@@ -65,6 +65,22 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
             return NGX_HTTP_FORBIDDEN;
         }
 
+        /*
+         * nor does any subrequest enter a plane location, where the plane's
+         * checks are those of main requests: the refresh, sent elsewhere by
+         * the listener's X-Accel-Redirect, would reach the frontend
+         */
+
+        drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+        if (drlcf->plane > NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "dynamo rl: subrequest \"%V\" into a plane "
+                          "location not sent", &r->uri);
+
+            return NGX_HTTP_FORBIDDEN;
+        }
+
         return NGX_DECLINED;
     }
 

@@ -848,15 +848,24 @@ static void
 ngx_http_dynamo_rl_state_timer(ngx_event_t *ev)
 {
     ngx_err_t                   err;
-    ngx_uint_t                  due, changed, every;
+    ngx_uint_t                  due, changed, every, exiting;
     ngx_http_dynamo_rl_zone_t  *zone;
 
     zone = ev->data;
 
-    if (ngx_exiting || ngx_terminate || ngx_quit) {
+    if (ngx_terminate) {
         /* exit_process writes the state */
         return;
     }
+
+    /*
+     * on its way out after a reload, while its requests finish: the zone
+     * of the new cycle, if the reload made one, was read from the file
+     * before this process saw the reload, so the ids used since go to the
+     * file at once, and then at every tick, for the new zone to merge
+     */
+
+    exiting = (ngx_exiting || ngx_quit);
 
     changed = ngx_http_dynamo_rl_state_changed(zone);
 
@@ -867,7 +876,7 @@ ngx_http_dynamo_rl_state_timer(ngx_event_t *ev)
     every = ((ngx_msec_int_t) (zone->state_peer - ngx_current_msec) > 0)
             ? NGX_HTTP_DYNAMO_RL_STATE_SYNC : NGX_HTTP_DYNAMO_RL_STATE_SAVE;
 
-    due = (++zone->state_ticks % every == 0)
+    due = (exiting || ++zone->state_ticks % every == 0)
           && ngx_http_dynamo_rl_state_dirty(zone, 0);
 
     if (due || changed) {
