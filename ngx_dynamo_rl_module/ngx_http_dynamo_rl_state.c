@@ -50,6 +50,17 @@ typedef struct {
 } ngx_http_dynamo_rl_state_out_t;
 
 
+typedef struct {
+    ngx_http_dynamo_rl_zone_t      *zone;
+    uint64_t                        now;
+    ngx_uint_t                      taken;
+} ngx_http_dynamo_rl_inherit_t;
+
+
+static void ngx_http_dynamo_rl_state_inherit(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_log_t *log);
+static ngx_int_t ngx_http_dynamo_rl_state_take(void *data,
+    ngx_http_dynamo_rl_node_t *lr);
 static ngx_err_t ngx_http_dynamo_rl_state_lock(
     ngx_http_dynamo_rl_zone_t *zone);
 static void ngx_http_dynamo_rl_state_unlock(ngx_http_dynamo_rl_zone_t *zone);
@@ -108,6 +119,122 @@ ngx_http_dynamo_rl_state_load(ngx_http_dynamo_rl_zone_t *zone,
     (void) ngx_http_dynamo_rl_state_read(zone, 1, log);
 
     ngx_http_dynamo_rl_state_unlock(zone);
+
+    ngx_http_dynamo_rl_state_inherit(zone, log);
+
+    return NGX_OK;
+}
+
+
+/*
+ * a reload that renamed or resized the zone: the old zone is still there,
+ * its worker processes still use it, and it may hold what the file does
+ * not yet (the ledger is written every few seconds); its gate, if newer,
+ * and every id it knows are taken at once, before any new worker accepts
+ */
+
+static void
+ngx_http_dynamo_rl_state_inherit(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_log_t *log)
+{
+    ngx_uint_t                    i;
+    ngx_list_part_t              *part;
+    ngx_shm_zone_t               *shm_zone;
+    ngx_http_dynamo_rl_zone_t    *old;
+    ngx_http_dynamo_rl_inherit_t  in;
+
+    /* during a reload, ngx_cycle is still the cycle being replaced */
+
+    part = (ngx_list_part_t *) &ngx_cycle->shared_memory.part;
+    shm_zone = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return;
+            }
+
+            part = part->next;
+            shm_zone = part->elts;
+            i = 0;
+        }
+
+        if (shm_zone[i].tag == &ngx_http_dynamo_rl_module
+            && shm_zone[i].data != NULL
+            && shm_zone[i].data != zone)
+        {
+            break;
+        }
+    }
+
+    old = shm_zone[i].data;
+
+    if (old->sh == NULL || old->sh == zone->sh) {
+        return;
+    }
+
+    in.zone = zone;
+    in.now = ngx_http_dynamo_rl_now();
+    in.taken = 0;
+
+    ngx_shmtx_lock(&old->shpool->mutex);
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (old->sh->gate_epoch > zone->sh->gate_epoch) {
+        zone->sh->gate_closed = old->sh->gate_closed;
+        zone->sh->gate_epoch = old->sh->gate_epoch;
+        zone->sh->gate_lease = old->sh->gate_lease;
+        zone->sh->gate_expires = old->sh->gate_expires;
+        zone->sh->gate_expires_wall = old->sh->gate_expires_wall;
+        zone->sh->gate_changed = old->sh->gate_changed;
+        zone->sh->gate_reason_len = old->sh->gate_reason_len;
+        ngx_memcpy(zone->sh->gate_reason, old->sh->gate_reason,
+                   old->sh->gate_reason_len);
+    }
+
+    (void) ngx_http_dynamo_rl_ledger_walk(old,
+                                          ngx_http_dynamo_rl_state_take, &in);
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+    ngx_shmtx_unlock(&old->shpool->mutex);
+
+    ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                  "dynamo_rl zone \"%V\" took %ui attempts and the gate at "
+                  "epoch %ui from zone \"%V\" of the previous configuration",
+                  &zone->name, in.taken, zone->sh->gate_epoch, &old->name);
+}
+
+
+/* one record of the old zone: an id in flight there stays refused here */
+
+static ngx_int_t
+ngx_http_dynamo_rl_state_take(void *data, ngx_http_dynamo_rl_node_t *lr)
+{
+    ngx_http_dynamo_rl_inherit_t *in = data;
+
+    ngx_str_t                  id;
+    ngx_http_dynamo_rl_node_t  node;
+
+    if (lr->state >= NGX_HTTP_DYNAMO_RL_SUCCEEDED && lr->expires <= in->now) {
+        return NGX_OK;
+    }
+
+    node = *lr;
+
+    if (lr->state < NGX_HTTP_DYNAMO_RL_SUCCEEDED) {
+        /* it ends in the old zone: here, failed, for the ttl it will get */
+        node.state = NGX_HTTP_DYNAMO_RL_FAILED;
+        node.ended = node.started;
+        node.expires = in->now + lr->expires;
+    }
+
+    id.data = lr->id;
+    id.len = lr->len;
+
+    if (ngx_http_dynamo_rl_ledger_restore(in->zone, &node, &id) == NGX_OK) {
+        in->taken++;
+    }
 
     return NGX_OK;
 }
