@@ -83,6 +83,7 @@ NGX_INCS = $(addprefix -I$(NGX_BUILD)/, src/core src/event \
            src/event/modules src/os/unix src/http src/http/modules \
            src/http/v2 objs) -I$(SRCDIR)
 PURE     = $(SRCDIR)/ngx_http_dynamo_rl_parse.c \
+           $(SRCDIR)/ngx_http_dynamo_rl_scan.c \
            $(SRCDIR)/ngx_http_dynamo_rl_json.c
 
 UNITS    = $(patsubst t/unit/%.c,$(BUILD)/unit/%,$(wildcard t/unit/*.c))

@@ -22,6 +22,7 @@
 
 
 #include "ngx_http_dynamo_rl_parse.h"
+#include "ngx_http_dynamo_rl_scan.h"
 #include "ngx_http_dynamo_rl_json.h"
 #include "ngx_http_dynamo_rl_zone.h"
 #include "ngx_http_dynamo_rl_common.h"
