@@ -619,3 +619,21 @@ ngx_http_dynamo_rl_slot(void)
 {
     return (ngx_uint_t) ngx_process_slot % NGX_HTTP_DYNAMO_RL_SLOTS;
 }
+
+
+/*
+ * SGLang's native /generate, whose errors are nested and whose body's
+ * "rid" is the engine request id; /inference/v1/generate is vLLM's
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_route_generate(ngx_http_request_t *r)
+{
+    if (r->uri.len == sizeof("/generate") - 1
+        && ngx_strncmp(r->uri.data, "/generate", r->uri.len) == 0)
+    {
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}

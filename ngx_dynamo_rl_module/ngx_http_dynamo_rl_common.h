@@ -79,6 +79,10 @@ typedef struct {
     ngx_flag_t                      ledger;
     ngx_msec_t                      attempt_ttl;
     ngx_flag_t                      gate;
+
+    /* request bodies: dynamo_rl_body_policy, dynamo_rl_metadata_upload */
+    ngx_flag_t                      body_policy;
+    ngx_array_t                    *upload_prefixes;
 } ngx_http_dynamo_rl_loc_conf_t;
 
 
@@ -92,6 +96,13 @@ typedef struct {
 
     ngx_str_t                      *header;
     ngx_http_log_handler_pt         log_handler;
+
+    /* request plane: the id headers sent upstream, the body's verdict */
+    ngx_table_elt_t                *id_headers[2];
+    ngx_uint_t                      body_state;
+    ngx_uint_t                      body_status;
+    char                           *body_reason;
+    char                           *body_message;
 
     /* admin plane */
     ngx_str_t                       instance_id;
@@ -143,6 +154,7 @@ typedef struct {
     unsigned                        admin_overflow:1;
     unsigned                        admin_error:1;
     unsigned                        admin_decided:1;
+    unsigned                        client_id:1;
 
     u_char                          id[NGX_HTTP_DYNAMO_RL_UUID_LEN];
 } ngx_http_dynamo_rl_ctx_t;
@@ -178,6 +190,7 @@ void ngx_http_dynamo_rl_drain_enter(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 void ngx_http_dynamo_rl_drain_leave(ngx_http_dynamo_rl_ctx_t *ctx);
 ngx_uint_t ngx_http_dynamo_rl_slot(void);
+ngx_int_t ngx_http_dynamo_rl_route_generate(ngx_http_request_t *r);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_COMMON_H_INCLUDED_ */

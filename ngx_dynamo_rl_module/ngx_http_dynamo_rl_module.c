@@ -120,6 +120,20 @@ static ngx_command_t  ngx_http_dynamo_rl_commands[] = {
       offsetof(ngx_http_dynamo_rl_loc_conf_t, strip_routing_headers),
       NULL },
 
+    { ngx_string("dynamo_rl_body_policy"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_dynamo_rl_loc_conf_t, body_policy),
+      NULL },
+
+    { ngx_string("dynamo_rl_metadata_upload"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_dynamo_rl_metadata_upload,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("dynamo_rl_discovery"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
       ngx_http_dynamo_rl_discovery,
@@ -722,6 +736,8 @@ ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf)
     conf->ledger = NGX_CONF_UNSET;
     conf->attempt_ttl = NGX_CONF_UNSET_MSEC;
     conf->gate = NGX_CONF_UNSET;
+    conf->body_policy = NGX_CONF_UNSET;
+    conf->upload_prefixes = NGX_CONF_UNSET_PTR;
 
     return conf;
 }
@@ -828,6 +844,9 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->ledger, prev->ledger, 1);
     ngx_conf_merge_msec_value(conf->attempt_ttl, prev->attempt_ttl, 600000);
     ngx_conf_merge_value(conf->gate, prev->gate, 1);
+    ngx_conf_merge_value(conf->body_policy, prev->body_policy, 1);
+    ngx_conf_merge_ptr_value(conf->upload_prefixes, prev->upload_prefixes,
+                             NULL);
 
     if (conf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
         return NGX_CONF_OK;

@@ -29,6 +29,7 @@
 #include "ngx_http_dynamo_rl_ledger.h"
 #include "ngx_http_dynamo_rl_gate.h"
 #include "ngx_http_dynamo_rl_discovery.h"
+#include "ngx_http_dynamo_rl_body.h"
 #include "ngx_http_dynamo_rl_admin.h"
 #include "ngx_http_dynamo_rl_request.h"
 #include "ngx_http_dynamo_rl_status.h"

@@ -19,8 +19,12 @@ static ngx_int_t ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf,
     ngx_uint_t client_id);
 static ngx_int_t ngx_http_dynamo_rl_routing_header(ngx_table_elt_t *h);
-static ngx_int_t ngx_http_dynamo_rl_push_header(ngx_list_t *list,
+static ngx_table_elt_t *ngx_http_dynamo_rl_push_header(ngx_list_t *list,
     ngx_str_t *name, ngx_uint_t hash, ngx_str_t *value);
+static ngx_int_t ngx_http_dynamo_rl_body(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
+static ngx_int_t ngx_http_dynamo_rl_record(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 
 
 static ngx_str_t  ngx_http_dynamo_rl_routing_headers[] = {
@@ -146,7 +150,6 @@ ngx_int_t
 ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
 {
     ngx_int_t                       rc;
-    ngx_table_elt_t                *h;
     ngx_http_core_loc_conf_t       *clcf;
     ngx_http_dynamo_rl_ctx_t       *ctx;
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
@@ -162,6 +165,11 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
     }
 
     drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    if (ctx->body_state == NGX_HTTP_DYNAMO_RL_BODY_CHECKED) {
+        /* back from the body handler */
+        return ngx_http_dynamo_rl_body(r, ctx, drlcf);
+    }
 
     if (ctx->passed) {
 
@@ -222,6 +230,51 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
             return rc;
         }
     }
+
+    return ngx_http_dynamo_rl_body(r, ctx, drlcf);
+}
+
+
+/*
+ * the body policy, after the gate (a closed gate reads no body) and
+ * before the ledger: a refused body consumes no attempt id
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_body(ngx_http_request_t *r, ngx_http_dynamo_rl_ctx_t *ctx,
+    ngx_http_dynamo_rl_loc_conf_t *drlcf)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_dynamo_rl_body_start(r, ctx, drlcf);
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_dynamo_rl_record(r, ctx, drlcf);
+    }
+
+    if (rc == NGX_DONE) {
+        return NGX_DONE;
+    }
+
+    /* the deny may free the request: the count goes first */
+
+    ngx_http_dynamo_rl_drain_leave(ctx);
+
+    if (ctx->body_reason == NULL) {
+        return rc;
+    }
+
+    return ngx_http_dynamo_rl_deny(r, rc, ctx->body_reason,
+                                   ctx->body_message);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_record(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
+{
+    ngx_int_t         rc;
+    ngx_table_elt_t  *h;
 
     if (!drlcf->ledger) {
         return NGX_DECLINED;
@@ -332,6 +385,7 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
 
     if (n == 1) {
         ctx->attempt_id = id->value;
+        ctx->client_id = 1;
 
     } else if (ngx_http_dynamo_rl_mint(r, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -522,23 +576,27 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
         }
     }
 
-    if (!client_id
-        && ngx_http_dynamo_rl_push_header(&r->headers_in.headers,
-                                          &drlcf->attempt_header,
-                                          drlcf->attempt_header_hash,
-                                          &ctx->attempt_id)
-           != NGX_OK)
-    {
-        return NGX_ERROR;
+    /* kept in ctx: a /generate body's rid may still become the id */
+
+    if (!client_id) {
+        ctx->id_headers[0] = ngx_http_dynamo_rl_push_header(
+                                                 &r->headers_in.headers,
+                                                 &drlcf->attempt_header,
+                                                 drlcf->attempt_header_hash,
+                                                 &ctx->attempt_id);
+        if (ctx->id_headers[0] == NULL) {
+            return NGX_ERROR;
+        }
     }
 
-    if (up != NULL
-        && ngx_http_dynamo_rl_push_header(&r->headers_in.headers, up,
-                                          drlcf->attempt_upstream_header_hash,
-                                          &ctx->attempt_id)
-           != NGX_OK)
-    {
-        return NGX_ERROR;
+    if (up != NULL) {
+        ctx->id_headers[1] = ngx_http_dynamo_rl_push_header(
+                                           &r->headers_in.headers, up,
+                                           drlcf->attempt_upstream_header_hash,
+                                           &ctx->attempt_id);
+        if (ctx->id_headers[1] == NULL) {
+            return NGX_ERROR;
+        }
     }
 
     return NGX_OK;
@@ -566,7 +624,7 @@ ngx_http_dynamo_rl_routing_header(ngx_table_elt_t *h)
 }
 
 
-static ngx_int_t
+static ngx_table_elt_t *
 ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
     ngx_uint_t hash, ngx_str_t *value)
 {
@@ -575,7 +633,7 @@ ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
 
     h = ngx_list_push(list);
     if (h == NULL) {
-        return NGX_ERROR;
+        return NULL;
     }
 
     h->hash = hash;
@@ -584,12 +642,12 @@ ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
 
     h->lowcase_key = ngx_pnalloc(list->pool, name->len);
     if (h->lowcase_key == NULL) {
-        return NGX_ERROR;
+        return NULL;
     }
 
     for (i = 0; i < name->len; i++) {
         h->lowcase_key[i] = ngx_tolower(name->data[i]);
     }
 
-    return NGX_OK;
+    return h;
 }

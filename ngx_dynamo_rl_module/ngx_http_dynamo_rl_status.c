@@ -99,6 +99,10 @@ static ngx_str_t  ngx_http_dynamo_rl_reasons[] = {
     ngx_string("discovery_invalid"),
     ngx_string("redirected"),
     ngx_string("cross_origin"),
+    ngx_string("bad_body"),
+    ngx_string("unsupported_encoding"),
+    ngx_string("metadata_upload_denied"),
+    ngx_string("rid_mismatch"),
     ngx_null_string
 };
 

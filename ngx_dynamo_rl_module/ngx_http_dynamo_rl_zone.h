@@ -9,11 +9,11 @@
 
 
 /* bumped whenever the layout of the shared context changes */
-#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  6
+#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  7
 
 #define NGX_HTTP_DYNAMO_RL_PLANES        3     /* request, discovery, admin */
 #define NGX_HTTP_DYNAMO_RL_OUTCOMES      4
-#define NGX_HTTP_DYNAMO_RL_REASONS       16
+#define NGX_HTTP_DYNAMO_RL_REASONS       20
 #define NGX_HTTP_DYNAMO_RL_BUCKETS       14
 #define NGX_HTTP_DYNAMO_RL_RECENT        16
 #define NGX_HTTP_DYNAMO_RL_GATE_REASON   128

@@ -170,7 +170,8 @@ my %OUTCOMES = (
 my @REASONS = qw/ method bad_path bad_attempt_id duplicate_attempt
 	ledger_full gate_closed discovery_unavailable unknown_worker
 	ambiguous_worker worker_invalid worker_error no_system_url
-	route_not_advertised discovery_invalid redirected cross_origin /;
+	route_not_advertised discovery_invalid redirected cross_origin
+	bad_body unsupported_encoding metadata_upload_denied rid_mismatch /;
 
 my @LE = qw/ 0.005 0.010 0.025 0.050 0.100 0.250 0.500 1.000 2.500 5.000
 	10.000 30.000 60.000 +Inf /;

@@ -146,7 +146,8 @@ my @PLANES = qw/ request discovery admin /;
 my @REASONS = qw/ method bad_path bad_attempt_id duplicate_attempt
 	ledger_full gate_closed discovery_unavailable unknown_worker
 	ambiguous_worker worker_invalid worker_error no_system_url
-	route_not_advertised discovery_invalid redirected cross_origin /;
+	route_not_advertised discovery_invalid redirected cross_origin
+	bad_body unsupported_encoding metadata_upload_denied rid_mismatch /;
 
 my ($r, $j, $w);
 
