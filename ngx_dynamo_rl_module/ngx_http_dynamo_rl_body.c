@@ -405,11 +405,22 @@ ngx_http_dynamo_rl_body_rid(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
-    /* the rid replaces the minted id, upstream and in the answer */
+    /*
+     * the rid replaces the minted id, upstream and in the answer; the
+     * minted UUID stays Dynamo's request id unless the rid is one
+     */
 
     ctx->attempt_id.data = rid;
     ctx->attempt_id.len = last - rid;
     ctx->client_id = 1;
+
+    if (ngx_http_dynamo_rl_uuid_valid(rid, last - rid) == NGX_OK) {
+        ctx->request_id = ctx->attempt_id;
+
+        if (ctx->id_headers[2] != NULL) {
+            ctx->id_headers[2]->value = ctx->request_id;
+        }
+    }
 
     for (i = 0; i < 2; i++) {
         if (ctx->id_headers[i] != NULL) {

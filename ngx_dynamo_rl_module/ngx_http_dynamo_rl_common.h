@@ -98,7 +98,8 @@ typedef struct {
     ngx_http_log_handler_pt         log_handler;
 
     /* request plane: the id headers sent upstream, the body's verdict */
-    ngx_table_elt_t                *id_headers[2];
+    ngx_str_t                       request_id;
+    ngx_table_elt_t                *id_headers[3];
     ngx_uint_t                      body_state;
     ngx_uint_t                      body_status;
     char                           *body_reason;
@@ -157,6 +158,7 @@ typedef struct {
     unsigned                        client_id:1;
 
     u_char                          id[NGX_HTTP_DYNAMO_RL_UUID_LEN];
+    u_char                          request_uuid[NGX_HTTP_DYNAMO_RL_UUID_LEN];
 } ngx_http_dynamo_rl_ctx_t;
 
 

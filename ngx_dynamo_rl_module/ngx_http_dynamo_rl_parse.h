@@ -120,6 +120,9 @@ ngx_int_t ngx_http_dynamo_rl_same_origin(ngx_str_t *origin,
     ngx_uint_t origins, ngx_str_t *site, ngx_str_t *host, ngx_uint_t https);
 u_char *ngx_http_dynamo_rl_escape_log(u_char *dst, u_char *last,
     u_char *src, size_t len);
+ngx_int_t ngx_http_dynamo_rl_uuid_valid(u_char *p, size_t len);
+void ngx_http_dynamo_rl_uuid_pack(u_char *bin, u_char *text);
+u_char *ngx_http_dynamo_rl_uuid_unpack(u_char *text, u_char *bin);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_PARSE_H_INCLUDED_ */

@@ -14,7 +14,7 @@ static ngx_int_t ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
 static u_char *ngx_http_dynamo_rl_log_error(ngx_http_request_t *r,
     ngx_http_request_t *sr, u_char *buf, size_t len);
 static ngx_int_t ngx_http_dynamo_rl_mint(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_ctx_t *ctx);
+    u_char *dst);
 static ngx_int_t ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf,
     ngx_uint_t client_id);
@@ -368,9 +368,12 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
     {
         /* the response still carries an id the access log can join on */
 
-        if (ngx_http_dynamo_rl_mint(r, ctx) != NGX_OK) {
+        if (ngx_http_dynamo_rl_mint(r, ctx->id) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
+
+        ctx->attempt_id.data = ctx->id;
+        ctx->attempt_id.len = NGX_HTTP_DYNAMO_RL_UUID_LEN;
 
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "dynamo rl: invalid client attempt id in \"%V\" "
@@ -383,12 +386,33 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
                                                "bytes of [A-Za-z0-9._:-]");
     }
 
+    /*
+     * Dynamo's own request id is a UUID: the attempt id when it is one,
+     * else one minted for the attempt (and kept in its ledger record)
+     */
+
+    if (n == 0
+        || ngx_http_dynamo_rl_uuid_valid(id->value.data, id->value.len)
+           != NGX_OK)
+    {
+        if (ngx_http_dynamo_rl_mint(r, ctx->id) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ctx->request_id.data = ctx->id;
+        ctx->request_id.len = NGX_HTTP_DYNAMO_RL_UUID_LEN;
+    }
+
     if (n == 1) {
         ctx->attempt_id = id->value;
         ctx->client_id = 1;
 
-    } else if (ngx_http_dynamo_rl_mint(r, ctx) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        if (ctx->request_id.len == 0) {
+            ctx->request_id = id->value;
+        }
+
+    } else {
+        ctx->attempt_id = ctx->request_id;
     }
 
     /* every error-log line of the request names its attempt */
@@ -430,7 +454,7 @@ ngx_http_dynamo_rl_log_error(ngx_http_request_t *r, ngx_http_request_t *sr,
 
 
 static ngx_int_t
-ngx_http_dynamo_rl_mint(ngx_http_request_t *r, ngx_http_dynamo_rl_ctx_t *ctx)
+ngx_http_dynamo_rl_mint(ngx_http_request_t *r, u_char *dst)
 {
     ngx_time_t                      *tp;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
@@ -449,17 +473,13 @@ ngx_http_dynamo_rl_mint(ngx_http_request_t *r, ngx_http_dynamo_rl_ctx_t *ctx)
 
     tp = ngx_timeofday();
 
-    ngx_http_dynamo_rl_uuid7(ctx->id,
-                             (uint64_t) tp->sec * 1000 + tp->msec,
+    ngx_http_dynamo_rl_uuid7(dst, (uint64_t) tp->sec * 1000 + tp->msec,
                              drmcf->rand + drmcf->rand_pos);
 
     /* each id consumes its bytes: no two ids share randomness */
 
     ngx_memzero(drmcf->rand + drmcf->rand_pos, 10);
     drmcf->rand_pos += 10;
-
-    ctx->attempt_id.data = ctx->id;
-    ctx->attempt_id.len = NGX_HTTP_DYNAMO_RL_UUID_LEN;
 
     return NGX_OK;
 }
@@ -477,10 +497,14 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
     ngx_uint_t client_id)
 {
     ngx_str_t        *up;
-    ngx_uint_t        i, drop;
+    ngx_uint_t        i, drop, x_request_id;
     ngx_array_t      *kept;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *header, *h;
+
+    static ngx_str_t  request_id = ngx_string("request-id");
+    static ngx_str_t  dynamo_request_id = ngx_string("x-dynamo-request-id");
+    static ngx_str_t  x_request = ngx_string("x-request-id");
 
     up = &drlcf->attempt_upstream_header;
 
@@ -491,6 +515,10 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
     {
         up = NULL;
     }
+
+    x_request_id = (up != NULL && up->len == x_request.len
+                    && ngx_strncasecmp(up->data, x_request.data, up->len)
+                       == 0);
 
     drop = 0;
 
@@ -509,10 +537,26 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
             i = 0;
         }
 
+        if (up != NULL && x_request_id
+            && ngx_http_dynamo_rl_header_is(&header[i], up) == NGX_OK)
+        {
+            /* a trajectory id, often reused: kept under another name */
+
+            ngx_str_set(&header[i].key, "x-client-request-id");
+            header[i].lowcase_key = header[i].key.data;
+            header[i].hash = ngx_hash_key(header[i].key.data,
+                                          header[i].key.len);
+            continue;
+        }
+
         if ((up != NULL && ngx_http_dynamo_rl_header_is(&header[i], up)
                            == NGX_OK)
             || (drlcf->strip_routing_headers
-                && ngx_http_dynamo_rl_routing_header(&header[i]) == NGX_OK))
+                && ngx_http_dynamo_rl_routing_header(&header[i]) == NGX_OK)
+            || ngx_http_dynamo_rl_header_is(&header[i], &request_id)
+               == NGX_OK
+            || ngx_http_dynamo_rl_header_is(&header[i], &dynamo_request_id)
+               == NGX_OK)
         {
             header[i].hash = 0;
             drop = 1;
@@ -587,6 +631,16 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
         if (ctx->id_headers[0] == NULL) {
             return NGX_ERROR;
         }
+    }
+
+    ctx->id_headers[2] = ngx_http_dynamo_rl_push_header(
+                                           &r->headers_in.headers,
+                                           &request_id,
+                                           ngx_hash_key(request_id.data,
+                                                        request_id.len),
+                                           &ctx->request_id);
+    if (ctx->id_headers[2] == NULL) {
+        return NGX_ERROR;
     }
 
     if (up != NULL) {
