@@ -441,7 +441,8 @@ ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r)
 
 /*
  * an error page of nginx's own (502 with no upstream, 504, 413, ...) on
- * the request plane is given Dynamo's flat shape, as clients parse it
+ * the request plane is given Dynamo's flat shape, as clients parse it,
+ * nested under "error" on SGLang's /generate
  */
 
 /*
@@ -501,8 +502,8 @@ ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
 
     ngx_http_dynamo_rl_status_type(r->headers_out.status, &type);
 
-    len = sizeof("{\"message\":\"\",\"type\":\"\",\"code\":}") - 1
-          + 2 * type.len + NGX_INT_T_LEN;
+    len = sizeof("{\"error\":{\"message\":\"\",\"type\":\"\",\"code\":}}")
+          - 1 + 2 * type.len + NGX_INT_T_LEN;
 
     p = ngx_pnalloc(r->pool, len);
     if (p == NULL) {
@@ -510,10 +511,21 @@ ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
     }
 
     ctx->error.data = p;
-    ctx->error.len = ngx_sprintf(p, "{\"message\":\"%V\",\"type\":\"%V\","
-                                 "\"code\":%ui}", &type, &type,
-                                 r->headers_out.status)
-                     - p;
+
+    /* nested on SGLang's /generate */
+
+    if (ngx_http_dynamo_rl_route_generate(r) == NGX_OK) {
+        p = ngx_cpymem(p, "{\"error\":", sizeof("{\"error\":") - 1);
+    }
+
+    p = ngx_sprintf(p, "{\"message\":\"%V\",\"type\":\"%V\",\"code\":%ui}",
+                    &type, &type, r->headers_out.status);
+
+    if (ngx_http_dynamo_rl_route_generate(r) == NGX_OK) {
+        *p++ = '}';
+    }
+
+    ctx->error.len = p - ctx->error.data;
 
     ngx_str_set(&r->headers_out.content_type, "application/json");
     r->headers_out.content_type_len = r->headers_out.content_type.len;

@@ -29,7 +29,7 @@ select STDOUT; $| = 1;
 $SIG{ALRM} = sub { die "test timed out\n" };
 alarm(300);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy http_v2/)->plan(119);
+my $t = Test::DynamoRL->new()->has(qw/http proxy http_v2/)->plan(133);
 
 $t->write_file_expand('nginx.conf', <<'EOF');
 
@@ -89,6 +89,12 @@ http {
             proxy_pass http://frontend;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
+        }
+
+        location ~ ^/(generate|v1/none)$ {
+            dynamo_rl_plane request;
+
+            proxy_pass http://127.0.0.1:8087;
         }
 
         location /v1/chat/ {
@@ -422,6 +428,49 @@ for my $rid ('1', '["a","b"]', '"a b"', '""', '"' . ('x' x 129) . '"') {
 $r = call('POST', '/v1/completions',
 	body => '{"rid":"not-an-id here","prompt":"x"}');
 is($r->{status}, 200, 'rid on another route: not read');
+
+# errors in the route's shape: nested on /generate, flat on /v1/
+
+$r = call('POST', '/generate', body => '{"rid":"shape-1",');
+$e = json($r);
+is($r->{status}, 400, 'generate bad_body: 400');
+is($r->{headers}{'x-dynamo-rl-reason'}, 'bad_body', 'generate: reason');
+is(join(',', sort keys %{$e // {}}), 'error', 'generate: nested');
+is(join(',', sort keys %{$e && ref $e->{error} ? $e->{error} : {}}),
+	'code,message,type', 'generate: message, type, code');
+is($e && ref $e->{error} && $e->{error}{code}, 400, 'generate: code');
+
+$r = call('POST', '/generate', body => '{"rid":"x y"}');
+is(json($r) && ref json($r)->{error} && json($r)->{error}{type},
+	'Bad Request', 'generate bad rid: nested');
+
+$r = parse_response(http("PUT /generate HTTP/1.1\r\nHost: localhost\r\n"
+	. "Connection: close\r\nContent-Length: 2\r\n\r\n{}"));
+is($r->{status}, 405, 'generate 405');
+is(json($r) && ref json($r)->{error} && json($r)->{error}{code}, 405,
+	'generate 405: nested');
+
+# nginx's own error (502: nothing listens) in the route's shape
+
+$r = call('POST', '/generate', body => '{"input_ids":[1]}', port => port(8083));
+is($r->{status}, 502, 'generate 502');
+is(json($r) && ref json($r)->{error} && json($r)->{error}{code}, 502,
+	'generate 502: nested');
+
+$r = call('POST', '/v1/none', body => '{}', port => port(8083));
+is(json($r) && json($r)->{code}, 502, 'v1 502: flat');
+
+# Dynamo's own errors pass through in their shape
+
+$r = call('POST', '/generate', body => '{"input_ids":[1]}',
+	headers => [ 'X-Fake-Scenario' => 'status-503' ]);
+is(json($r) && ref json($r)->{error} && json($r)->{error}{code}, 503,
+	'generate upstream 503: nested from the fake');
+ok(!$r->{headers}{'x-dynamo-rl-reason'}, 'generate upstream 503: no reason');
+
+$r = call('POST', '/generate', body => '{"rid":"engine-5","input_ids":[1]}');
+is(json($r) && json($r)->{meta_info}{id}, 'engine-5',
+	'generate: the engine id is the rid');
 
 ###############################################################################
 
