@@ -35,7 +35,7 @@ FUZZ_SMOKE_TIME ?= 30
 
 .PHONY: all build deps run-deps unit-tests valgrind deb bench nginx-tests soak \
         bench-deps bench-request \
-        bench-snapshot bench-admin test-deps run test unit fuzz fuzz-smoke lint \
+        bench-snapshot bench-body bench-admin test-deps run test unit fuzz fuzz-smoke lint \
         cppcheck check asan clean
 
 all: build
@@ -168,6 +168,13 @@ deb:
 $(BUILD)/snapshot-bench: bench/snapshot_bench.c $(PURE) $(SRCDIR)/*.h \
         $(NGX_BUILD)/objs/Makefile
 	$(CC) -g -O2 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) -ljansson
+
+$(BUILD)/body-bench: bench/body_bench.c $(PURE) $(SRCDIR)/*.h \
+        $(NGX_BUILD)/objs/Makefile
+	$(CC) -g -O2 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) -ljansson
+
+bench-body: $(BUILD)/body-bench
+	taskset -c 0 $<
 
 bench-snapshot: $(BUILD)/snapshot-bench
 	taskset -c 0 $<

@@ -32,6 +32,9 @@ static u_char *ngx_http_dynamo_rl_scan_utf8(u_char *p, u_char *end);
 static ngx_int_t ngx_http_dynamo_rl_scan_hex4(u_char *p, u_char *end,
     uint32_t *cp);
 static u_char *ngx_http_dynamo_rl_scan_number(u_char *p, u_char *end);
+static u_char *ngx_http_dynamo_rl_scan_fraction(u_char *p, u_char *end);
+static ngx_inline u_char *ngx_http_dynamo_rl_integers(u_char *p,
+    u_char *end);
 static uint32_t ngx_http_dynamo_rl_next_cp(u_char **pp);
 static uint32_t ngx_http_dynamo_rl_name_hash(ngx_http_dynamo_rl_member_t *m);
 static ngx_int_t ngx_http_dynamo_rl_name_eq(ngx_http_dynamo_rl_member_t *a,
@@ -260,6 +263,29 @@ after_value:
         /* the fast path of token arrays: numbers one after the other */
 
         for ( ;; ) {
+
+            if (p < end && *p == ',' && end - p > 1
+                && p[1] >= '1' && p[1] <= '9')
+            {
+                /* integers and commas eight bytes at a time, then bytes */
+
+                p = ngx_http_dynamo_rl_integers(p + 1, end);
+
+                while (p < end && ngx_http_dynamo_rl_digit[*p]) {
+                    p++;
+                }
+
+                q = p;
+
+                p = ngx_http_dynamo_rl_scan_fraction(p, end);
+                if (p == NULL) {
+                    p = q;
+                    goto invalid;
+                }
+
+                continue;
+            }
+
             ngx_http_dynamo_rl_skip_ws(p, end);
 
             if (p == end || *p != ',') {
@@ -603,6 +629,15 @@ ngx_http_dynamo_rl_scan_number(u_char *p, u_char *end)
         return NULL;
     }
 
+    return ngx_http_dynamo_rl_scan_fraction(p, end);
+}
+
+
+/* the optional fraction and exponent of a number, p past its integer */
+
+static u_char *
+ngx_http_dynamo_rl_scan_fraction(u_char *p, u_char *end)
+{
     if (p < end && *p == '.') {
         p++;
 
@@ -630,6 +665,56 @@ ngx_http_dynamo_rl_scan_number(u_char *p, u_char *end)
             p++;
         }
     }
+
+    return p;
+}
+
+
+/*
+ * p is in the digits of an integer of an array (its first digit is 1-9):
+ * past every following word of eight bytes that holds only digits and
+ * commas, each comma followed by 1-9; returns where such words end, in
+ * the digits of an integer or at a comma after one.  A byte is a digit
+ * when its high nibble is 3 and its low one is below 10 (adding 6 to
+ * each low nibble alone never carries into the next byte).
+ */
+
+static ngx_inline u_char *
+ngx_http_dynamo_rl_integers(u_char *p, u_char *end)
+{
+#if (NGX_HAVE_LITTLE_ENDIAN)
+    uint64_t  v, nd, cm, z0, t;
+
+    while (end - p >= 9) {
+        ngx_memcpy(&v, p, 8);
+
+        t = ((v & 0xf0f0f0f0f0f0f0f0ULL) ^ 0x3030303030303030ULL)
+            | (((v & 0x0f0f0f0f0f0f0f0fULL) + 0x0606060606060606ULL)
+               & 0xf0f0f0f0f0f0f0f0ULL);
+
+        /* high bits: not a digit, a comma, a "0" */
+
+        nd = (((t & 0x7f7f7f7f7f7f7f7fULL) + 0x7f7f7f7f7f7f7f7fULL) | t)
+             & 0x8080808080808080ULL;
+
+        t = v ^ 0x2c2c2c2c2c2c2c2cULL;
+        cm = ~((((t & 0x7f7f7f7f7f7f7f7fULL) + 0x7f7f7f7f7f7f7f7fULL) | t))
+             & 0x8080808080808080ULL;
+
+        t = v ^ 0x3030303030303030ULL;
+        z0 = ~((((t & 0x7f7f7f7f7f7f7f7fULL) + 0x7f7f7f7f7f7f7f7fULL) | t))
+             & 0x8080808080808080ULL;
+
+        if (nd != cm
+            || ((cm << 8) & (cm | z0))
+            || ((cm >> 56) && (p[8] < '1' || p[8] > '9')))
+        {
+            break;
+        }
+
+        p += 8;
+    }
+#endif
 
     return p;
 }
