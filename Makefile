@@ -35,7 +35,7 @@ FUZZ_SMOKE_TIME ?= 30
 
 .PHONY: all build deps run-deps unit-tests valgrind deb bench nginx-tests soak \
         bench-deps bench-request \
-        bench-snapshot bench-body bench-admin test-deps run test unit fuzz fuzz-smoke lint \
+        bench-snapshot bench-body bench-body-e2e bench-admin test-deps run test unit fuzz fuzz-smoke lint \
         cppcheck check asan clean
 
 all: build
@@ -175,6 +175,9 @@ $(BUILD)/body-bench: bench/body_bench.c $(PURE) $(SRCDIR)/*.h \
 
 bench-body: $(BUILD)/body-bench
 	taskset -c 0 $<
+
+bench-body-e2e: bench-deps build
+	bench/body.sh
 
 bench-snapshot: $(BUILD)/snapshot-bench
 	taskset -c 0 $<

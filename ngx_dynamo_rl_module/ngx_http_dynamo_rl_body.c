@@ -135,16 +135,29 @@ ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
     size_t                           len;
     ngx_int_t                        rc;
     ngx_http_dynamo_rl_body_scan_t  *bs;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     body = ngx_http_dynamo_rl_body_whole(r, &len);
     if (body == NULL) {
         return NGX_ERROR;
     }
 
-    bs = ngx_palloc(r->pool, sizeof(ngx_http_dynamo_rl_body_scan_t));
-    if (bs == NULL) {
-        return NGX_ERROR;
+    /*
+     * the scanner's room (15k) is the process's: a scan runs to its end
+     * without yielding, and a request neither allocates nor frees it
+     */
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    if (drmcf->body_scan == NULL) {
+        drmcf->body_scan = ngx_palloc(ngx_cycle->pool,
+                                      sizeof(ngx_http_dynamo_rl_body_scan_t));
+        if (drmcf->body_scan == NULL) {
+            return NGX_ERROR;
+        }
     }
+
+    bs = drmcf->body_scan;
 
     if (ngx_http_dynamo_rl_body_scan(body, len, bs) != NGX_OK) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -451,11 +464,7 @@ ngx_http_dynamo_rl_body_strip(ngx_http_request_t *r,
     ngx_uint_t    i, n;
     ngx_chain_t  *cl;
 
-    cut = ngx_palloc(r->pool, 2 * NGX_HTTP_DYNAMO_RL_BODY_MEMBERS
-                              * sizeof(u_char *));
-    if (cut == NULL) {
-        return NGX_ERROR;
-    }
+    cut = bs->cut;
 
     n = ngx_http_dynamo_rl_body_pins(bs, cut);
 

@@ -40,6 +40,9 @@ typedef struct {
     /* the largest max_size of the locations that store a snapshot */
     size_t                          snapshot_max;
 
+    /* per-process room of the body scanner, which never yields */
+    void                           *body_scan;
+
     /* per-process randomness for UUIDv7, refilled with RAND_bytes() */
     u_char                         *rand;
     ngx_uint_t                      rand_pos;

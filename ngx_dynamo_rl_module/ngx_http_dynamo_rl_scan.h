@@ -45,6 +45,9 @@ typedef struct {
     ngx_http_dynamo_rl_member_t    *nvext;
     ngx_http_dynamo_rl_member_t    *upload;
 
+    /* room for ngx_http_dynamo_rl_body_pins() */
+    u_char                         *cut[2 * NGX_HTTP_DYNAMO_RL_BODY_MEMBERS];
+
     /* why a body was refused and where */
     const char                     *err;
     u_char                         *err_pos;
