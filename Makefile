@@ -36,7 +36,7 @@ FUZZ_SMOKE_TIME ?= 30
 
 .PHONY: all build deps run-deps unit-tests valgrind deb bench nginx-tests soak \
         bench-deps bench-request \
-        bench-snapshot bench-admin test-deps run test unit fuzz fuzz-smoke lint \
+        bench-snapshot bench-body bench-body-e2e bench-admin test-deps run test unit fuzz fuzz-smoke lint \
         cppcheck check asan clean rules
 
 all: build
@@ -84,6 +84,7 @@ NGX_INCS = $(addprefix -I$(NGX_BUILD)/, src/core src/event \
            src/event/modules src/os/unix src/http src/http/modules \
            src/http/v2 objs) -I$(SRCDIR)
 PURE     = $(SRCDIR)/ngx_http_dynamo_rl_parse.c \
+           $(SRCDIR)/ngx_http_dynamo_rl_scan.c \
            $(SRCDIR)/ngx_http_dynamo_rl_json.c
 
 UNITS    = $(patsubst t/unit/%.c,$(BUILD)/unit/%,$(wildcard t/unit/*.c))
@@ -179,6 +180,16 @@ deb:
 $(BUILD)/snapshot-bench: bench/snapshot_bench.c $(PURE) $(SRCDIR)/*.h \
         $(NGX_BUILD)/objs/Makefile
 	$(CC) -g -O2 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) -ljansson
+
+$(BUILD)/body-bench: bench/body_bench.c $(PURE) $(SRCDIR)/*.h \
+        $(NGX_BUILD)/objs/Makefile
+	$(CC) -g -O2 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) -ljansson
+
+bench-body: $(BUILD)/body-bench
+	taskset -c 0 $<
+
+bench-body-e2e: bench-deps build
+	bench/body.sh
 
 bench-snapshot: $(BUILD)/snapshot-bench
 	taskset -c 0 $<

@@ -242,8 +242,8 @@ ngx_http_dynamo_rl_send(ngx_http_request_t *r, ngx_uint_t status,
 
 /*
  * the gateway's own error in the plane's shape: the request plane uses
- * Dynamo's flat {"message","type","code"}, the trusted planes and APIs
- * {"error","message"}
+ * Dynamo's flat {"message","type","code"} (nested under "error" on
+ * /generate), the trusted planes and APIs {"error","message"}
  */
 
 ngx_int_t
@@ -254,6 +254,7 @@ ngx_http_dynamo_rl_error(ngx_http_request_t *r, ngx_uint_t status,
     size_t                     len, size;
     uintptr_t                  esc;
     ngx_str_t                  body, type;
+    ngx_uint_t                 nested;
     ngx_table_elt_t           *h;
     ngx_http_dynamo_rl_ctx_t  *ctx;
 
@@ -286,8 +287,8 @@ ngx_http_dynamo_rl_error(ngx_http_request_t *r, ngx_uint_t status,
     len = ngx_strlen(message);
     esc = ngx_escape_json(NULL, (u_char *) message, len);
 
-    size = sizeof("{\"message\":\"\",\"type\":\"\",\"code\":}") - 1
-           + len + esc + type.len + NGX_INT_T_LEN
+    size = sizeof("{\"error\":{\"message\":\"\",\"type\":\"\",\"code\":}}")
+           - 1 + len + esc + type.len + NGX_INT_T_LEN
            + sizeof("{\"error\":\"\",\"message\":\"\"}") - 1
            + ngx_strlen(reason);
 
@@ -299,9 +300,22 @@ ngx_http_dynamo_rl_error(ngx_http_request_t *r, ngx_uint_t status,
     body.data = p;
 
     if (ctx != NULL && ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
+
+        /* SGLang's /generate nests its errors, the OpenAI routes do not */
+
+        nested = (ngx_http_dynamo_rl_route_generate(r) == NGX_OK);
+
+        if (nested) {
+            p = ngx_cpymem(p, "{\"error\":", sizeof("{\"error\":") - 1);
+        }
+
         p = ngx_cpymem(p, "{\"message\":\"", sizeof("{\"message\":\"") - 1);
         p = (u_char *) ngx_escape_json(p, (u_char *) message, len);
         p = ngx_sprintf(p, "\",\"type\":\"%V\",\"code\":%ui}", &type, status);
+
+        if (nested) {
+            *p++ = '}';
+        }
 
     } else {
         p = ngx_sprintf(p, "{\"error\":\"%s\",\"message\":\"", reason);
@@ -618,4 +632,22 @@ ngx_uint_t
 ngx_http_dynamo_rl_slot(void)
 {
     return (ngx_uint_t) ngx_process_slot % NGX_HTTP_DYNAMO_RL_SLOTS;
+}
+
+
+/*
+ * SGLang's native /generate, whose errors are nested and whose body's
+ * "rid" is the engine request id; /inference/v1/generate is vLLM's
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_route_generate(ngx_http_request_t *r)
+{
+    if (r->uri.len == sizeof("/generate") - 1
+        && ngx_strncmp(r->uri.data, "/generate", r->uri.len) == 0)
+    {
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
 }

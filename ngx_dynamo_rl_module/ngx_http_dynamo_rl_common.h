@@ -40,6 +40,9 @@ typedef struct {
     /* the largest max_size of the locations that store a snapshot */
     size_t                          snapshot_max;
 
+    /* per-process room of the body scanner, which never yields */
+    void                           *body_scan;
+
     /* per-process randomness for UUIDv7, refilled with RAND_bytes() */
     u_char                         *rand;
     ngx_uint_t                      rand_pos;
@@ -88,6 +91,10 @@ typedef struct {
     ngx_http_complex_value_t       *routes_value;
 
     ngx_flag_t                      gate_read_only;
+
+    /* request bodies: dynamo_rl_body_policy, dynamo_rl_metadata_upload */
+    ngx_flag_t                      body_policy;
+    ngx_array_t                    *upload_prefixes;
 } ngx_http_dynamo_rl_loc_conf_t;
 
 
@@ -101,6 +108,14 @@ typedef struct {
 
     ngx_str_t                      *header;
     ngx_http_log_handler_pt         log_handler;
+
+    /* request plane: the id headers sent upstream, the body's verdict */
+    ngx_str_t                       request_id;
+    ngx_table_elt_t                *id_headers[3];
+    ngx_uint_t                      body_state;
+    ngx_uint_t                      body_status;
+    char                           *body_reason;
+    char                           *body_message;
 
     /* admin plane */
     ngx_str_t                       instance_id;
@@ -158,6 +173,7 @@ typedef struct {
     unsigned                        admin_error:1;
     unsigned                        admin_decided:1;
     unsigned                        admin_health:1;
+    unsigned                        client_id:1;
 
     /* the caller's scope, when variables give it: _scope.c */
     ngx_str_t                       scope_value;
@@ -165,6 +181,7 @@ typedef struct {
     char                           *admin_why;
 
     u_char                          id[NGX_HTTP_DYNAMO_RL_UUID_LEN];
+    u_char                          request_uuid[NGX_HTTP_DYNAMO_RL_UUID_LEN];
 } ngx_http_dynamo_rl_ctx_t;
 
 
@@ -198,6 +215,7 @@ void ngx_http_dynamo_rl_drain_enter(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 void ngx_http_dynamo_rl_drain_leave(ngx_http_dynamo_rl_ctx_t *ctx);
 ngx_uint_t ngx_http_dynamo_rl_slot(void);
+ngx_int_t ngx_http_dynamo_rl_route_generate(ngx_http_request_t *r);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_COMMON_H_INCLUDED_ */

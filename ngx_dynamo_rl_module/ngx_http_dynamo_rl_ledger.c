@@ -186,6 +186,10 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
 
     size = offsetof(ngx_http_dynamo_rl_node_t, id) + ctx->attempt_id.len;
 
+    if (ctx->request_id.data != ctx->attempt_id.data) {
+        size += 16;
+    }
+
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     (void) ngx_http_dynamo_rl_ledger_expire(zone, now, 0);
@@ -258,6 +262,13 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     lr->expires = drlcf->attempt_ttl;
 
     ngx_memcpy(lr->id, ctx->attempt_id.data, ctx->attempt_id.len);
+
+    lr->request_id = 0;
+
+    if (ctx->request_id.data != ctx->attempt_id.data) {
+        lr->request_id = 1;
+        ngx_http_dynamo_rl_uuid_pack(lr->id + lr->len, ctx->request_id.data);
+    }
 
     lr->next = zone->sh->buckets[hash & zone->sh->mask];
     zone->sh->buckets[hash & zone->sh->mask] = lr;
@@ -705,6 +716,8 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
     ngx_int_t                   rc;
     ngx_str_t                   id, body;
     ngx_uint_t                  found, state, status, stream, reason;
+    ngx_uint_t                  packed;
+    u_char                      request_id[16];
     ngx_http_dynamo_rl_node_t  *lr;
     ngx_http_dynamo_rl_zone_t  *zone;
     ngx_http_core_loc_conf_t   *clcf;
@@ -736,6 +749,7 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
     now = ngx_http_dynamo_rl_now();
 
     found = 0;
+    packed = 0;
     state = 0;
     status = 0;
     stream = 0;
@@ -765,6 +779,12 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
         ended = lr->ended;
         duration = ended ? ended - started
                          : ngx_http_dynamo_rl_ledger_elapsed(lr, now);
+
+        packed = lr->request_id;
+
+        if (packed) {
+            ngx_memcpy(request_id, lr->id + lr->len, 16);
+        }
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -779,6 +799,7 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
                  "\"stream\":false,\"bytes_sent\":,\"started\":\"\","
                  "\"ended\":\"\",\"duration_ms\":}") - 1
           + sizeof(",\"reason\":\"not_forwarded\"")
+          + sizeof(",\"request_id\":\"\"") + NGX_HTTP_DYNAMO_RL_UUID_LEN
           + id.len + sizeof("streaming") + 3 * NGX_INT64_LEN
           + 2 * NGX_HTTP_DYNAMO_RL_ISO_LEN;
 
@@ -811,6 +832,22 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
     }
 
     p = ngx_sprintf(p, ",\"duration_ms\":%uL", duration);
+
+    /* Dynamo's request id: the attempt id when it is a UUID */
+
+    p = ngx_cpymem(p, ",\"request_id\":", sizeof(",\"request_id\":") - 1);
+
+    if (packed) {
+        *p++ = '"';
+        p = ngx_http_dynamo_rl_uuid_unpack(p, request_id);
+        *p++ = '"';
+
+    } else if (ngx_http_dynamo_rl_uuid_valid(id.data, id.len) == NGX_OK) {
+        p = ngx_sprintf(p, "\"%V\"", &id);
+
+    } else {
+        p = ngx_cpymem(p, "null", 4);
+    }
 
     /* only when there is one: the fields of a plain record stay as they were */
 
@@ -905,6 +942,7 @@ ngx_http_dynamo_rl_ledger_restore(ngx_http_dynamo_rl_zone_t *zone,
     lr->expires = rec->expires;
     lr->pid = 0;
     lr->reason = rec->reason;
+    lr->request_id = 0;
 
     ngx_memcpy(lr->id, id->data, id->len);
 

@@ -20,10 +20,12 @@
 
 
 /*
- * an attempt record: one 128-byte slab slot with ids up to 50 bytes, in a
+ * an attempt record: one 128-byte slab slot with ids up to 49 bytes, in a
  * hash index of the zone (a tree walk missed the cache at every level);
  * in flight, it is in the "active" queue, owned by the worker process
- * "pid", and "expires" holds the TTL it will get when it ends
+ * "pid", and "expires" holds the TTL it will get when it ends; when
+ * Dynamo's request id is not the attempt id (a client id that is not a
+ * UUID), its 16 bytes follow the id and "request_id" is set
  */
 
 typedef struct ngx_http_dynamo_rl_node_s  ngx_http_dynamo_rl_node_t;
@@ -43,6 +45,7 @@ struct ngx_http_dynamo_rl_node_s {
     u_char                          stream;
     u_char                          reason;
     u_char                          len;
+    u_char                          request_id;
     u_char                          id[1];
 };
 

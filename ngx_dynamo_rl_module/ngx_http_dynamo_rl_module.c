@@ -120,6 +120,20 @@ static ngx_command_t  ngx_http_dynamo_rl_commands[] = {
       offsetof(ngx_http_dynamo_rl_loc_conf_t, strip_routing_headers),
       NULL },
 
+    { ngx_string("dynamo_rl_body_policy"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_dynamo_rl_loc_conf_t, body_policy),
+      NULL },
+
+    { ngx_string("dynamo_rl_metadata_upload"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_dynamo_rl_metadata_upload,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("dynamo_rl_discovery"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
       ngx_http_dynamo_rl_discovery,
@@ -427,7 +441,8 @@ ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r)
 
 /*
  * an error page of nginx's own (502 with no upstream, 504, 413, ...) on
- * the request plane is given Dynamo's flat shape, as clients parse it
+ * the request plane is given Dynamo's flat shape, as clients parse it,
+ * nested under "error" on SGLang's /generate
  */
 
 /*
@@ -487,8 +502,8 @@ ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
 
     ngx_http_dynamo_rl_status_type(r->headers_out.status, &type);
 
-    len = sizeof("{\"message\":\"\",\"type\":\"\",\"code\":}") - 1
-          + 2 * type.len + NGX_INT_T_LEN;
+    len = sizeof("{\"error\":{\"message\":\"\",\"type\":\"\",\"code\":}}")
+          - 1 + 2 * type.len + NGX_INT_T_LEN;
 
     p = ngx_pnalloc(r->pool, len);
     if (p == NULL) {
@@ -496,10 +511,21 @@ ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
     }
 
     ctx->error.data = p;
-    ctx->error.len = ngx_sprintf(p, "{\"message\":\"%V\",\"type\":\"%V\","
-                                 "\"code\":%ui}", &type, &type,
-                                 r->headers_out.status)
-                     - p;
+
+    /* nested on SGLang's /generate */
+
+    if (ngx_http_dynamo_rl_route_generate(r) == NGX_OK) {
+        p = ngx_cpymem(p, "{\"error\":", sizeof("{\"error\":") - 1);
+    }
+
+    p = ngx_sprintf(p, "{\"message\":\"%V\",\"type\":\"%V\",\"code\":%ui}",
+                    &type, &type, r->headers_out.status);
+
+    if (ngx_http_dynamo_rl_route_generate(r) == NGX_OK) {
+        *p++ = '}';
+    }
+
+    ctx->error.len = p - ctx->error.data;
 
     ngx_str_set(&r->headers_out.content_type, "application/json");
     r->headers_out.content_type_len = r->headers_out.content_type.len;
@@ -726,6 +752,8 @@ ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf)
     conf->ledger = NGX_CONF_UNSET;
     conf->attempt_ttl = NGX_CONF_UNSET_MSEC;
     conf->gate = NGX_CONF_UNSET;
+    conf->body_policy = NGX_CONF_UNSET;
+    conf->upload_prefixes = NGX_CONF_UNSET_PTR;
 
     return conf;
 }
@@ -837,6 +865,9 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->ledger, prev->ledger, 1);
     ngx_conf_merge_msec_value(conf->attempt_ttl, prev->attempt_ttl, 600000);
     ngx_conf_merge_value(conf->gate, prev->gate, 1);
+    ngx_conf_merge_value(conf->body_policy, prev->body_policy, 1);
+    ngx_conf_merge_ptr_value(conf->upload_prefixes, prev->upload_prefixes,
+                             NULL);
 
     if (conf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
         return NGX_CONF_OK;

@@ -22,6 +22,7 @@
 
 
 #include "ngx_http_dynamo_rl_parse.h"
+#include "ngx_http_dynamo_rl_scan.h"
 #include "ngx_http_dynamo_rl_json.h"
 #include "ngx_http_dynamo_rl_zone.h"
 #include "ngx_http_dynamo_rl_common.h"
@@ -29,6 +30,7 @@
 #include "ngx_http_dynamo_rl_ledger.h"
 #include "ngx_http_dynamo_rl_gate.h"
 #include "ngx_http_dynamo_rl_discovery.h"
+#include "ngx_http_dynamo_rl_body.h"
 #include "ngx_http_dynamo_rl_admin.h"
 #include "ngx_http_dynamo_rl_request.h"
 #include "ngx_http_dynamo_rl_status.h"

@@ -1647,6 +1647,10 @@ ngx_http_dynamo_rl_reason_t  ngx_http_dynamo_rl_reasons[] = {
     { ngx_string("cross_origin"), NGX_HTTP_DYNAMO_RL_ON_ADMIN },
     { ngx_string("caller_scope"), NGX_HTTP_DYNAMO_RL_ON_ADMIN
                                   |NGX_HTTP_DYNAMO_RL_ON_DISCOVERY },
+    { ngx_string("bad_body"), NGX_HTTP_DYNAMO_RL_ON_REQUEST },
+    { ngx_string("unsupported_encoding"), NGX_HTTP_DYNAMO_RL_ON_REQUEST },
+    { ngx_string("metadata_upload_denied"), NGX_HTTP_DYNAMO_RL_ON_REQUEST },
+    { ngx_string("rid_mismatch"), NGX_HTTP_DYNAMO_RL_ON_REQUEST },
     { ngx_null_string, 0 }
 };
 
@@ -1688,4 +1692,87 @@ ngx_http_dynamo_rl_reason_find(u_char *p, size_t len, ngx_uint_t plane)
     }
 
     return NGX_HTTP_DYNAMO_RL_REASONS;
+}
+
+
+/* a UUID in its canonical text form, 8-4-4-4-12 hex digits */
+
+ngx_int_t
+ngx_http_dynamo_rl_uuid_valid(u_char *p, size_t len)
+{
+    u_char      c;
+    ngx_uint_t  i;
+
+    if (len != NGX_HTTP_DYNAMO_RL_UUID_LEN) {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; i < len; i++) {
+        c = p[i];
+
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (c != '-') {
+                return NGX_DECLINED;
+            }
+
+            continue;
+        }
+
+        if (!((c >= '0' && c <= '9') || ((c | 0x20) >= 'a'
+                                         && (c | 0x20) <= 'f')))
+        {
+            return NGX_DECLINED;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* a valid UUID's text to its 16 bytes, and back in lower case */
+
+void
+ngx_http_dynamo_rl_uuid_pack(u_char *bin, u_char *text)
+{
+    u_char      c, v;
+    ngx_uint_t  i, n;
+
+    n = 0;
+    v = 0;
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_UUID_LEN; i++) {
+        c = text[i];
+
+        if (c == '-') {
+            continue;
+        }
+
+        c = (c <= '9') ? c - '0' : (c | 0x20) - 'a' + 10;
+
+        if (n++ & 1) {
+            *bin++ = (u_char) (v << 4 | c);
+
+        } else {
+            v = c;
+        }
+    }
+}
+
+
+u_char *
+ngx_http_dynamo_rl_uuid_unpack(u_char *text, u_char *bin)
+{
+    ngx_uint_t     i;
+    static u_char  hex[] = "0123456789abcdef";
+
+    for (i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) {
+            *text++ = '-';
+        }
+
+        *text++ = hex[bin[i] >> 4];
+        *text++ = hex[bin[i] & 0xf];
+    }
+
+    return text;
 }

@@ -153,6 +153,9 @@ ngx_uint_t ngx_http_dynamo_rl_reason_find(u_char *p, size_t len,
 
 extern ngx_msec_t                   ngx_http_dynamo_rl_buckets[];
 extern ngx_http_dynamo_rl_reason_t  ngx_http_dynamo_rl_reasons[];
+ngx_int_t ngx_http_dynamo_rl_uuid_valid(u_char *p, size_t len);
+void ngx_http_dynamo_rl_uuid_pack(u_char *bin, u_char *text);
+u_char *ngx_http_dynamo_rl_uuid_unpack(u_char *text, u_char *bin);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_PARSE_H_INCLUDED_ */

@@ -14,13 +14,17 @@ static ngx_int_t ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
 static u_char *ngx_http_dynamo_rl_log_error(ngx_http_request_t *r,
     ngx_http_request_t *sr, u_char *buf, size_t len);
 static ngx_int_t ngx_http_dynamo_rl_mint(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_ctx_t *ctx);
+    u_char *dst);
 static ngx_int_t ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf,
     ngx_uint_t client_id);
 static ngx_int_t ngx_http_dynamo_rl_routing_header(ngx_table_elt_t *h);
-static ngx_int_t ngx_http_dynamo_rl_push_header(ngx_list_t *list,
+static ngx_table_elt_t *ngx_http_dynamo_rl_push_header(ngx_list_t *list,
     ngx_str_t *name, ngx_uint_t hash, ngx_str_t *value);
+static ngx_int_t ngx_http_dynamo_rl_body(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
+static ngx_int_t ngx_http_dynamo_rl_record(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 
 
 static ngx_str_t  ngx_http_dynamo_rl_routing_headers[] = {
@@ -182,7 +186,6 @@ ngx_int_t
 ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
 {
     ngx_int_t                       rc;
-    ngx_table_elt_t                *h;
     ngx_http_core_loc_conf_t       *clcf;
     ngx_http_dynamo_rl_ctx_t       *ctx;
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
@@ -198,6 +201,11 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
     }
 
     drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    if (ctx->body_state == NGX_HTTP_DYNAMO_RL_BODY_CHECKED) {
+        /* back from the body handler */
+        return ngx_http_dynamo_rl_body(r, ctx, drlcf);
+    }
 
     if (ctx->passed) {
 
@@ -258,6 +266,51 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
             return rc;
         }
     }
+
+    return ngx_http_dynamo_rl_body(r, ctx, drlcf);
+}
+
+
+/*
+ * the body policy, after the gate (a closed gate reads no body) and
+ * before the ledger: a refused body consumes no attempt id
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_body(ngx_http_request_t *r, ngx_http_dynamo_rl_ctx_t *ctx,
+    ngx_http_dynamo_rl_loc_conf_t *drlcf)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_dynamo_rl_body_start(r, ctx, drlcf);
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_dynamo_rl_record(r, ctx, drlcf);
+    }
+
+    if (rc == NGX_DONE) {
+        return NGX_DONE;
+    }
+
+    /* the deny may free the request: the count goes first */
+
+    ngx_http_dynamo_rl_drain_leave(ctx);
+
+    if (ctx->body_reason == NULL) {
+        return rc;
+    }
+
+    return ngx_http_dynamo_rl_deny(r, rc, ctx->body_reason,
+                                   ctx->body_message);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_record(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
+{
+    ngx_int_t         rc;
+    ngx_table_elt_t  *h;
 
     if (!drlcf->ledger) {
         return NGX_DECLINED;
@@ -351,9 +404,12 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
     {
         /* the response still carries an id the access log can join on */
 
-        if (ngx_http_dynamo_rl_mint(r, ctx) != NGX_OK) {
+        if (ngx_http_dynamo_rl_mint(r, ctx->id) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
+
+        ctx->attempt_id.data = ctx->id;
+        ctx->attempt_id.len = NGX_HTTP_DYNAMO_RL_UUID_LEN;
 
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "dynamo rl: invalid client attempt id in \"%V\" "
@@ -366,11 +422,33 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
                                                "bytes of [A-Za-z0-9._:-]");
     }
 
+    /*
+     * Dynamo's own request id is a UUID: the attempt id when it is one,
+     * else one minted for the attempt (and kept in its ledger record)
+     */
+
+    if (n == 0
+        || ngx_http_dynamo_rl_uuid_valid(id->value.data, id->value.len)
+           != NGX_OK)
+    {
+        if (ngx_http_dynamo_rl_mint(r, ctx->id) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ctx->request_id.data = ctx->id;
+        ctx->request_id.len = NGX_HTTP_DYNAMO_RL_UUID_LEN;
+    }
+
     if (n == 1) {
         ctx->attempt_id = id->value;
+        ctx->client_id = 1;
 
-    } else if (ngx_http_dynamo_rl_mint(r, ctx) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        if (ctx->request_id.len == 0) {
+            ctx->request_id = id->value;
+        }
+
+    } else {
+        ctx->attempt_id = ctx->request_id;
     }
 
     /* every error-log line of the request names its attempt */
@@ -412,7 +490,7 @@ ngx_http_dynamo_rl_log_error(ngx_http_request_t *r, ngx_http_request_t *sr,
 
 
 static ngx_int_t
-ngx_http_dynamo_rl_mint(ngx_http_request_t *r, ngx_http_dynamo_rl_ctx_t *ctx)
+ngx_http_dynamo_rl_mint(ngx_http_request_t *r, u_char *dst)
 {
     ngx_time_t                      *tp;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
@@ -431,17 +509,13 @@ ngx_http_dynamo_rl_mint(ngx_http_request_t *r, ngx_http_dynamo_rl_ctx_t *ctx)
 
     tp = ngx_timeofday();
 
-    ngx_http_dynamo_rl_uuid7(ctx->id,
-                             (uint64_t) tp->sec * 1000 + tp->msec,
+    ngx_http_dynamo_rl_uuid7(dst, (uint64_t) tp->sec * 1000 + tp->msec,
                              drmcf->rand + drmcf->rand_pos);
 
     /* each id consumes its bytes: no two ids share randomness */
 
     ngx_memzero(drmcf->rand + drmcf->rand_pos, 10);
     drmcf->rand_pos += 10;
-
-    ctx->attempt_id.data = ctx->id;
-    ctx->attempt_id.len = NGX_HTTP_DYNAMO_RL_UUID_LEN;
 
     return NGX_OK;
 }
@@ -459,10 +533,14 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
     ngx_uint_t client_id)
 {
     ngx_str_t        *up;
-    ngx_uint_t        i, drop;
+    ngx_uint_t        i, drop, x_request_id;
     ngx_array_t      *kept;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *header, *h;
+
+    static ngx_str_t  request_id = ngx_string("request-id");
+    static ngx_str_t  dynamo_request_id = ngx_string("x-dynamo-request-id");
+    static ngx_str_t  x_request = ngx_string("x-request-id");
 
     up = &drlcf->attempt_upstream_header;
 
@@ -473,6 +551,10 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
     {
         up = NULL;
     }
+
+    x_request_id = (up != NULL && up->len == x_request.len
+                    && ngx_strncasecmp(up->data, x_request.data, up->len)
+                       == 0);
 
     drop = 0;
 
@@ -491,10 +573,26 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
             i = 0;
         }
 
+        if (up != NULL && x_request_id
+            && ngx_http_dynamo_rl_header_is(&header[i], up) == NGX_OK)
+        {
+            /* a trajectory id, often reused: kept under another name */
+
+            ngx_str_set(&header[i].key, "x-client-request-id");
+            header[i].lowcase_key = header[i].key.data;
+            header[i].hash = ngx_hash_key(header[i].key.data,
+                                          header[i].key.len);
+            continue;
+        }
+
         if ((up != NULL && ngx_http_dynamo_rl_header_is(&header[i], up)
                            == NGX_OK)
             || (drlcf->strip_routing_headers
-                && ngx_http_dynamo_rl_routing_header(&header[i]) == NGX_OK))
+                && ngx_http_dynamo_rl_routing_header(&header[i]) == NGX_OK)
+            || ngx_http_dynamo_rl_header_is(&header[i], &request_id)
+               == NGX_OK
+            || ngx_http_dynamo_rl_header_is(&header[i], &dynamo_request_id)
+               == NGX_OK)
         {
             header[i].hash = 0;
             drop = 1;
@@ -558,23 +656,37 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
         }
     }
 
-    if (!client_id
-        && ngx_http_dynamo_rl_push_header(&r->headers_in.headers,
-                                          &drlcf->attempt_header,
-                                          drlcf->attempt_header_hash,
-                                          &ctx->attempt_id)
-           != NGX_OK)
-    {
+    /* kept in ctx: a /generate body's rid may still become the id */
+
+    if (!client_id) {
+        ctx->id_headers[0] = ngx_http_dynamo_rl_push_header(
+                                                 &r->headers_in.headers,
+                                                 &drlcf->attempt_header,
+                                                 drlcf->attempt_header_hash,
+                                                 &ctx->attempt_id);
+        if (ctx->id_headers[0] == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    ctx->id_headers[2] = ngx_http_dynamo_rl_push_header(
+                                           &r->headers_in.headers,
+                                           &request_id,
+                                           ngx_hash_key(request_id.data,
+                                                        request_id.len),
+                                           &ctx->request_id);
+    if (ctx->id_headers[2] == NULL) {
         return NGX_ERROR;
     }
 
-    if (up != NULL
-        && ngx_http_dynamo_rl_push_header(&r->headers_in.headers, up,
-                                          drlcf->attempt_upstream_header_hash,
-                                          &ctx->attempt_id)
-           != NGX_OK)
-    {
-        return NGX_ERROR;
+    if (up != NULL) {
+        ctx->id_headers[1] = ngx_http_dynamo_rl_push_header(
+                                           &r->headers_in.headers, up,
+                                           drlcf->attempt_upstream_header_hash,
+                                           &ctx->attempt_id);
+        if (ctx->id_headers[1] == NULL) {
+            return NGX_ERROR;
+        }
     }
 
     return NGX_OK;
@@ -602,7 +714,7 @@ ngx_http_dynamo_rl_routing_header(ngx_table_elt_t *h)
 }
 
 
-static ngx_int_t
+static ngx_table_elt_t *
 ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
     ngx_uint_t hash, ngx_str_t *value)
 {
@@ -611,7 +723,7 @@ ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
 
     h = ngx_list_push(list);
     if (h == NULL) {
-        return NGX_ERROR;
+        return NULL;
     }
 
     h->hash = hash;
@@ -620,12 +732,12 @@ ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
 
     h->lowcase_key = ngx_pnalloc(list->pool, name->len);
     if (h->lowcase_key == NULL) {
-        return NGX_ERROR;
+        return NULL;
     }
 
     for (i = 0; i < name->len; i++) {
         h->lowcase_key[i] = ngx_tolower(name->data[i]);
     }
 
-    return NGX_OK;
+    return h;
 }

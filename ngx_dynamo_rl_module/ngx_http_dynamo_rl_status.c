@@ -670,7 +670,7 @@ ngx_http_dynamo_rl_report(ngx_http_request_t *r,
     rp->duplicates = sh->duplicates;
     rp->exhausted = sh->exhausted;
 
-    /* a record takes one 128-byte slot with an id of up to 50 bytes */
+    /* a record takes one 128-byte slot with an id of up to 49 bytes */
     rp->capacity = sh->records + zone->shpool->pfree * (ngx_pagesize / 128);
 
     n = ngx_min(sh->recent_next, NGX_HTTP_DYNAMO_RL_RECENT);

@@ -977,7 +977,8 @@ sub finished {
 
 	is(join(',', sort grep { $_ ne 'reason' } keys %$a),
 		'attempt_id,bytes_sent,duration_ms,'
-		. 'ended,started,state,status,stream', "$name: fields");
+		. 'ended,request_id,started,state,status,stream',
+		"$name: fields");
 	is($a->{attempt_id}, $id, "$name: attempt_id");
 	is($a->{state}, $state, "$name: state");
 	is($a->{status}, $status, "$name: status");

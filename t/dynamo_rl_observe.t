@@ -187,7 +187,8 @@ my $W = '/v1/rl/workers';
 
 my %PLANE_REASONS = (
 	request => [ qw/ method bad_path bad_attempt_id duplicate_attempt
-		ledger_full gate_closed redirected / ],
+		ledger_full gate_closed redirected bad_body unsupported_encoding
+		metadata_upload_denied rid_mismatch / ],
 	discovery => [ qw/ method bad_path discovery_invalid redirected
 		caller_scope / ],
 	admin => [ qw/ method bad_path discovery_unavailable unknown_worker

@@ -125,13 +125,15 @@ my @REASONS = qw/ method bad_path bad_attempt_id duplicate_attempt
 	ledger_full gate_closed discovery_unavailable unknown_worker
 	ambiguous_worker worker_invalid worker_error no_system_url
 	route_not_advertised discovery_invalid redirected cross_origin
-	caller_scope /;
+	caller_scope bad_body unsupported_encoding metadata_upload_denied
+	rid_mismatch /;
 
 # the reasons each plane can give: the counters have only these
 
 my %PLANE_REASONS = (
 	request => [ qw/ method bad_path bad_attempt_id duplicate_attempt
-		ledger_full gate_closed redirected / ],
+		ledger_full gate_closed redirected bad_body unsupported_encoding
+		metadata_upload_denied rid_mismatch / ],
 	discovery => [ qw/ method bad_path discovery_invalid redirected
 		caller_scope / ],
 	admin => [ qw/ method bad_path discovery_unavailable unknown_worker

@@ -10,7 +10,9 @@
 #   frontend   OpenAI-compatible request plane (port 8000 in real Dynamo):
 #              POST /v1/completions, /v1/chat/completions, /v1/responses,
 #              POST|PUT /generate, GET /v1/models, /health, /live;
-#              flat errors {"message","type","code"}; SSE streams with
+#              flat errors {"message","type","code"}, nested under
+#              "error" on /generate (flat for unparseable JSON), whose
+#              meta_info.id is the body's rid; SSE streams with
 #              chunked transfer encoding; x-request-id echoed.
 #   listener   the RL discovery listener (port 8001): GET|HEAD
 #              /v1/rl/workers only, empty-body 404/405 elsewhere.
@@ -1036,7 +1038,7 @@ sub frontend_handler {
 
 	if (defined $err) {
 		return flat_error($c, $req, 400,
-			"Failed to parse the request body as JSON: $err");
+			"Failed to parse the request body as JSON: $err", 1);
 	}
 
 	if (ref $body ne 'HASH') {
@@ -1050,8 +1052,16 @@ sub frontend_handler {
 		: $path eq '/v1/responses' ? 'responses'
 		: 'generate';
 
+	# SGLang's engine request id: the body's rid, then x-request-id
+
+	my $engine_id = $kind eq 'generate'
+		? ((defined $body->{rid} && !ref $body->{rid}) ? $body->{rid}
+			: header($req, 'x-request-id'))
+		: undef;
+
 	my $gen = {
 		kind => $kind,
+		engine_id => $engine_id,
 		model => (defined $body->{model} && !ref $body->{model})
 			? $body->{model} : $MODEL,
 		id => sprintf("%x%04x", int(time() * 1000), $$ & 0xffff),
@@ -1081,7 +1091,7 @@ sub frontend_handler {
 }
 
 sub flat_error {
-	my ($c, $req, $status, $message) = @_;
+	my ($c, $req, $status, $message, $flat) = @_;
 
 	my $type = $status == 529 ? 'Overloaded'
 		: $status == 499 ? 'Client Closed Request'
@@ -1091,6 +1101,11 @@ sub flat_error {
 
 	my $body = sprintf '{"message":%s,"type":%s,"code":%d}',
 		json_str($message), json_str($type), $status;
+
+	# SGLang's /generate nests its errors, but for unparseable JSON
+
+	$body = "{\"error\":$body}"
+		if !$flat && path_of($req->{uri}) eq '/generate';
 
 	return send_response($c, $req, $status, [
 		[ 'Content-Type', 'application/json' ],
@@ -1224,7 +1239,7 @@ sub full_answer {
 	return {
 		text => $text,
 		meta_info => {
-			id => $g->{id},
+			id => $g->{engine_id} // $g->{id},
 			finish_reason => { type => 'stop' },
 			prompt_tokens => $p,
 			completion_tokens => $n,
@@ -1285,7 +1300,7 @@ sub stream_event {
 		text => $tok,
 		index => 0,
 		meta_info => {
-			id => $g->{id},
+			id => $g->{engine_id} // $g->{id},
 			finish_reason => $last ? { type => 'stop' } : undef,
 			prompt_tokens => $g->{prompt_tokens},
 			completion_tokens => $i + 1,

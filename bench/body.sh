@@ -1,0 +1,214 @@
+#!/bin/bash
+# bench/body.sh: the body policy end to end (issue 14, "Speed"), with real
+# nginx on loopback: gateway CPU per request, body policy on against off.
+#
+# A fast upstream ("return 200" with a ~600-byte completion) on the load
+# generator's CPU; three gateways, "worker_processes 1", pinned to the
+# gateway CPU, identical but for their /v1/ location:
+#
+#   plain   no dynamo_rl module loaded;
+#   off     dynamo_rl_plane request, ledger and gate on, and
+#           dynamo_rl_body_policy off;
+#   on      the same with the body policy on (the default).
+#
+# Each round runs wrk (-t1 -c32, bench/wrk-body.lua) against plain, off
+# and on, for the bench's small completion request and for a 200 KB
+# token-array prompt, and reads the gateway worker's CPU time
+# (/proc/PID/stat utime + stime) around each run.  Reported: CPU per
+# request in microseconds (medians over rounds) and the medians of the
+# per-round ratios on/off and on/plain.  Targets: on/off <= 1.03 (small),
+# <= 1.3 (200 KB).
+#
+#     bench/body.sh              7 rounds of 3 s runs, about 2.5 min
+#     ROUNDS=3 DURATION=2 bench/body.sh
+#
+# Only the processes it started are stopped, by their PIDs.
+
+set -eu
+set -o pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+nginx=${NGX_BIN:-/usr/sbin/nginx}
+module=${MODULE:-$top/build/ngx_http_dynamo_rl_module.so}
+rounds=${ROUNDS:-7}
+duration=${DURATION:-3}
+conns=${CONNECTIONS:-32}
+gw_cpu=${GATEWAY_CPU:-0}
+load_cpu=${LOAD_CPU:-1}
+hz=$(getconf CLK_TCK)
+
+prefix=$(mktemp -d /tmp/dynamo-rl-bench-body.XXXXXX)
+masters=
+
+cleanup() {
+    for m in $masters; do
+        kill -QUIT "$m" 2> /dev/null || true
+    done
+    sleep 0.5
+    rm -rf "$prefix"
+}
+
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+up_port=$(free_port)
+declare -A port
+
+completion='{"id":"cmpl-8c1f6b0e2d4a4e0f9a7b3c5d1e2f3a4b","object":"text_completion","created":1732890000,"model":"Qwen/Qwen3-0.6B-Instruct","choices":[{"index":0,"text":" Hello! It is nice to meet you. I am a small language model served by Dynamo behind an nginx gateway, and this fixed completion stands in for generated text so that the benchmark measures the gateway rather than the model.","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":64,"total_tokens":72}}'
+
+conf_head() {
+    cat <<EOT
+worker_processes  1;
+pid               $prefix/$1/nginx.pid;
+error_log         $prefix/$1/error.log warn;
+
+events {
+    worker_connections  4096;
+}
+EOT
+}
+
+temp_paths() {
+    for t in client_body proxy fastcgi uwsgi scgi; do
+        echo "    ${t}_temp_path $prefix/$1/${t}_temp;"
+    done
+}
+
+mkdir -p "$prefix/up"
+cat > "$prefix/up/nginx.conf" <<EOT
+$(conf_head up)
+
+http {
+$(temp_paths up)
+    access_log  off;
+    keepalive_requests  1000000;
+    client_max_body_size  4m;
+    client_body_buffer_size  1m;
+
+    server {
+        listen  127.0.0.1:$up_port;
+
+        location = /v1/completions {
+            default_type  application/json;
+            return 200 '$completion';
+        }
+    }
+}
+EOT
+
+for g in plain off on; do
+    port[$g]=$(free_port)
+    mkdir -p "$prefix/$g"
+
+    {
+        [ $g = plain ] || echo "load_module  $module;"
+        conf_head $g
+        echo "http {"
+        temp_paths $g
+        echo "    access_log  off;"
+        echo "    keepalive_requests  1000000;"
+        echo "    client_max_body_size  4m;"
+        echo "    client_body_buffer_size  1m;"
+        [ $g = plain ] || echo "    dynamo_rl_zone  zone=rl:64m;"
+        echo "    upstream up { server 127.0.0.1:$up_port; keepalive 32; }"
+        echo "    server {"
+        echo "        listen  127.0.0.1:${port[$g]};"
+        echo "        location /v1/ {"
+        [ $g = plain ] || echo "            dynamo_rl_plane  request;"
+        [ $g != off ] || echo "            dynamo_rl_body_policy  off;"
+        echo "            proxy_pass  http://up;"
+        echo "            proxy_http_version  1.1;"
+        echo "            proxy_set_header  Connection \"\";"
+        echo "            proxy_buffering  off;"
+        echo "        }"
+        echo "    }"
+        echo "}"
+    } > "$prefix/$g/nginx.conf"
+done
+
+start() {
+    # start name cpu
+    taskset -c "$2" "$nginx" -p "$prefix/$1/" -c "$prefix/$1/nginx.conf" \
+        -e "$prefix/$1/error.log"
+
+    for _ in $(seq 50); do
+        [ -s "$prefix/$1/nginx.pid" ] && break
+        sleep 0.1
+    done
+
+    masters="$masters $(cat "$prefix/$1/nginx.pid")"
+}
+
+start up "$load_cpu"
+for g in plain off on; do start $g "$gw_cpu"; done
+
+declare -A worker
+for g in plain off on; do
+    worker[$g]=$(pgrep -P "$(cat "$prefix/$g/nginx.pid")" | head -1)
+done
+
+# the bodies: the small completion of bench/wrk-request.lua, a 200 KB
+# token-array prompt
+
+printf '%s' '{"model":"bench","prompt":"Say hello","max_tokens":64}' \
+    > "$prefix/small.json"
+python3 - "$prefix/big.json" <<'EOT'
+import sys
+toks = ",".join(str(i * 2654435761 % 151936) for i in range(29000))
+open(sys.argv[1], "w").write('{"model":"bench","prompt":[%s],"max_tokens":64,'
+    '"nvext":{"extra_fields":["completion_token_ids"]}}' % toks)
+EOT
+
+for g in plain off on; do
+    for b in small big; do
+        code=$(curl -s -o /dev/null -w '%{http_code}' \
+            --data-binary @"$prefix/$b.json" -H 'content-type: application/json' \
+            "http://127.0.0.1:${port[$g]}/v1/completions")
+        [ "$code" = 200 ] || { echo "$g $b: HTTP $code" >&2; exit 1; }
+    done
+done
+
+jiffies() {
+    awk '{ print $14 + $15 }' "/proc/$1/stat"
+}
+
+results="$prefix/results.txt"
+: > "$results"
+
+for r in $(seq "$rounds"); do
+    for b in small big; do
+        for g in plain off on; do
+            j0=$(jiffies "${worker[$g]}")
+            out=$(taskset -c "$load_cpu" wrk -t1 -c"$conns" -d"${duration}s" \
+                -s "$top/bench/wrk-body.lua" \
+                "http://127.0.0.1:${port[$g]}" -- "$prefix/$b.json")
+            j1=$(jiffies "${worker[$g]}")
+            n=$(awk '/requests in/ { print $1 }' <<< "$out")
+            non2xx=$(awk '/Non-2xx/ { print $NF }' <<< "$out")
+            [ -z "$non2xx" ] || { echo "$g $b: $non2xx non-2xx" >&2; exit 1; }
+            echo "$r $b $g $n $((j1 - j0))" >> "$results"
+        done
+    done
+    echo "round $r of $rounds" >&2
+done
+
+python3 - "$results" "$hz" <<'EOT'
+import sys, statistics as st
+rows = [l.split() for l in open(sys.argv[1])]
+hz = int(sys.argv[2])
+us = {}
+for r, b, g, n, j in rows:
+    us.setdefault((b, g), {})[r] = int(j) * 1e6 / hz / int(n)
+print("| body | plain µs/req | off µs/req | on µs/req | on/off | on/plain |")
+print("|---|---|---|---|---|---|")
+for b, name in (("small", "small completion"), ("big", "200 KB token array")):
+    rs = sorted(us[(b, "on")])
+    on_off = st.median(us[(b, "on")][r] / us[(b, "off")][r] for r in rs)
+    on_plain = st.median(us[(b, "on")][r] / us[(b, "plain")][r] for r in rs)
+    print("| %s | %.1f | %.1f | %.1f | %.3f | %.3f |" % (name,
+        st.median(us[(b, "plain")].values()), st.median(us[(b, "off")].values()),
+        st.median(us[(b, "on")].values()), on_off, on_plain))
+EOT

@@ -1,0 +1,602 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+
+/*
+ * The body policy of the request plane: each POST or PUT body is read
+ * whole in the precontent phase, before the ledger records the attempt
+ * and before anything is forwarded, as the mirror module reads a body it
+ * mirrors; the scanner of _scan.c judges it in one pass, and the phases
+ * go on from the same handler with the verdict in the request context.
+ */
+
+
+static void ngx_http_dynamo_rl_body_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
+static ngx_int_t ngx_http_dynamo_rl_body_encoding(ngx_http_request_t *r);
+static u_char *ngx_http_dynamo_rl_body_whole(ngx_http_request_t *r,
+    size_t *len);
+static ngx_int_t ngx_http_dynamo_rl_body_upload(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_body_scan_t *bs, ngx_http_dynamo_rl_loc_conf_t *drlcf);
+static ngx_int_t ngx_http_dynamo_rl_body_rid(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_body_scan_t *bs);
+static ngx_int_t ngx_http_dynamo_rl_body_strip(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_body_scan_t *bs, u_char *body, size_t len);
+static void ngx_http_dynamo_rl_body_refuse(ngx_http_dynamo_rl_ctx_t *ctx,
+    ngx_uint_t status, char *reason, char *message);
+
+
+/*
+ * NGX_DECLINED: no policy applies, or the body passed it; NGX_DONE: the
+ * body is being read, the phases go on from the body handler; otherwise
+ * an HTTP status to finalize the request with, ctx->body_* set for a
+ * refusal of the module's own
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
+{
+    ngx_int_t  rc;
+
+    switch (ctx->body_state) {
+
+    case NGX_HTTP_DYNAMO_RL_BODY_CHECKED:
+        ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
+        return ctx->body_status ? (ngx_int_t) ctx->body_status : NGX_DECLINED;
+
+    case NGX_HTTP_DYNAMO_RL_BODY_DONE:
+        return NGX_DECLINED;
+
+    case NGX_HTTP_DYNAMO_RL_BODY_READING:
+        return NGX_DONE;
+    }
+
+    if (!drlcf->body_policy || !(r->method & (NGX_HTTP_POST|NGX_HTTP_PUT))) {
+        ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_dynamo_rl_body_encoding(r) != NGX_OK) {
+        ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
+
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl: request body with a content coding "
+                      "refused");
+
+        ngx_http_dynamo_rl_body_refuse(ctx, NGX_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                                       "unsupported_encoding",
+                                       "request bodies must not have a "
+                                       "Content-Encoding");
+
+        return NGX_HTTP_UNSUPPORTED_MEDIA_TYPE;
+    }
+
+    ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_READING;
+
+    r->request_body_in_single_buf = 1;
+
+    rc = ngx_http_read_client_request_body(r,
+                                           ngx_http_dynamo_rl_body_handler);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
+        return rc;
+    }
+
+    ngx_http_finalize_request(r, NGX_DONE);
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_dynamo_rl_body_handler(ngx_http_request_t *r)
+{
+    ngx_http_dynamo_rl_ctx_t       *ctx;
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    if (ctx == NULL) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (ngx_http_dynamo_rl_body_check(r, ctx, drlcf) != NGX_OK) {
+        ctx->body_status = NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_CHECKED;
+
+    /* the phases go on from the precontent handler */
+
+    r->preserve_body = 1;
+
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+}
+
+
+/* NGX_OK with the verdict in ctx, NGX_ERROR when the check cannot run */
+
+static ngx_int_t
+ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
+{
+    u_char                          *body;
+    size_t                           len;
+    ngx_int_t                        rc;
+    ngx_http_dynamo_rl_body_scan_t  *bs;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    body = ngx_http_dynamo_rl_body_whole(r, &len);
+    if (body == NULL) {
+        return NGX_ERROR;
+    }
+
+    /*
+     * the scanner's room (15k) is the process's: a scan runs to its end
+     * without yielding, and a request neither allocates nor frees it
+     */
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    if (drmcf->body_scan == NULL) {
+        drmcf->body_scan = ngx_palloc(ngx_cycle->pool,
+                                      sizeof(ngx_http_dynamo_rl_body_scan_t));
+        if (drmcf->body_scan == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    bs = drmcf->body_scan;
+
+    if (ngx_http_dynamo_rl_body_scan(body, len, bs) != NGX_OK) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl: request body refused: %s at byte %uz",
+                      bs->err, (size_t) (bs->err_pos - body));
+
+        ngx_http_dynamo_rl_body_refuse(ctx, NGX_HTTP_BAD_REQUEST, "bad_body",
+                                       (char *) bs->err);
+        return NGX_OK;
+    }
+
+    if (bs->nvext != NULL
+        && ngx_http_dynamo_rl_body_member(bs, NGX_HTTP_DYNAMO_RL_BODY_NVEXT,
+                                          "metadata_upload")
+           != NULL)
+    {
+        rc = ngx_http_dynamo_rl_body_upload(r, bs, drlcf);
+
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        if (rc != NGX_OK) {
+            ngx_http_dynamo_rl_body_refuse(ctx, NGX_HTTP_FORBIDDEN,
+                                           "metadata_upload_denied",
+                                           "nvext.metadata_upload is not "
+                                           "allowed to this destination");
+            return NGX_OK;
+        }
+    }
+
+    if (ngx_http_dynamo_rl_route_generate(r) == NGX_OK) {
+        rc = ngx_http_dynamo_rl_body_rid(r, ctx, bs);
+
+        if (rc != NGX_DECLINED) {
+            return rc;
+        }
+    }
+
+    if (drlcf->strip_routing_headers) {
+        return ngx_http_dynamo_rl_body_strip(r, bs, body, len);
+    }
+
+    return NGX_OK;
+}
+
+
+/* "identity" is the only coding a body may name */
+
+static ngx_int_t
+ngx_http_dynamo_rl_body_encoding(ngx_http_request_t *r)
+{
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len != sizeof("Content-Encoding") - 1
+            || ngx_strncasecmp(h[i].key.data, (u_char *) "Content-Encoding",
+                               h[i].key.len)
+               != 0)
+        {
+            continue;
+        }
+
+        if (h[i].value.len != sizeof("identity") - 1
+            || ngx_strncasecmp(h[i].value.data, (u_char *) "identity",
+                               h[i].value.len)
+               != 0)
+        {
+            return NGX_DECLINED;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * the body in one piece of memory: the buffer itself when nginx read it
+ * into one, otherwise a copy of its buffers and its temp file (bounded by
+ * client_max_body_size)
+ */
+
+static u_char *
+ngx_http_dynamo_rl_body_whole(ngx_http_request_t *r, size_t *len)
+{
+    u_char       *body, *p;
+    off_t         size;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    *len = 0;
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        return (u_char *) "";
+    }
+
+    cl = r->request_body->bufs;
+
+    if (cl->next == NULL && !cl->buf->in_file) {
+        *len = cl->buf->last - cl->buf->pos;
+        return *len ? cl->buf->pos : (u_char *) "";
+    }
+
+    size = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        size += ngx_buf_size(cl->buf);
+    }
+
+    body = ngx_pnalloc(r->pool, size ? (size_t) size : 1);
+    if (body == NULL) {
+        return NULL;
+    }
+
+    p = body;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (!b->in_file) {
+            p = ngx_cpymem(p, b->pos, b->last - b->pos);
+            continue;
+        }
+
+        n = ngx_read_file(b->file, p, (size_t) (b->file_last - b->file_pos),
+                          b->file_pos);
+
+        if (n != b->file_last - b->file_pos) {
+            ngx_log_error(NGX_LOG_CRIT, r->connection->log, 0,
+                          "dynamo rl: cannot read the request body from "
+                          "\"%V\"", &b->file->name);
+            return NULL;
+        }
+
+        p += n;
+    }
+
+    *len = p - body;
+
+    return body;
+}
+
+
+/* NGX_OK: metadata_upload.url is a string that one prefix allows */
+
+static ngx_int_t
+ngx_http_dynamo_rl_body_upload(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_body_scan_t *bs, ngx_http_dynamo_rl_loc_conf_t *drlcf)
+{
+    u_char                       *url, *last;
+    ngx_http_dynamo_rl_member_t  *m;
+
+    if (drlcf->upload_prefixes == NULL || bs->upload == NULL) {
+        return NGX_DECLINED;
+    }
+
+    m = ngx_http_dynamo_rl_body_member(bs, NGX_HTTP_DYNAMO_RL_BODY_UPLOAD,
+                                       "url");
+
+    if (m == NULL || m->value[0] != '"') {
+        return NGX_DECLINED;
+    }
+
+    url = ngx_pnalloc(r->pool, m->value_end - m->value);
+    if (url == NULL) {
+        return NGX_ERROR;
+    }
+
+    last = ngx_http_dynamo_rl_json_unescape(url, m->value + 1,
+                                            m->value_end - 1);
+
+    return ngx_http_dynamo_rl_upload_url_valid(url, last - url,
+                                               drlcf->upload_prefixes->elts,
+                                               drlcf->upload_prefixes->nelts);
+}
+
+
+/*
+ * on /generate, SGLang's engine request id is the attempt's identity:
+ * NGX_DECLINED when the body has none or it is the attempt id (or becomes
+ * it), NGX_OK with a refusal in ctx, NGX_ERROR
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_body_rid(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_body_scan_t *bs)
+{
+    u_char                       *rid, *last;
+    ngx_uint_t                    i;
+    ngx_http_dynamo_rl_member_t  *m;
+
+    m = ngx_http_dynamo_rl_body_member(bs, NGX_HTTP_DYNAMO_RL_BODY_TOP, "rid");
+
+    if (m == NULL) {
+        return NGX_DECLINED;
+    }
+
+    rid = NULL;
+    last = NULL;
+
+    if (m->value[0] == '"') {
+        rid = ngx_pnalloc(r->pool, m->value_end - m->value);
+        if (rid == NULL) {
+            return NGX_ERROR;
+        }
+
+        last = ngx_http_dynamo_rl_json_unescape(rid, m->value + 1,
+                                                m->value_end - 1);
+    }
+
+    if (rid == NULL
+        || ngx_http_dynamo_rl_attempt_id_valid(rid, last - rid) != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl: invalid \"rid\" in a /generate body");
+
+        ngx_http_dynamo_rl_body_refuse(ctx, NGX_HTTP_BAD_REQUEST,
+                                       "bad_attempt_id",
+                                       "invalid rid: a string of 1 to 128 "
+                                       "bytes of [A-Za-z0-9._:-]");
+        return NGX_OK;
+    }
+
+    if (ctx->client_id) {
+        if ((size_t) (last - rid) != ctx->attempt_id.len
+            || ngx_strncmp(rid, ctx->attempt_id.data, ctx->attempt_id.len)
+               != 0)
+        {
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "dynamo rl: \"rid\" \"%*s\" of a /generate body "
+                          "is not the attempt id", (size_t) (last - rid),
+                          rid);
+
+            ngx_http_dynamo_rl_body_refuse(ctx, NGX_HTTP_BAD_REQUEST,
+                                           "rid_mismatch",
+                                           "the body's rid differs from "
+                                           "the attempt id");
+            return NGX_OK;
+        }
+
+        return NGX_DECLINED;
+    }
+
+    /*
+     * the rid replaces the minted id, upstream and in the answer; the
+     * minted UUID stays Dynamo's request id unless the rid is one
+     */
+
+    ctx->attempt_id.data = rid;
+    ctx->attempt_id.len = last - rid;
+    ctx->client_id = 1;
+
+    if (ngx_http_dynamo_rl_uuid_valid(rid, last - rid) == NGX_OK) {
+        ctx->request_id = ctx->attempt_id;
+
+        if (ctx->id_headers[2] != NULL) {
+            ctx->id_headers[2]->value = ctx->request_id;
+        }
+    }
+
+    for (i = 0; i < 2; i++) {
+        if (ctx->id_headers[i] != NULL) {
+            ctx->id_headers[i]->value = ctx->attempt_id;
+        }
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "dynamo rl body: attempt \"%V\" from rid",
+                   &ctx->attempt_id);
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * the routing pins of nvext left out: one new buffer with every other
+ * byte, and Content-Length set to its length
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_body_strip(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_body_scan_t *bs, u_char *body, size_t len)
+{
+    u_char       *p, *last, **cut;
+    size_t        size;
+    ngx_buf_t    *b;
+    ngx_uint_t    i, n;
+    ngx_chain_t  *cl;
+
+    cut = bs->cut;
+
+    n = ngx_http_dynamo_rl_body_pins(bs, cut);
+
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    size = len;
+
+    for (i = 0; i < n; i++) {
+        size -= cut[2 * i + 1] - cut[2 * i];
+    }
+
+    b = ngx_create_temp_buf(r->pool, size ? size : 1);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = b->pos;
+    last = body;
+
+    for (i = 0; i < n; i++) {
+        p = ngx_cpymem(p, last, cut[2 * i] - last);
+        last = cut[2 * i + 1];
+    }
+
+    p = ngx_cpymem(p, last, body + len - last);
+
+    b->last = p;
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    cl = ngx_alloc_chain_link(r->pool);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    cl->buf = b;
+    cl->next = NULL;
+
+    r->request_body->bufs = cl;
+    r->headers_in.content_length_n = size;
+
+    if (r->headers_in.content_length != NULL) {
+        p = ngx_pnalloc(r->pool, NGX_OFF_T_LEN);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        r->headers_in.content_length->value.data = p;
+        r->headers_in.content_length->value.len =
+                                      ngx_sprintf(p, "%uz", size) - p;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "dynamo rl body: %ui routing pin(s) removed, %uz bytes",
+                   n, size);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_dynamo_rl_body_refuse(ngx_http_dynamo_rl_ctx_t *ctx,
+    ngx_uint_t status, char *reason, char *message)
+{
+    ctx->body_status = status;
+    ctx->body_reason = reason;
+    ctx->body_message = message;
+}
+
+
+/* dynamo_rl_metadata_upload off | prefix ... */
+
+char *
+ngx_http_dynamo_rl_metadata_upload(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_dynamo_rl_loc_conf_t *drlcf = conf;
+
+    u_char      *p;
+    ngx_str_t   *value, *prefix;
+    ngx_uint_t   i;
+
+    if (drlcf->upload_prefixes != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (cf->args->nelts == 2
+        && ngx_strcmp(value[1].data, "off") == 0)
+    {
+        drlcf->upload_prefixes = NULL;
+        return NGX_CONF_OK;
+    }
+
+    drlcf->upload_prefixes = ngx_array_create(cf->pool, cf->args->nelts - 1,
+                                              sizeof(ngx_str_t));
+    if (drlcf->upload_prefixes == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        /* a prefix must name a scheme and a host, and be a url itself */
+
+        p = ngx_strlchr(value[i].data, value[i].data + value[i].len, ':');
+
+        if (p == NULL || p == value[i].data
+            || value[i].data + value[i].len - p < 4
+            || p[1] != '/' || p[2] != '/'
+            || ngx_http_dynamo_rl_upload_url_valid(value[i].data,
+                                                   value[i].len,
+                                                   &value[i], 1)
+               != NGX_OK)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid metadata upload prefix \"%V\": a "
+                               "scheme, a host and a path without \"%%\", "
+                               "\"\\\", \"..\" or control bytes",
+                               &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        prefix = ngx_array_push(drlcf->upload_prefixes);
+        if (prefix == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *prefix = value[i];
+    }
+
+    return NGX_CONF_OK;
+}

@@ -1,0 +1,1047 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+
+/*
+ * One pass over a request body: the grammar of RFC 8259 with the whole
+ * body one object, strings checked as UTF-8 (RFC 3629: no overlong forms,
+ * no surrogates, nothing above U+10FFFF) and their \u escapes paired.
+ * Values the policy does not read are skipped, never copied; the members
+ * of the three objects it reads are kept as byte positions, and a name
+ * that repeats in one of them (compared after unescaping) refuses the
+ * body, as does nesting deeper than NGX_HTTP_DYNAMO_RL_BODY_DEPTH.
+ */
+
+
+#define NGX_HTTP_DYNAMO_RL_KIND_OTHER  3
+#define NGX_HTTP_DYNAMO_RL_KIND_ARRAY  4
+
+
+#define ngx_http_dynamo_rl_skip_ws(p, end)                                    \
+    while (p < end && ngx_http_dynamo_rl_ws[*p]) { p++; }
+
+
+static u_char *ngx_http_dynamo_rl_scan_string(u_char *p, u_char *end,
+    ngx_uint_t name, const char **err);
+static u_char *ngx_http_dynamo_rl_scan_utf8(u_char *p, u_char *end);
+static ngx_int_t ngx_http_dynamo_rl_scan_hex4(u_char *p, u_char *end,
+    uint32_t *cp);
+static u_char *ngx_http_dynamo_rl_scan_number(u_char *p, u_char *end);
+static u_char *ngx_http_dynamo_rl_scan_fraction(u_char *p, u_char *end);
+static ngx_inline u_char *ngx_http_dynamo_rl_integers(u_char *p,
+    u_char *end);
+static uint32_t ngx_http_dynamo_rl_next_cp(u_char **pp);
+static uint32_t ngx_http_dynamo_rl_name_hash(ngx_http_dynamo_rl_member_t *m);
+static ngx_int_t ngx_http_dynamo_rl_name_eq(ngx_http_dynamo_rl_member_t *a,
+    ngx_http_dynamo_rl_member_t *b);
+
+
+static u_char  ngx_http_dynamo_rl_ws[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+};
+
+
+/* bytes a string's fast path passes over: printable ASCII but " and \ */
+
+static u_char  ngx_http_dynamo_rl_plain[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+};
+
+
+static u_char  ngx_http_dynamo_rl_digit[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+};
+
+
+ngx_int_t
+ngx_http_dynamo_rl_body_scan(u_char *p, size_t len,
+    ngx_http_dynamo_rl_body_scan_t *bs)
+{
+    u_char                       *end, *q, *start;
+    ngx_uint_t                    depth, lvl, next, i;
+    const char                   *err;
+    ngx_http_dynamo_rl_member_t  *m;
+    u_char                        kind[NGX_HTTP_DYNAMO_RL_BODY_DEPTH];
+
+    end = p + len;
+    depth = 0;
+    err = NULL;
+    m = NULL;
+
+    bs->n[NGX_HTTP_DYNAMO_RL_BODY_TOP] = 0;
+    bs->n[NGX_HTTP_DYNAMO_RL_BODY_NVEXT] = 0;
+    bs->n[NGX_HTTP_DYNAMO_RL_BODY_UPLOAD] = 0;
+    bs->nvext = NULL;
+    bs->upload = NULL;
+    bs->err = NULL;
+    bs->err_pos = NULL;
+    bs->too_deep = 0;
+
+    ngx_http_dynamo_rl_skip_ws(p, end);
+
+    if (p == end || *p != '{') {
+        err = "the body is not a JSON object";
+        goto failed;
+    }
+
+    next = NGX_HTTP_DYNAMO_RL_BODY_TOP;
+
+value:
+
+    if (p == end) {
+        err = "unexpected end of the body";
+        goto failed;
+    }
+
+    if (depth && kind[depth - 1] < NGX_HTTP_DYNAMO_RL_KIND_OTHER) {
+        lvl = kind[depth - 1];
+        bs->members[lvl][bs->n[lvl] - 1].value = p;
+    }
+
+    switch (*p) {
+
+    case '{':
+        if (depth == NGX_HTTP_DYNAMO_RL_BODY_DEPTH) {
+            bs->too_deep = 1;
+            err = "nesting deeper than 64";
+            goto failed;
+        }
+
+        if (next == NGX_HTTP_DYNAMO_RL_BODY_NVEXT) {
+            bs->nvext = m;
+
+        } else if (next == NGX_HTTP_DYNAMO_RL_BODY_UPLOAD) {
+            bs->upload = m;
+        }
+
+        kind[depth++] = (u_char) next;
+        p++;
+
+        ngx_http_dynamo_rl_skip_ws(p, end);
+
+        if (p < end && *p == '}') {
+            p++;
+            depth--;
+            goto after_value;
+        }
+
+        goto name;
+
+    case '[':
+        if (depth == NGX_HTTP_DYNAMO_RL_BODY_DEPTH) {
+            bs->too_deep = 1;
+            err = "nesting deeper than 64";
+            goto failed;
+        }
+
+        kind[depth++] = NGX_HTTP_DYNAMO_RL_KIND_ARRAY;
+        next = NGX_HTTP_DYNAMO_RL_KIND_OTHER;
+        p++;
+
+        ngx_http_dynamo_rl_skip_ws(p, end);
+
+        if (p < end && *p == ']') {
+            p++;
+            depth--;
+            goto after_value;
+        }
+
+        goto value;
+
+    case '"':
+        p = ngx_http_dynamo_rl_scan_string(p + 1, end, 0, &err);
+        if (p == NULL) {
+            goto failed;
+        }
+
+        goto after_value;
+
+    case 't':
+        if (end - p < 4 || ngx_strncmp(p, "true", 4) != 0) {
+            goto invalid;
+        }
+
+        p += 4;
+        goto after_value;
+
+    case 'f':
+        if (end - p < 5 || ngx_strncmp(p, "false", 5) != 0) {
+            goto invalid;
+        }
+
+        p += 5;
+        goto after_value;
+
+    case 'n':
+        if (end - p < 4 || ngx_strncmp(p, "null", 4) != 0) {
+            goto invalid;
+        }
+
+        p += 4;
+        goto after_value;
+
+    default:
+        p = ngx_http_dynamo_rl_scan_number(p, end);
+        if (p == NULL) {
+            goto invalid;
+        }
+
+        goto after_value;
+    }
+
+after_value:
+
+    if (depth == 0) {
+        ngx_http_dynamo_rl_skip_ws(p, end);
+
+        if (p != end) {
+            err = "data after the object";
+            goto failed;
+        }
+
+        return NGX_OK;
+    }
+
+    lvl = kind[depth - 1];
+
+    if (lvl < NGX_HTTP_DYNAMO_RL_KIND_OTHER) {
+        bs->members[lvl][bs->n[lvl] - 1].value_end = p;
+    }
+
+    if (lvl == NGX_HTTP_DYNAMO_RL_KIND_ARRAY) {
+
+        /* the fast path of token arrays: numbers one after the other */
+
+        for ( ;; ) {
+
+            if (p < end && *p == ',' && end - p > 1
+                && p[1] >= '1' && p[1] <= '9')
+            {
+                /* integers and commas eight bytes at a time, then bytes */
+
+                p = ngx_http_dynamo_rl_integers(p + 1, end);
+
+                while (p < end && ngx_http_dynamo_rl_digit[*p]) {
+                    p++;
+                }
+
+                q = p;
+
+                p = ngx_http_dynamo_rl_scan_fraction(p, end);
+                if (p == NULL) {
+                    p = q;
+                    goto invalid;
+                }
+
+                continue;
+            }
+
+            ngx_http_dynamo_rl_skip_ws(p, end);
+
+            if (p == end || *p != ',') {
+                break;
+            }
+
+            p++;
+
+            ngx_http_dynamo_rl_skip_ws(p, end);
+
+            if (p == end
+                || !(ngx_http_dynamo_rl_digit[*p] || *p == '-'))
+            {
+                goto value;
+            }
+
+            p = ngx_http_dynamo_rl_scan_number(p, end);
+            if (p == NULL) {
+                goto invalid;
+            }
+        }
+
+        if (p == end || *p != ']') {
+            err = "expected \",\" or \"]\" in an array";
+            goto failed;
+        }
+
+        p++;
+        depth--;
+        goto after_value;
+    }
+
+    ngx_http_dynamo_rl_skip_ws(p, end);
+
+    if (p < end && *p == ',') {
+        p++;
+        ngx_http_dynamo_rl_skip_ws(p, end);
+        goto name;
+    }
+
+    if (p < end && *p == '}') {
+        p++;
+        depth--;
+        goto after_value;
+    }
+
+    err = "expected \",\" or \"}\" in an object";
+    goto failed;
+
+name:
+
+    if (p == end || *p != '"') {
+        err = "expected a member name";
+        goto failed;
+    }
+
+    start = p;
+
+    q = ngx_http_dynamo_rl_scan_string(p + 1, end, 1, &err);
+    if (q == NULL) {
+        goto failed;
+    }
+
+    lvl = kind[depth - 1];
+    next = NGX_HTTP_DYNAMO_RL_KIND_OTHER;
+
+    if (lvl < NGX_HTTP_DYNAMO_RL_KIND_OTHER) {
+
+        if (bs->n[lvl] == NGX_HTTP_DYNAMO_RL_BODY_MEMBERS) {
+            err = "too many members in an object the policy reads";
+            goto failed;
+        }
+
+        m = &bs->members[lvl][bs->n[lvl]];
+        m->name = start;
+        m->name_end = q;
+        m->value = NULL;
+        m->value_end = NULL;
+        m->hash = ngx_http_dynamo_rl_name_hash(m);
+
+        for (i = 0; i < bs->n[lvl]; i++) {
+            if (bs->members[lvl][i].hash == m->hash
+                && ngx_http_dynamo_rl_name_eq(&bs->members[lvl][i], m)
+                   == NGX_OK)
+            {
+                err = "duplicate member name";
+                goto failed;
+            }
+        }
+
+        bs->n[lvl]++;
+
+        if (lvl == NGX_HTTP_DYNAMO_RL_BODY_TOP
+            && ngx_http_dynamo_rl_body_name_is(m, "nvext") == NGX_OK)
+        {
+            next = NGX_HTTP_DYNAMO_RL_BODY_NVEXT;
+
+        } else if (lvl == NGX_HTTP_DYNAMO_RL_BODY_NVEXT
+                   && ngx_http_dynamo_rl_body_name_is(m, "metadata_upload")
+                      == NGX_OK)
+        {
+            next = NGX_HTTP_DYNAMO_RL_BODY_UPLOAD;
+        }
+    }
+
+    p = q;
+
+    ngx_http_dynamo_rl_skip_ws(p, end);
+
+    if (p == end || *p != ':') {
+        err = "expected \":\" after a member name";
+        goto failed;
+    }
+
+    p++;
+
+    ngx_http_dynamo_rl_skip_ws(p, end);
+
+    goto value;
+
+invalid:
+
+    err = "invalid value";
+
+failed:
+
+    bs->err = err;
+    bs->err_pos = p;
+
+    return NGX_ERROR;
+}
+
+
+/* p is past the opening quote; returns past the closing one */
+
+static u_char *
+ngx_http_dynamo_rl_scan_string(u_char *p, u_char *end, ngx_uint_t name,
+    const char **err)
+{
+    u_char    c;
+    uint32_t  cp, lo;
+
+    for ( ;; ) {
+
+        while (p < end && ngx_http_dynamo_rl_plain[*p]) {
+            p++;
+        }
+
+        if (p == end) {
+            *err = "unterminated string";
+            return NULL;
+        }
+
+        c = *p;
+
+        if (c == '"') {
+            return p + 1;
+        }
+
+        if (c == '\\') {
+            if (end - p < 2) {
+                *err = "unterminated string";
+                return NULL;
+            }
+
+            switch (p[1]) {
+
+            case '"':
+            case '\\':
+            case '/':
+            case 'b':
+            case 'f':
+            case 'n':
+            case 'r':
+            case 't':
+                p += 2;
+                continue;
+
+            case 'u':
+                if (ngx_http_dynamo_rl_scan_hex4(p + 2, end, &cp) != NGX_OK) {
+                    *err = "invalid \\u escape";
+                    return NULL;
+                }
+
+                p += 6;
+
+                if (cp >= 0xd800 && cp <= 0xdbff) {
+                    if (end - p < 6 || p[0] != '\\' || p[1] != 'u'
+                        || ngx_http_dynamo_rl_scan_hex4(p + 2, end, &lo)
+                           != NGX_OK
+                        || lo < 0xdc00 || lo > 0xdfff)
+                    {
+                        *err = "unpaired surrogate escape";
+                        return NULL;
+                    }
+
+                    p += 6;
+
+                } else if (cp >= 0xdc00 && cp <= 0xdfff) {
+                    *err = "unpaired surrogate escape";
+                    return NULL;
+
+                } else if (cp == 0 && name) {
+
+                    /* a name a C string would cut short */
+
+                    *err = "NUL in a member name";
+                    return NULL;
+                }
+
+                continue;
+
+            default:
+                *err = "invalid escape";
+                return NULL;
+            }
+        }
+
+        if (c < 0x20) {
+            *err = "control character in a string";
+            return NULL;
+        }
+
+        p = ngx_http_dynamo_rl_scan_utf8(p, end);
+        if (p == NULL) {
+            *err = "invalid UTF-8";
+            return NULL;
+        }
+    }
+}
+
+
+/* one multi-byte sequence, the well-formed table of Unicode 15, 3-7 */
+
+static u_char *
+ngx_http_dynamo_rl_scan_utf8(u_char *p, u_char *end)
+{
+    u_char      c, lo, hi;
+    ngx_uint_t  n, i;
+
+    c = *p;
+
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 1; lo = 0x80; hi = 0xbf;
+
+    } else if (c == 0xe0) {
+        n = 2; lo = 0xa0; hi = 0xbf;
+
+    } else if (c == 0xed) {
+        n = 2; lo = 0x80; hi = 0x9f;
+
+    } else if (c >= 0xe1 && c <= 0xef) {
+        n = 2; lo = 0x80; hi = 0xbf;
+
+    } else if (c == 0xf0) {
+        n = 3; lo = 0x90; hi = 0xbf;
+
+    } else if (c >= 0xf1 && c <= 0xf3) {
+        n = 3; lo = 0x80; hi = 0xbf;
+
+    } else if (c == 0xf4) {
+        n = 3; lo = 0x80; hi = 0x8f;
+
+    } else {
+        return NULL;
+    }
+
+    if ((size_t) (end - p) <= n) {
+        return NULL;
+    }
+
+    if (p[1] < lo || p[1] > hi) {
+        return NULL;
+    }
+
+    for (i = 2; i <= n; i++) {
+        if (p[i] < 0x80 || p[i] > 0xbf) {
+            return NULL;
+        }
+    }
+
+    return p + n + 1;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_scan_hex4(u_char *p, u_char *end, uint32_t *cp)
+{
+    u_char      c;
+    uint32_t    v;
+    ngx_uint_t  i;
+
+    if (end - p < 4) {
+        return NGX_ERROR;
+    }
+
+    v = 0;
+
+    for (i = 0; i < 4; i++) {
+        c = p[i];
+
+        if (c >= '0' && c <= '9') {
+            v = v * 16 + (c - '0');
+
+        } else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') {
+            v = v * 16 + ((c | 0x20) - 'a' + 10);
+
+        } else {
+            return NGX_ERROR;
+        }
+    }
+
+    *cp = v;
+
+    return NGX_OK;
+}
+
+
+static u_char *
+ngx_http_dynamo_rl_scan_number(u_char *p, u_char *end)
+{
+    if (p < end && *p == '-') {
+        p++;
+    }
+
+    if (p == end) {
+        return NULL;
+    }
+
+    if (*p == '0') {
+        p++;
+
+    } else if (*p >= '1' && *p <= '9') {
+        p++;
+
+        while (p < end && ngx_http_dynamo_rl_digit[*p]) {
+            p++;
+        }
+
+    } else {
+        return NULL;
+    }
+
+    return ngx_http_dynamo_rl_scan_fraction(p, end);
+}
+
+
+/* the optional fraction and exponent of a number, p past its integer */
+
+static u_char *
+ngx_http_dynamo_rl_scan_fraction(u_char *p, u_char *end)
+{
+    if (p < end && *p == '.') {
+        p++;
+
+        if (p == end || !ngx_http_dynamo_rl_digit[*p]) {
+            return NULL;
+        }
+
+        while (p < end && ngx_http_dynamo_rl_digit[*p]) {
+            p++;
+        }
+    }
+
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+
+        if (p < end && (*p == '+' || *p == '-')) {
+            p++;
+        }
+
+        if (p == end || !ngx_http_dynamo_rl_digit[*p]) {
+            return NULL;
+        }
+
+        while (p < end && ngx_http_dynamo_rl_digit[*p]) {
+            p++;
+        }
+    }
+
+    return p;
+}
+
+
+/*
+ * p is in the digits of an integer of an array (its first digit is 1-9):
+ * past every following word of eight bytes that holds only digits and
+ * commas, each comma followed by 1-9; returns where such words end, in
+ * the digits of an integer or at a comma after one.  A byte is a digit
+ * when its high nibble is 3 and its low one is below 10 (adding 6 to
+ * each low nibble alone never carries into the next byte).
+ */
+
+static ngx_inline u_char *
+ngx_http_dynamo_rl_integers(u_char *p, u_char *end)
+{
+#if (NGX_HAVE_LITTLE_ENDIAN)
+    uint64_t  v, nd, cm, z0, t;
+
+    while (end - p >= 9) {
+        ngx_memcpy(&v, p, 8);
+
+        t = ((v & 0xf0f0f0f0f0f0f0f0ULL) ^ 0x3030303030303030ULL)
+            | (((v & 0x0f0f0f0f0f0f0f0fULL) + 0x0606060606060606ULL)
+               & 0xf0f0f0f0f0f0f0f0ULL);
+
+        /* high bits: not a digit, a comma, a "0" */
+
+        nd = (((t & 0x7f7f7f7f7f7f7f7fULL) + 0x7f7f7f7f7f7f7f7fULL) | t)
+             & 0x8080808080808080ULL;
+
+        t = v ^ 0x2c2c2c2c2c2c2c2cULL;
+        cm = ~((((t & 0x7f7f7f7f7f7f7f7fULL) + 0x7f7f7f7f7f7f7f7fULL) | t))
+             & 0x8080808080808080ULL;
+
+        t = v ^ 0x3030303030303030ULL;
+        z0 = ~((((t & 0x7f7f7f7f7f7f7f7fULL) + 0x7f7f7f7f7f7f7f7fULL) | t))
+             & 0x8080808080808080ULL;
+
+        if (nd != cm
+            || ((cm << 8) & (cm | z0))
+            || ((cm >> 56) && (p[8] < '1' || p[8] > '9')))
+        {
+            break;
+        }
+
+        p += 8;
+    }
+#endif
+
+    return p;
+}
+
+
+/* the next code point of string content that the scanner accepted */
+
+static uint32_t
+ngx_http_dynamo_rl_next_cp(u_char **pp)
+{
+    u_char    *p;
+    uint32_t   cp, lo;
+
+    p = *pp;
+
+    if (*p == '\\') {
+        switch (p[1]) {
+        case 'b':
+            cp = '\b';
+            break;
+        case 'f':
+            cp = '\f';
+            break;
+        case 'n':
+            cp = '\n';
+            break;
+        case 'r':
+            cp = '\r';
+            break;
+        case 't':
+            cp = '\t';
+            break;
+        case 'u':
+            (void) ngx_http_dynamo_rl_scan_hex4(p + 2, p + 6, &cp);
+
+            if (cp >= 0xd800 && cp <= 0xdbff) {
+                (void) ngx_http_dynamo_rl_scan_hex4(p + 8, p + 12, &lo);
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                *pp = p + 12;
+                return cp;
+            }
+
+            *pp = p + 6;
+            return cp;
+        default:
+            cp = p[1];
+            break;
+        }
+
+        *pp = p + 2;
+        return cp;
+    }
+
+    if (*p < 0x80) {
+        *pp = p + 1;
+        return *p;
+    }
+
+    if (*p < 0xe0) {
+        cp = ((uint32_t) (p[0] & 0x1f) << 6) | (p[1] & 0x3f);
+        *pp = p + 2;
+
+    } else if (*p < 0xf0) {
+        cp = ((uint32_t) (p[0] & 0x0f) << 12)
+             | ((uint32_t) (p[1] & 0x3f) << 6) | (p[2] & 0x3f);
+        *pp = p + 3;
+
+    } else {
+        cp = ((uint32_t) (p[0] & 0x07) << 18)
+             | ((uint32_t) (p[1] & 0x3f) << 12)
+             | ((uint32_t) (p[2] & 0x3f) << 6) | (p[3] & 0x3f);
+        *pp = p + 4;
+    }
+
+    return cp;
+}
+
+
+/* FNV-1a over the code points of the unescaped name */
+
+static uint32_t
+ngx_http_dynamo_rl_name_hash(ngx_http_dynamo_rl_member_t *m)
+{
+    u_char    *p, *end;
+    uint32_t   h, cp;
+
+    h = 2166136261u;
+
+    p = m->name + 1;
+    end = m->name_end - 1;
+
+    while (p < end) {
+        cp = ngx_http_dynamo_rl_next_cp(&p);
+        h = (h ^ cp) * 16777619u;
+    }
+
+    return h;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_name_eq(ngx_http_dynamo_rl_member_t *a,
+    ngx_http_dynamo_rl_member_t *b)
+{
+    u_char  *p, *q, *pe, *qe;
+
+    p = a->name + 1;
+    pe = a->name_end - 1;
+    q = b->name + 1;
+    qe = b->name_end - 1;
+
+    while (p < pe && q < qe) {
+        if (ngx_http_dynamo_rl_next_cp(&p) != ngx_http_dynamo_rl_next_cp(&q)) {
+            return NGX_DECLINED;
+        }
+    }
+
+    return (p == pe && q == qe) ? NGX_OK : NGX_DECLINED;
+}
+
+
+/* the member name, unescaped, equals an ASCII name */
+
+ngx_int_t
+ngx_http_dynamo_rl_body_name_is(ngx_http_dynamo_rl_member_t *m, char *name)
+{
+    u_char  *p, *end;
+
+    p = m->name + 1;
+    end = m->name_end - 1;
+
+    while (p < end && *name) {
+        if (ngx_http_dynamo_rl_next_cp(&p) != (u_char) *name++) {
+            return NGX_DECLINED;
+        }
+    }
+
+    return (p == end && *name == '\0') ? NGX_OK : NGX_DECLINED;
+}
+
+
+ngx_http_dynamo_rl_member_t *
+ngx_http_dynamo_rl_body_member(ngx_http_dynamo_rl_body_scan_t *bs,
+    ngx_uint_t level, char *name)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < bs->n[level]; i++) {
+        if (ngx_http_dynamo_rl_body_name_is(&bs->members[level][i], name)
+            == NGX_OK)
+        {
+            return &bs->members[level][i];
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * the content of a string the scanner accepted, between src and end (the
+ * quotes excluded), unescaped into dst, which needs end - src bytes
+ */
+
+u_char *
+ngx_http_dynamo_rl_json_unescape(u_char *dst, u_char *src, u_char *end)
+{
+    uint32_t  cp;
+
+    while (src < end) {
+
+        if (*src != '\\') {
+            *dst++ = *src++;
+            continue;
+        }
+
+        cp = ngx_http_dynamo_rl_next_cp(&src);
+
+        if (cp < 0x80) {
+            *dst++ = (u_char) cp;
+
+        } else if (cp < 0x800) {
+            *dst++ = (u_char) (0xc0 | (cp >> 6));
+            *dst++ = (u_char) (0x80 | (cp & 0x3f));
+
+        } else if (cp < 0x10000) {
+            *dst++ = (u_char) (0xe0 | (cp >> 12));
+            *dst++ = (u_char) (0x80 | ((cp >> 6) & 0x3f));
+            *dst++ = (u_char) (0x80 | (cp & 0x3f));
+
+        } else {
+            *dst++ = (u_char) (0xf0 | (cp >> 18));
+            *dst++ = (u_char) (0x80 | ((cp >> 12) & 0x3f));
+            *dst++ = (u_char) (0x80 | ((cp >> 6) & 0x3f));
+            *dst++ = (u_char) (0x80 | (cp & 0x3f));
+        }
+    }
+
+    return dst;
+}
+
+
+/*
+ * an unescaped metadata_upload url: it starts with one of the prefixes
+ * (scheme and host included), and has no "%" (nothing decodes later), no
+ * backslash, no control byte and no ".." path segment
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_upload_url_valid(u_char *p, size_t len,
+    ngx_str_t *prefixes, ngx_uint_t n)
+{
+    u_char      *end, *seg;
+    ngx_uint_t   i;
+
+    end = p + len;
+
+    for (seg = p; p < end; p++) {
+
+        if (*p == '%' || *p == '\\' || *p < 0x20 || *p == 0x7f) {
+            return NGX_DECLINED;
+        }
+
+        if (*p == '/') {
+            seg = p + 1;
+            continue;
+        }
+
+        if (*p == '.' && p - seg == 1 && seg[0] == '.'
+            && (p + 1 == end || p[1] == '/'))
+        {
+            return NGX_DECLINED;
+        }
+    }
+
+    p = end - len;
+
+    for (i = 0; i < n; i++) {
+        if (prefixes[i].len <= len
+            && ngx_memcmp(p, prefixes[i].data, prefixes[i].len) == 0)
+        {
+            return NGX_OK;
+        }
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * the routing pins of nvext as spans [cut[2i], cut[2i + 1]) to leave out,
+ * in order: with each pin goes one comma and the whitespace around it, so
+ * that what remains is the same object without the pins, byte for byte
+ */
+
+ngx_uint_t
+ngx_http_dynamo_rl_body_pins(ngx_http_dynamo_rl_body_scan_t *bs,
+    u_char **cut)
+{
+    ngx_str_t                    *pin;
+    ngx_uint_t                    i, k, n, nm, pinned;
+    ngx_http_dynamo_rl_member_t  *m;
+    u_char                        is[NGX_HTTP_DYNAMO_RL_BODY_MEMBERS];
+
+    static ngx_str_t  pins[] = {
+        ngx_string("backend_instance_id"),
+        ngx_string("prefill_worker_id"),
+        ngx_string("decode_worker_id"),
+        ngx_string("dp_rank"),
+        ngx_string("prefill_dp_rank"),
+        ngx_null_string
+    };
+
+    if (bs->nvext == NULL) {
+        return 0;
+    }
+
+    m = bs->members[NGX_HTTP_DYNAMO_RL_BODY_NVEXT];
+    nm = bs->n[NGX_HTTP_DYNAMO_RL_BODY_NVEXT];
+
+    pinned = 0;
+    k = nm;
+
+    for (i = 0; i < nm; i++) {
+        is[i] = 0;
+
+        for (pin = pins; pin->len; pin++) {
+            if (ngx_http_dynamo_rl_body_name_is(&m[i], (char *) pin->data)
+                == NGX_OK)
+            {
+                is[i] = 1;
+                pinned++;
+                break;
+            }
+        }
+
+        if (!is[i] && k == nm) {
+            k = i;
+        }
+    }
+
+    if (pinned == 0) {
+        return 0;
+    }
+
+    if (k == nm) {
+        cut[0] = m[0].name;
+        cut[1] = m[nm - 1].value_end;
+        return 1;
+    }
+
+    n = 0;
+
+    for (i = 0; i < nm; i++) {
+        if (!is[i]) {
+            continue;
+        }
+
+        if (i < k) {
+            cut[n++] = m[i].name;
+            cut[n++] = m[i + 1].name;
+
+        } else {
+            cut[n++] = m[i - 1].value_end;
+            cut[n++] = m[i].value_end;
+        }
+    }
+
+    return n / 2;
+}

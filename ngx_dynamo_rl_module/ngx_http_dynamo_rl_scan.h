@@ -1,0 +1,72 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#ifndef _NGX_HTTP_DYNAMO_RL_SCAN_H_INCLUDED_
+#define _NGX_HTTP_DYNAMO_RL_SCAN_H_INCLUDED_
+
+
+/*
+ * The request body scanner: one pass over a whole body, strict RFC 8259
+ * and UTF-8, that keeps only the members of the objects the body policy
+ * reads (the top-level object, its "nvext" and nvext's "metadata_upload").
+ * Pure: no nginx runtime, no allocation, no logging.
+ */
+
+
+#define NGX_HTTP_DYNAMO_RL_BODY_DEPTH    64
+#define NGX_HTTP_DYNAMO_RL_BODY_MEMBERS  128
+
+#define NGX_HTTP_DYNAMO_RL_BODY_TOP      0
+#define NGX_HTTP_DYNAMO_RL_BODY_NVEXT    1
+#define NGX_HTTP_DYNAMO_RL_BODY_UPLOAD   2
+#define NGX_HTTP_DYNAMO_RL_BODY_LEVELS   3
+
+
+/* a member of an object the policy reads, as byte positions in the body */
+
+typedef struct {
+    u_char                         *name;        /* the opening quote */
+    u_char                         *name_end;    /* past the closing quote */
+    u_char                         *value;
+    u_char                         *value_end;
+    uint32_t                        hash;
+} ngx_http_dynamo_rl_member_t;
+
+
+typedef struct {
+    ngx_http_dynamo_rl_member_t     members[NGX_HTTP_DYNAMO_RL_BODY_LEVELS]
+                                           [NGX_HTTP_DYNAMO_RL_BODY_MEMBERS];
+    ngx_uint_t                      n[NGX_HTTP_DYNAMO_RL_BODY_LEVELS];
+
+    /* where a level's object is, NULL when the body has none */
+    ngx_http_dynamo_rl_member_t    *nvext;
+    ngx_http_dynamo_rl_member_t    *upload;
+
+    /* room for ngx_http_dynamo_rl_body_pins() */
+    u_char                         *cut[2 * NGX_HTTP_DYNAMO_RL_BODY_MEMBERS];
+
+    /* why a body was refused and where */
+    const char                     *err;
+    u_char                         *err_pos;
+    unsigned                        too_deep:1;
+} ngx_http_dynamo_rl_body_scan_t;
+
+
+ngx_int_t ngx_http_dynamo_rl_body_scan(u_char *p, size_t len,
+    ngx_http_dynamo_rl_body_scan_t *bs);
+ngx_http_dynamo_rl_member_t *ngx_http_dynamo_rl_body_member(
+    ngx_http_dynamo_rl_body_scan_t *bs, ngx_uint_t level, char *name);
+ngx_int_t ngx_http_dynamo_rl_body_name_is(ngx_http_dynamo_rl_member_t *m,
+    char *name);
+u_char *ngx_http_dynamo_rl_json_unescape(u_char *dst, u_char *src,
+    u_char *end);
+ngx_uint_t ngx_http_dynamo_rl_body_pins(ngx_http_dynamo_rl_body_scan_t *bs,
+    u_char **cut);
+ngx_int_t ngx_http_dynamo_rl_upload_url_valid(u_char *p, size_t len,
+    ngx_str_t *prefixes, ngx_uint_t n);
+
+
+#endif /* _NGX_HTTP_DYNAMO_RL_SCAN_H_INCLUDED_ */

@@ -1,0 +1,119 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+#include <stdlib.h>
+
+#include "body_oracle.h"
+
+
+/*
+ * The request body scanner: the whole input is a body.  Its verdict must
+ * agree with jansson's (body_oracle.h); an accepted body's members must lie
+ * in order inside it; and the body without its routing pins must scan
+ * again, with none left.
+ */
+
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+
+static ngx_http_dynamo_rl_body_scan_t  bs;
+static u_char  *cut[2 * NGX_HTTP_DYNAMO_RL_BODY_MEMBERS];
+
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    u_char                       *buf, *out, *p, *last;
+    ngx_uint_t                    i, l, n;
+    ngx_http_dynamo_rl_member_t  *m;
+
+    buf = malloc(size + 1);
+    if (buf == NULL) {
+        return 0;
+    }
+
+    memcpy(buf, data, size);
+
+    if (body_oracle(buf, size) == BODY_ORACLE_MISMATCH) {
+        abort();
+    }
+
+    if (ngx_http_dynamo_rl_body_scan(buf, size, &bs) != NGX_OK) {
+        free(buf);
+        return 0;
+    }
+
+    for (l = 0; l < NGX_HTTP_DYNAMO_RL_BODY_LEVELS; l++) {
+        last = buf;
+
+        for (i = 0; i < bs.n[l]; i++) {
+            m = &bs.members[l][i];
+
+            if (m->name < last || m->name_end > m->value
+                || m->value >= m->value_end || m->value_end > buf + size
+                || *m->name != '"' || m->name_end[-1] != '"')
+            {
+                abort();
+            }
+
+            last = m->value_end;
+
+            /* unescaping never grows a string */
+
+            p = malloc(m->name_end - m->name);
+            if (p == NULL) {
+                abort();
+            }
+
+            if (ngx_http_dynamo_rl_json_unescape(p, m->name + 1,
+                                                 m->name_end - 1)
+                > p + (m->name_end - m->name - 2))
+            {
+                abort();
+            }
+
+            free(p);
+        }
+    }
+
+    n = ngx_http_dynamo_rl_body_pins(&bs, cut);
+
+    if (n) {
+        out = malloc(size);
+        if (out == NULL) {
+            abort();
+        }
+
+        p = out;
+        last = buf;
+
+        for (i = 0; i < n; i++) {
+            if (cut[2 * i] < last || cut[2 * i + 1] < cut[2 * i]) {
+                abort();
+            }
+
+            p = ngx_cpymem(p, last, cut[2 * i] - last);
+            last = cut[2 * i + 1];
+        }
+
+        p = ngx_cpymem(p, last, buf + size - last);
+
+        if (ngx_http_dynamo_rl_body_scan(out, p - out, &bs) != NGX_OK
+            || ngx_http_dynamo_rl_body_pins(&bs, cut) != 0)
+        {
+            abort();
+        }
+
+        free(out);
+    }
+
+    free(buf);
+
+    return 0;
+}
