@@ -48,6 +48,11 @@ http {
 
     dynamo_rl_zone zone=rl:96k;
 
+    # attempts recorded before their bodies arrive, as without the body
+    # policy: the held-open bodies that fill the ledger
+
+    dynamo_rl_body_policy off;
+
     proxy_http_version 1.1;
     proxy_set_header Connection "";
 
