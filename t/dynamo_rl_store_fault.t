@@ -203,6 +203,7 @@ cmp_ok($gate_unknown->[1] - $killed, '>=', 1.5,
 # the attempts API answers 503, never 404
 
 my ($known) = map { $_->{id} } grep { $_->{status} == 200 } @before;
+$known //= 'load-1';
 
 for my $id ($known, 'never-seen') {
 	$r = api($id, port => $A{api});
