@@ -47,7 +47,7 @@ use Test::DynamoRL::Redis qw/ reason replica_conf /;
 
 time_limit(Test::DynamoRL::scale(300));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(124 + 4);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(125 + 4);
 
 # replicas B and C: their logs and sanitizer reports are checked too
 
@@ -126,8 +126,12 @@ is("$g->{state} $g->{epoch}", "open $e", 'start: B reads the same gate');
 
 is($redis->hgetall(key('gate'))->{state}, 'open',
 	'start: the gate record in the store');
-is_deeply([ sort keys %{$redis->hgetall(key('fleet'))} ], [ 'A', 'B' ],
+my $fleet = $redis->hgetall(key('fleet'));
+
+is_deeply([ sort keys %$fleet ], [ 'A', 'B' ],
 	'start: the fleet record names both replicas');
+like($fleet->{A} // '', qr/^$e:0:\d{13}$/,
+	'start: A\'s heartbeat, seen_epoch:in_flight:ts_ms');
 
 # B's clock is ahead, when libfaketime is there
 

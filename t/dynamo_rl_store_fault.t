@@ -257,7 +257,9 @@ is($redis->hgetall(key('gate'))->{state}, 'open',
 
 my $timeouts = metrics($A{api})->{op('claim', 'timeout')} // 0;
 
-$redis->pause(1500);
+my $PAUSE = Test::DynamoRL::scale(1.5);
+
+$redis->pause(int($PAUSE * 1000));
 
 my $t0 = time();
 $r = gen(\%A, 'paused-1');
@@ -267,8 +269,8 @@ is($r->{status}, 503, 'paused: 503');
 is(reason($r), 'store_unavailable', 'paused: store_unavailable');
 ok(flat($r, 503, 'Service Unavailable'), 'paused: flat body');
 is($r->{headers}{'retry-after'}, 1, 'paused: Retry-After: 1');
-cmp_ok($took, '<', 1.2, 'paused: answered at the timeout, not after the'
-	. ' pause');
+cmp_ok($took, '<', $PAUSE - 0.3, 'paused: answered at the timeout,'
+	. ' not after the pause');
 is(forwarded($t, 'paused-1'), 0, 'paused: not forwarded');
 
 # the pause ends; the release, queued at the timeout, frees the id
