@@ -673,7 +673,7 @@ sub race {
 
 			if ($pid == 0) {
 				close $wr;
-				racer($rep, $k, $procs, $n, $rd, $dir);
+				eval { racer($rep, $k, $procs, $n, $rd, $dir) };
 				POSIX::_exit(0);
 			}
 
