@@ -1545,7 +1545,8 @@ ngx_http_dynamo_rl_store_json(ngx_http_dynamo_rl_report_t *rp, u_char *p)
 
     st = &rp->store_stats;
 
-    p = ngx_cpymem(p, "\"store\":{\"url\":\"", sizeof("\"store\":{\"url\":\"") - 1);
+    p = ngx_cpymem(p, "\"store\":{\"url\":\"",
+                   sizeof("\"store\":{\"url\":\"") - 1);
     p = (u_char *) ngx_escape_json(p, rp->store->url.data,
                                    rp->store->url.len);
 
