@@ -43,7 +43,7 @@ alarm(120);
 
 my $REPO = abs_path(dirname(__FILE__) . '/..');
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(69);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(76);
 
 $t->write_file('nginx.conf', example());
 $t->run_fake_dynamo();
@@ -201,7 +201,7 @@ http {
 EOF
 
 if ($nginx_t =~ /unknown directive "dynamo_rl_store"/) {
-	SKIP: { skip('no dynamo_rl_store in this build', 29); }
+	SKIP: { skip('no dynamo_rl_store in this build', 36); }
 	exit 0;
 }
 
