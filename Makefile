@@ -1,7 +1,8 @@
 # ngx_http_dynamo_rl_module: the single entry point for people and CI.
 #
 #   make            build build/ngx_http_dynamo_rl_module.so
-#   make run        the gateway in front of the bundled fake Dynamo
+#   make run        the gateway in front of the bundled fake Dynamo;
+#                   REPLICAS=2: two gateways sharing a local redis-server
 #   make test       unit tests, fuzz smoke, the example alerting rules
 #                   and the whole prove suite
 #   make check      lint, cppcheck and test
@@ -27,7 +28,7 @@ SOURCES    := config $(wildcard $(SRCDIR)/*.c $(SRCDIR)/*.h)
 BUILD_DEBS := nginx-core nginx-dev libjansson-dev libssl-dev
 TEST_DEBS  := $(BUILD_DEBS) curl clang libclang-rt-14-dev perl prometheus \
               chromium nghttp2-client nodejs libyaml-libyaml-perl faketime
-RUN_DEBS   := $(BUILD_DEBS) curl perl
+RUN_DEBS   := $(BUILD_DEBS) curl perl redis-server
 
 PROVE      ?= prove
 PROVE_OPTS ?=
@@ -169,7 +170,7 @@ cppcheck: $(NGX_BUILD)/objs/Makefile
 check: lint cppcheck test
 
 run: run-deps build
-	util/run-gateway
+	REPLICAS='$(REPLICAS)' util/run-gateway
 
 deb:
 	util/build-deb
