@@ -1335,7 +1335,7 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
     store = conn->store;
     c = conn->peer.connection;
 
-    if (c->sockaddr->sa_family != AF_UNIX) {
+    if (conn->peer.sockaddr->sa_family != AF_UNIX) {
         (void) ngx_tcp_nodelay(c);
     }
 
