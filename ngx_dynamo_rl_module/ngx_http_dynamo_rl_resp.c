@@ -16,13 +16,38 @@ static ngx_int_t ngx_http_dynamo_rl_resp_fleet(redisReply *r,
     uint64_t heartbeat, ngx_http_dynamo_rl_gate_reply_t *gr);
 static ngx_int_t ngx_http_dynamo_rl_resp_member(ngx_str_t *value,
     uint64_t *seen, uint64_t *in_flight, uint64_t *ts);
+static void *ngx_http_dynamo_rl_resp_string(const redisReadTask *task,
+    char *str, size_t len);
+static void *ngx_http_dynamo_rl_resp_array(const redisReadTask *task,
+    int elements);
+static void *ngx_http_dynamo_rl_resp_integer(const redisReadTask *task,
+    long long value);
+static void *ngx_http_dynamo_rl_resp_nil(const redisReadTask *task);
 
 
 /* a fleet report older than this is left out: the beat script drops it */
 #define NGX_HTTP_DYNAMO_RL_FLEET_FORGET  60000
 
-/* the largest HTTP status and the largest store millisecond we accept */
+/* the largest HTTP status we accept */
 #define NGX_HTTP_DYNAMO_RL_RESP_STATUS   999
+
+/*
+ * hiredis 0.14 allocates an array's elements as soon as it reads its
+ * count: a bad count ("*999999999") from a broken store would take
+ * gigabytes; no reply of ours comes near this many
+ */
+#define NGX_HTTP_DYNAMO_RL_RESP_ELEMENTS  65536
+
+
+/* hiredis's own functions, through the reader's privdata, but for arrays */
+
+static redisReplyObjectFunctions  ngx_http_dynamo_rl_resp_functions = {
+    ngx_http_dynamo_rl_resp_string,
+    ngx_http_dynamo_rl_resp_array,
+    ngx_http_dynamo_rl_resp_integer,
+    ngx_http_dynamo_rl_resp_nil,
+    freeReplyObject
+};
 
 
 /*
@@ -171,6 +196,69 @@ ngx_http_dynamo_rl_script_t  ngx_http_dynamo_rl_scripts[] = {
         ngx_http_dynamo_rl_lua_beat },
       "" }
 };
+
+
+/*
+ * a reader of replies: hiredis's, with a bound on the elements of an
+ * array (a larger count is a protocol error, REDIS_ERR)
+ */
+
+redisReader *
+ngx_http_dynamo_rl_resp_reader(void)
+{
+    redisReader  *rd;
+
+    rd = redisReaderCreate();
+    if (rd == NULL) {
+        return NULL;
+    }
+
+    rd->privdata = rd->fn;
+    rd->fn = &ngx_http_dynamo_rl_resp_functions;
+
+    return rd;
+}
+
+
+static void *
+ngx_http_dynamo_rl_resp_string(const redisReadTask *task, char *str,
+    size_t len)
+{
+    redisReplyObjectFunctions  *fn = task->privdata;
+
+    return fn->createString(task, str, len);
+}
+
+
+static void *
+ngx_http_dynamo_rl_resp_array(const redisReadTask *task, int elements)
+{
+    redisReplyObjectFunctions  *fn = task->privdata;
+
+    if (elements > NGX_HTTP_DYNAMO_RL_RESP_ELEMENTS) {
+        return NULL;
+    }
+
+    return fn->createArray(task, elements);
+}
+
+
+static void *
+ngx_http_dynamo_rl_resp_integer(const redisReadTask *task, long long value)
+{
+    redisReplyObjectFunctions  *fn = task->privdata;
+
+    return fn->createInteger(task, value);
+}
+
+
+static void *
+ngx_http_dynamo_rl_resp_nil(const redisReadTask *task)
+{
+    redisReplyObjectFunctions  *fn = task->privdata;
+
+    return fn->createNil(task);
+}
 
 
 /*

@@ -108,6 +108,7 @@ typedef struct {
 extern ngx_http_dynamo_rl_script_t  ngx_http_dynamo_rl_scripts[];
 
 
+redisReader *ngx_http_dynamo_rl_resp_reader(void);
 ngx_int_t ngx_http_dynamo_rl_resp_claim(redisReply *reply,
     ngx_http_dynamo_rl_claim_reply_t *cr);
 ngx_int_t ngx_http_dynamo_rl_resp_move(redisReply *reply, ngx_int_t *moved);

@@ -1339,7 +1339,7 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
         (void) ngx_tcp_nodelay(c);
     }
 
-    conn->reader = redisReaderCreate();
+    conn->reader = ngx_http_dynamo_rl_resp_reader();
     if (conn->reader == NULL) {
         ngx_http_dynamo_rl_store_fail(conn, "out of memory", 0);
         return;
