@@ -803,6 +803,10 @@ ngx_http_dynamo_rl_store_init_process(ngx_http_dynamo_rl_store_t *store,
 
     store->conn = conn;
 
+    /* the time cached at fork() would shorten the first deadlines */
+
+    ngx_time_update();
+
     ngx_http_dynamo_rl_store_connect(conn);
 
     return NGX_OK;

@@ -219,7 +219,8 @@ ok(lines($connected, 4), 'both connected again');
 ok(Test::DynamoRL::wait_for(sub { clients() == 3 }), 'the store sees both again');
 
 # a reload to a unix socket and a wrong password: AUTH is refused, once
-# per new worker process; the old ones go
+# per new worker process; the old ones go (a long timeout: a new worker
+# under valgrind takes a while to read its first reply)
 
 my $sock = "$d/redis.sock";
 
@@ -238,7 +239,7 @@ http {
     %%TEST_GLOBALS_HTTP%%
 
     dynamo_rl_zone zone=rl:1m state=%%TESTDIR%%/rl.state;
-    dynamo_rl_store unix:$sock?db=1 password_file=wrong;
+    dynamo_rl_store unix:$sock?db=1 password_file=wrong timeout=5s;
 
     server {
         listen 127.0.0.1:8080;
