@@ -1499,11 +1499,10 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     installed = 0;
 
     if (drmcf->shm_zone != NULL
-        && ngx_http_dynamo_rl_snapshot_store(r->connection->log,
-                                             drmcf->shm_zone->data,
-                                             ctx->doc, ctx->doc_len,
-                                             NGX_HTTP_DYNAMO_RL_SOURCE_DISCOVERY,
-                                             index, &generation)
+        && ngx_http_dynamo_rl_snapshot_store(
+               r->connection->log, drmcf->shm_zone->data, ctx->doc,
+               ctx->doc_len, NGX_HTTP_DYNAMO_RL_SOURCE_DISCOVERY, index,
+               &generation)
            == NGX_OK)
     {
         ngx_http_dynamo_rl_bad_routes(r, index);
