@@ -54,6 +54,9 @@ typedef struct {
 
     /* per-process cache of callers' scopes from variables: _scope.c */
     void                           *scopes;
+
+    /* dynamo_rl_store: the ledger and the gate in Redis or Valkey */
+    ngx_http_dynamo_rl_store_t     *store;
 } ngx_http_dynamo_rl_main_conf_t;
 
 
