@@ -11,6 +11,7 @@
 #define NGX_HTTP_DYNAMO_RL_RETRY_AFTER  5
 
 
+static ngx_int_t ngx_http_dynamo_rl_gate_claims(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_gate_known(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_shctx_t *sh);
 static ngx_uint_t ngx_http_dynamo_rl_gate_in_flight(
@@ -86,7 +87,7 @@ ngx_http_dynamo_rl_gate_check(ngx_http_request_t *r,
     zone = ngx_http_dynamo_rl_get_zone(r);
     sh = zone->sh;
 
-    if (!sh->gate_closed) {
+    if (!sh->gate_closed || ngx_http_dynamo_rl_gate_claims(r)) {
         return ngx_http_dynamo_rl_gate_known(r, ctx, sh);
     }
 
@@ -122,6 +123,29 @@ ngx_http_dynamo_rl_gate_check(ngx_http_request_t *r,
                                    "gate_closed",
                                    "generation is paused for a policy "
                                    "refresh, retry later");
+}
+
+
+/*
+ * with a store and the ledger, the claim reads the store's gate itself,
+ * in the same step: a view read a moment ago could still be closed
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_gate_claims(ngx_http_request_t *r)
+{
+    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    if (drmcf->store == NULL) {
+        return 0;
+    }
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    return drlcf->ledger;
 }
 
 
@@ -249,6 +273,7 @@ ngx_http_dynamo_rl_gate_state(ngx_http_dynamo_rl_zone_t *zone,
     gs->expires = sh->gate_expires;
     gs->expires_wall = sh->gate_expires_wall;
     gs->changed = sh->gate_changed;
+    gs->changed_ms = sh->store_changed;
     gs->reason_len = sh->gate_reason_len;
     ngx_memcpy(gs->reason, sh->gate_reason, sh->gate_reason_len);
 
@@ -323,7 +348,12 @@ ngx_http_dynamo_rl_gate_json(u_char *p, ngx_http_dynamo_rl_gate_state_t *gs)
 
     p = ngx_cpymem(p, ",\"changed\":", sizeof(",\"changed\":") - 1);
 
-    if (gs->changed) {
+    if (gs->changed_ms) {
+        *p++ = '"';
+        p = ngx_http_dynamo_rl_iso_time(p, gs->changed_ms);
+        *p++ = '"';
+
+    } else if (gs->changed) {
         *p++ = '"';
         p = ngx_http_dynamo_rl_iso_time(p, (uint64_t) gs->changed * 1000);
         *p++ = '"';
@@ -646,6 +676,7 @@ ngx_http_dynamo_rl_gate_apply(ngx_http_request_t *r,
 
     sh->gate_epoch++;
     sh->gate_changed = ngx_time();
+    sh->store_changed = 0;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
@@ -817,6 +848,7 @@ ngx_http_dynamo_rl_gate_store_apply(ngx_http_dynamo_rl_zone_t *zone,
     }
 
     sh->gate_changed = (time_t) (gr->changed / 1000);
+    sh->store_changed = gr->changed;
 
     sh->gate_reason_len = ngx_min(gr->reason.len,
                                   NGX_HTTP_DYNAMO_RL_GATE_REASON);

@@ -19,6 +19,7 @@ typedef struct {
     uint64_t                        now;
     ngx_uint_t                      expired;
     time_t                          changed;
+    uint64_t                        changed_ms;   /* the store's, or 0 */
     size_t                          reason_len;
     u_char                          reason[NGX_HTTP_DYNAMO_RL_GATE_REASON];
     ngx_uint_t                      members_changed;

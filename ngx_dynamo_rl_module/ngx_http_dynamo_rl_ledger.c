@@ -234,6 +234,14 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
                           "dynamo rl store: not available, the zone's "
                           "ledger acts for this replica alone");
         }
+
+        /* and the zone's gate, the store's as last read */
+
+        if (zone->sh->gate_closed && drlcf->gate) {
+            ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_CLOSED;
+            ctx->retry_after = 5;
+            return NGX_DECLINED;
+        }
     }
 
     hash = ngx_http_dynamo_rl_ledger_hash(zone->sh, &ctx->attempt_id);

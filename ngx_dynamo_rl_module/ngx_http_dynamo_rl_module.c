@@ -1190,6 +1190,14 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
         zone->state_load = ngx_http_dynamo_rl_state_load;
     }
 
+    /* the zone keeps the store's gate as last read, and its figures */
+
+    if (drmcf->store != NULL && drmcf->shm_zone == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"dynamo_rl_store\" requires \"dynamo_rl_zone\"");
+        return NGX_ERROR;
+    }
+
     if (drmcf->shm_zone != NULL
         && ngx_http_dynamo_rl_zone_reserve(cf, drmcf->shm_zone,
                                            drmcf->snapshot_max)
@@ -1261,6 +1269,7 @@ static ngx_int_t
 ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
 {
     ngx_pool_cleanup_t              *cln;
+    ngx_http_dynamo_rl_zone_t       *zone;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     if (cycle->conf_ctx[ngx_http_module.index] == NULL) {
@@ -1296,11 +1305,19 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
 
     if (drmcf->store != NULL
         && (ngx_process == NGX_PROCESS_WORKER
-            || ngx_process == NGX_PROCESS_SINGLE)
-        && ngx_http_dynamo_rl_store_init_process(drmcf->store, cycle)
-           != NGX_OK)
+            || ngx_process == NGX_PROCESS_SINGLE))
     {
-        return NGX_ERROR;
+        zone = drmcf->shm_zone->data;
+        drmcf->store->stats = &zone->sh->store;
+
+        if (ngx_http_dynamo_rl_store_init_process(drmcf->store, cycle)
+            != NGX_OK
+            || ngx_http_dynamo_rl_gate_store_init_process(zone, drmcf->store,
+                                                          cycle)
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
     }
 
     /* the process's snapshot index is not cycle pool memory */

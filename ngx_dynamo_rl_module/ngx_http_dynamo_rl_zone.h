@@ -150,6 +150,7 @@ typedef struct {
      * whether this instance falls back to the zone (on_error=local)
      */
     uint64_t                        store_read;
+    uint64_t                        store_changed;  /* the store's ms */
     ngx_uint_t                      store_known;
     ngx_atomic_t                    store_fallback;
     ngx_http_dynamo_rl_store_stats_t  store;
