@@ -1198,6 +1198,14 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
         return NGX_ERROR;
     }
 
+    if (drmcf->store == NULL && drmcf->shm_zone != NULL && zone->stateless) {
+        ngx_log_error(NGX_LOG_WARN, cf->log, 0,
+                      "dynamo_rl zone \"%V\" has no \"state\" parameter: "
+                      "a restart or a binary upgrade opens the gate and "
+                      "forgets used attempt ids in %s:%ui",
+                      &zone->name, zone->file, zone->line);
+    }
+
     if (drmcf->shm_zone != NULL
         && ngx_http_dynamo_rl_zone_reserve(cf, drmcf->shm_zone,
                                            drmcf->snapshot_max)

@@ -167,9 +167,10 @@ struct ngx_http_dynamo_rl_zone_s {
     /* the room a snapshot needs, from the largest max_size configured */
     size_t                          reserve;
 
-    /* where the directive is, for the size check after the http block */
+    /* where the directive is, for the checks after the http block */
     u_char                         *file;
     ngx_uint_t                      line;
+    ngx_uint_t                      stateless;
 
     /* the worker process's look for processes that died */
     ngx_event_t                     reaper;
