@@ -56,6 +56,7 @@ typedef struct {
     ngx_event_t                     beat;
     ngx_uint_t                      polling;
     ngx_uint_t                      beating;
+    ngx_uint_t                      beaten;
 } ngx_http_dynamo_rl_gate_poller_t;
 
 
@@ -924,6 +925,14 @@ ngx_http_dynamo_rl_gate_polled(void *data, ngx_int_t rc, redisReply *reply)
     }
 
     ngx_http_dynamo_rl_gate_store_apply(gp->zone, &gr, gp->poll.log);
+
+    /* the first report as soon as there is an epoch to acknowledge */
+
+    if (gp->beat.timer_set && !gp->beaten) {
+        gp->beaten = 1;
+        ngx_del_timer(&gp->beat);
+        ngx_add_timer(&gp->beat, 1);
+    }
 }
 
 

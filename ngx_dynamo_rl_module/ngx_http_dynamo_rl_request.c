@@ -394,7 +394,10 @@ ngx_http_dynamo_rl_record(ngx_http_request_t *r,
                                               "known, retry later");
 
     case NGX_HTTP_DYNAMO_RL_VERDICT_LOST:
-        ngx_log_error(NGX_LOG_CRIT, r->connection->log, 0,
+
+        /* the gate's reader logs it at crit, once, as it creates it again */
+
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "dynamo rl store: the gate record is lost while the "
                       "gate was closed, attempt \"%V\" refused",
                       &ctx->attempt_id);

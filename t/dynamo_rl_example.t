@@ -222,7 +222,7 @@ my $text = slurp($transcript);
 
 ok($up && $run, 'replicas: make run REPLICAS=2 started') or diag($text);
 
-my ($prefix) = $text =~ m{\b(\Q${\$t->testdir()}\E/dynamo-rl-run\.\w+)/};
+my ($prefix) = $text =~ m{(\Q${\$t->testdir()}\E/dynamo-rl-run\.\w+)/};
 my ($redis, $redis_pid) = $text
 	=~ /^store: .* at redis:\/\/127\.0\.0\.1:(\d+) \(pid\s+(\d+)\)/m;
 
