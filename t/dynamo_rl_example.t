@@ -188,22 +188,7 @@ is($r->{status}, 404, 'rollout: no status');
 
 ###############################################################################
 
-# make run REPLICAS=2, on free ports, its scratch directory in ours;
-# until the store is merged (issue 13), a module without it skips this
-
-my ($code, $nginx_t) = $t->nginx_t(<<'EOF');
-%%TEST_GLOBALS%%
-events {}
-http {
-    dynamo_rl_zone   zone=x:8m;
-    dynamo_rl_store  redis://127.0.0.1:1;
-}
-EOF
-
-if ($nginx_t =~ /unknown directive "dynamo_rl_store"/) {
-	SKIP: { skip('no dynamo_rl_store in this build', 36); }
-	exit 0;
-}
+# make run REPLICAS=2, on free ports, its scratch directory in ours
 
 my @RUN = map { port($_) } 8070 .. 8073;
 my $transcript = $t->testdir() . '/run-gateway.out';

@@ -478,10 +478,6 @@ SKIP: {
 
 	my ($code, $out) = $t->nginx_t($local);
 
-	# until the store is merged (issue 13)
-	skip('no dynamo_rl_store in this build', 3)
-		if $out =~ /unknown directive "dynamo_rl_store"/;
-
 	my $file = "$d/nginx-t.conf";
 
 	is($code, 0, 'nginx -t: exit code') or diag($out);
