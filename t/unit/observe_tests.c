@@ -88,7 +88,7 @@ int
 main(void)
 {
     char            name[160];
-    ngx_uint_t      i, n, planes, series;
+    ngx_uint_t      i, n, planes, series, stored;
     reason_case_t  *c;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -122,18 +122,29 @@ main(void)
                     : n == NGX_HTTP_DYNAMO_RL_REASONS, name);
     }
 
-    /* the zone's counters have room for every row; 28 series in all */
+    /*
+     * the zone's counters have room for every row; 28 series in all, and
+     * 3 more that only a shared store gives
+     */
 
     series = 0;
+    stored = 0;
 
     for (i = 0; ngx_http_dynamo_rl_reasons[i].name.len; i++) {
         planes = ngx_http_dynamo_rl_reasons[i].planes;
+        n = (planes & 1) + ((planes >> 1) & 1) + ((planes >> 2) & 1);
 
-        series += (planes & 1) + ((planes >> 1) & 1) + ((planes >> 2) & 1);
+        if (planes & NGX_HTTP_DYNAMO_RL_ON_STORE) {
+            stored += n;
+
+        } else {
+            series += n;
+        }
     }
 
     ok(i <= NGX_HTTP_DYNAMO_RL_REASONS, "the table fits the zone");
     ok(series == 28, "28 (plane, reason) series");
+    ok(stored == 3, "3 more with a store, on the request plane");
 
     printf("1..%d\n", tests);
 
