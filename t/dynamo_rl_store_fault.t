@@ -41,7 +41,7 @@ use Test::DynamoRL::Redis qw/ reason replica_conf /;
 
 time_limit(Test::DynamoRL::scale(240));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(76 + 2);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(77 + 2);
 my $tz = Test::DynamoRL->new()->check_at_end();
 
 my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
@@ -273,14 +273,23 @@ cmp_ok($took, '<', $PAUSE - 0.3, 'paused: answered at the timeout,'
 	. ' not after the pause');
 is(forwarded($t, 'paused-1'), 0, 'paused: not forwarded');
 
-# the pause ends; the release, queued at the timeout, frees the id
+# the pause ends, A connects again (it gave up the connection at the
+# timeout), and the id is not burnt: the release queued at the timeout
+# frees it if the store ran the claim
 
 is($redis->ping(), 'PONG', 'paused: the pause ends');
 
-ok(Test::DynamoRL::wait_for(sub { !$redis->has_key(key('a:paused-1')) },
-	10), 'paused: the claim released in the store');
+$st = wait_status(\%A, sub { is_true($_[0]{store}{up}) });
+ok(is_true($st->{store}{up}), 'paused: A connected again');
 
-$r = gen(\%A, 'paused-1');
+ok(Test::DynamoRL::wait_for(sub { !$redis->has_key(key('a:paused-1')) },
+	10), 'paused: no claim left in the store');
+
+$r = Test::DynamoRL::wait_for(sub {
+	my $x = gen(\%A, 'paused-1');
+	return $x->{status} != 503 ? $x : undef;
+}, 10) // {};
+
 is($r->{status}, 200, 'paused: the same id passes afterwards');
 is(forwarded($t, 'paused-1'), 1, 'paused: forwarded once');
 is(metrics($A{api})->{op('claim', 'timeout')}, $timeouts + 1,
