@@ -40,8 +40,9 @@ use Time::HiRes qw/ time /;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ api call flat forwarded frontend_records
-	is_false is_true iso_ms json raw read_until start time_limit /;
-use Test::DynamoRL::Redis qw/ reason replica_conf /;
+	is_false is_true iso_ms raw read_until start time_limit /;
+use Test::DynamoRL::Redis qw/ gate gate_post gen reason replica_conf
+	store_key wait_done wait_gate wait_state /;
 
 ###############################################################################
 
@@ -56,7 +57,6 @@ my $tc = Test::DynamoRL->new()->check_at_end();
 
 my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
 
-my $PREFIX = 'dynamo-rl';
 my $STORE = 'redis://127.0.0.1:8379';
 # a timeout that the race's 600 requests at once fit in, under valgrind
 # too: a claim answered late is refused (fail closed), not forwarded
@@ -128,9 +128,9 @@ $g = gate(\%B);
 is($g->{replica}, 'B', 'start: B names itself');
 is("$g->{state} $g->{epoch}", "open $e", 'start: B reads the same gate');
 
-is($redis->hgetall(key('gate'))->{state}, 'open',
+is($redis->hgetall(store_key('gate'))->{state}, 'open',
 	'start: the gate record in the store');
-my $fleet = $redis->hgetall(key('fleet'));
+my $fleet = $redis->hgetall(store_key('fleet'));
 
 is_deeply([ sort keys %$fleet ], [ 'A', 'B' ],
 	'start: the fleet record names both replicas');
@@ -179,7 +179,7 @@ is(forwarded($t, 'seq-1') . ' ' . forwarded($t, 'seq-2'), '1 1',
 # the store's record: st, owner, times, replica, status
 
 $rec = wait_done(\%A, 'seq-1');
-my $h = $redis->hgetall(key('a:seq-1'));
+my $h = $redis->hgetall(store_key('a:seq-1'));
 
 is($h->{st}, 'u', 'record: st u (succeeded)');
 is($h->{rp}, 'A', 'record: rp A');
@@ -188,7 +188,7 @@ ok(length($h->{ow} // '') && ($h->{t0} // '') =~ /^\d{13}$/
 	&& ($h->{t1} // '') =~ /^\d{13}$/ && $h->{t1} >= $h->{t0},
 	'record: ow, t0, t1') or diag(explain($h));
 
-my $pttl = $redis->cmd('PTTL', key('a:seq-1'));
+my $pttl = $redis->cmd('PTTL', store_key('a:seq-1'));
 ok($pttl > 9 * 60 * 1000 && $pttl <= 10 * 60 * 1000,
 	'record: attempt ttl (10m) once ended') or diag("pttl $pttl");
 
@@ -227,9 +227,9 @@ $rec = wait_state(\%B, 'stream-1', 'streaming');
 is($rec->{state}, 'streaming', 'stream on A, api on B: streaming');
 is($rec->{replica}, 'A', 'stream on A, api on B: replica A');
 ok(is_true($rec->{stream}), 'stream on A, api on B: a stream');
-is($redis->hgetall(key('a:stream-1'))->{st}, 's', 'stream: st s in the store');
+is($redis->hgetall(store_key('a:stream-1'))->{st}, 's', 'stream: st s in the store');
 
-$pttl = $redis->cmd('PTTL', key('a:stream-1'));
+$pttl = $redis->cmd('PTTL', store_key('a:stream-1'));
 ok($pttl > 59 * 60 * 1000 && $pttl <= 3600 * 1000,
 	'stream: in flight, the ttl is the lease (1h)') or diag("pttl $pttl");
 
@@ -302,7 +302,7 @@ $g = gate(\%B);
 is("$g->{state} $g->{epoch}", "closed $e", 'closed: B reads it at once');
 is($g->{reason}, 'weights v2', 'closed: B reads the reason');
 like($g->{lease_expires} // '', qr/^\d{4}-.*Z$/, 'closed: B reads the lease');
-is($redis->hgetall(key('gate'))->{state}, 'closed',
+is($redis->hgetall(store_key('gate'))->{state}, 'closed',
 	'closed: the store\'s record');
 
 $r = gen(\%B, 'gated-1');
@@ -563,81 +563,8 @@ sub lost {
 	return ref $l eq 'ARRAY' ? @$l : ();
 }
 
-sub key {
-	my ($name) = @_;
-	return "{$PREFIX}:$name";
-}
-
 # a generation request with an attempt id to a replica's request plane,
 # under /v1/ (ledger and gate), /gate/v1/ (gate only), /zone/v1/ (neither)
-
-sub gen {
-	my ($rep, $id, $loc, @headers) = @_;
-
-	return call('POST', ($loc // '') . '/v1/completions',
-		port => $rep->{listen}, body => $BODY,
-		headers => [ 'X-Dynamo-Attempt-Id' => $id, @headers ]);
-}
-
-sub gate {
-	my ($rep) = @_;
-
-	my $r = call('GET', '/rl/gate', port => $rep->{api});
-	my $j = json($r);
-
-	return ref $j eq 'HASH' ? $j : {};
-}
-
-sub gate_post {
-	my ($rep, $body) = @_;
-
-	my $r = call('POST', '/rl/gate', port => $rep->{api},
-		body => JSON::PP->new->canonical->encode($body));
-	$r->{json} = json($r);
-
-	return $r;
-}
-
-sub wait_gate {
-	my ($rep, $cond) = @_;
-
-	my $g = {};
-
-	Test::DynamoRL::wait_for(sub {
-		$g = gate($rep);
-		return $cond->($g);
-	}, 10);
-
-	return $g;
-}
-
-sub wait_state {
-	my ($rep, $id, $state) = @_;
-
-	my $a = {};
-
-	Test::DynamoRL::wait_for(sub {
-		my $r = api($id, port => $rep->{api});
-		$a = $r->{status} == 200 ? $r->{json} : { http => $r->{status} };
-		return ($a->{state} // '') eq $state;
-	}, 10);
-
-	return $a;
-}
-
-sub wait_done {
-	my ($rep, $id) = @_;
-
-	my $a = {};
-
-	Test::DynamoRL::wait_for(sub {
-		my $r = api($id, port => $rep->{api});
-		$a = $r->{status} == 200 ? $r->{json} : { http => $r->{status} };
-		return ($a->{state} // '') !~ /^(?:accepted|streaming)$/;
-	}, 10);
-
-	return $a;
-}
 
 # an RFC 7231 Date header, in seconds since the epoch
 

@@ -35,7 +35,8 @@ use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ api call err_since flat forwarded
 	frontend_records is_false is_true json metrics time_limit /;
-use Test::DynamoRL::Redis qw/ reason replica_conf /;
+use Test::DynamoRL::Redis qw/ admit gate gate_post gen reason replica_conf
+	status store_key store_lines wait_gate wait_status /;
 
 ###############################################################################
 
@@ -61,8 +62,6 @@ $tz->run();
 
 ###############################################################################
 
-my $BODY = '{"model":"m","prompt":"hello there"}';
-my $PREFIX = 'dynamo-rl';
 my $URL = 'redis://127.0.0.1:' . port(8379);
 
 my $STORE_SERIES = qr/^dynamo_rl_store_(?:info|up|queue|fallbacks_total
@@ -222,7 +221,7 @@ $st = status(\%A);
 ok(is_false($st->{store}{up}), 'killed: status says down');
 is(metrics($A{api})->{dynamo_rl_store_up}, 0, 'killed: metrics say down');
 
-my @errors = store_lines($off, 'error');
+my @errors = store_lines($t, $off, 'error');
 is(scalar @errors, 1, 'killed: one error line') or diag(@errors);
 
 ###############################################################################
@@ -240,14 +239,14 @@ is($r->{status}, 200, 'restarted: A admits again');
 is(join(' ', $t->worker_pids()), $pid0, 'restarted: the same worker process');
 is(scalar(grep { /reconfiguring|\[alert\]|exited on signal/ }
 	err_since($t, $off)), 0, 'restarted: no reload, no crash');
-cmp_ok(scalar(store_lines($off, 'notice')), '>=', 1,
+cmp_ok(scalar(store_lines($t, $off, 'notice')), '>=', 1,
 	'restarted: a notice line');
 
 $st = wait_status(\%A, sub { is_true($_[0]{store}{up}) });
 ok(is_true($st->{store}{up}), 'restarted: status says up');
 cmp_ok(metrics($A{api})->{dynamo_rl_store_reconnects_total} // 0, '>',
 	$reconnects, 'restarted: a reconnect counted');
-is($redis->hgetall(key('gate'))->{state}, 'open',
+is($redis->hgetall(store_key('gate'))->{state}, 'open',
 	'restarted: the gate record created again, open');
 
 ###############################################################################
@@ -282,7 +281,7 @@ is($redis->ping(), 'PONG', 'paused: the pause ends');
 $st = wait_status(\%A, sub { is_true($_[0]{store}{up}) });
 ok(is_true($st->{store}{up}), 'paused: A connected again');
 
-ok(Test::DynamoRL::wait_for(sub { !$redis->has_key(key('a:paused-1')) },
+ok(Test::DynamoRL::wait_for(sub { !$redis->has_key(store_key('a:paused-1')) },
 	10), 'paused: no claim left in the store');
 
 $r = Test::DynamoRL::wait_for(sub {
@@ -325,11 +324,11 @@ is($g->{state}, 'closed', 'flushed: the gate reads closed');
 is($g->{reason}, 'gate record lost', 'flushed: reason "gate record lost"');
 is($g->{epoch}, $epoch + 1, 'flushed: the next epoch');
 
-$g = $redis->hgetall(key('gate'));
+$g = $redis->hgetall(store_key('gate'));
 is("$g->{state} $g->{epoch}", 'closed ' . ($epoch + 1),
 	'flushed: the record in the store');
 
-my @crit = store_lines($off, 'crit');
+my @crit = store_lines($t, $off, 'crit');
 is(scalar @crit, 1, 'flushed: one crit line') or diag(@crit);
 
 $r = gen(\%A, 'lost-2');
@@ -344,93 +343,14 @@ is(gen(\%A, 'lost-3')->{status}, 200, 'flushed: admits once opened');
 
 ###############################################################################
 
-sub key {
-	my ($name) = @_;
-	return "{$PREFIX}:$name";
-}
-
 sub op {
 	my ($op, $result) = @_;
 	return qq/dynamo_rl_store_operations_total{op="$op",result="$result"}/;
 }
 
-sub gen {
-	my ($rep, $id, $loc) = @_;
-
-	return call('POST', ($loc // '') . '/v1/completions',
-		port => $rep->{listen}, body => $BODY,
-		headers => [ 'X-Dynamo-Attempt-Id' => $id ]);
-}
-
 # polls with fresh ids until the replica admits one
 
-sub admit {
-	my ($rep) = @_;
-
-	my $r = {};
-
-	Test::DynamoRL::wait_for(sub {
-		$r = gen($rep, 'admit-' . ++$SEQ);
-		return $r->{status} == 200;
-	}, 10);
-
-	return $r;
-}
-
-sub gate {
-	my ($rep) = @_;
-	my $j = json(call('GET', '/rl/gate', port => $rep->{api}));
-	return ref $j eq 'HASH' ? $j : {};
-}
-
-sub gate_post {
-	my ($rep, $body) = @_;
-
-	my $r = call('POST', '/rl/gate', port => $rep->{api},
-		body => JSON::PP->new->canonical->encode($body));
-	$r->{json} = json($r);
-
-	return $r;
-}
-
-sub wait_gate {
-	my ($rep, $cond) = @_;
-
-	my $g = {};
-
-	Test::DynamoRL::wait_for(sub {
-		$g = gate($rep);
-		return $cond->($g);
-	}, 10);
-
-	return $g;
-}
-
-sub status {
-	my ($rep) = @_;
-	my $j = json(call('GET', '/rl/status', port => $rep->{api}));
-	return ref $j eq 'HASH' ? $j : {};
-}
-
-sub wait_status {
-	my ($rep, $cond) = @_;
-
-	my $st = {};
-
-	Test::DynamoRL::wait_for(sub {
-		$st = status($rep);
-		return $cond->($st);
-	}, 10);
-
-	return $st;
-}
-
 # "dynamo rl store:" lines of error.log at one level, from byte $off
-
-sub store_lines {
-	my ($off, $level) = @_;
-	return grep { /\[$level\] .*dynamo rl store:/ } err_since($t, $off);
-}
 
 # a client process sending requests with ids <name>-1, <name>-2, ... one
 # after the other until stop_load(); each answer is a line of

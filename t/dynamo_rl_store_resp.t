@@ -31,7 +31,8 @@ use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ api call err_since flat forwarded is_false
 	is_true json metrics time_limit /;
-use Test::DynamoRL::Redis qw/ reason replica_conf resp_proxy /;
+use Test::DynamoRL::Redis qw/ admit gen reason replica_conf resp_proxy
+	store_key store_lines wait_done /;
 
 ###############################################################################
 
@@ -67,7 +68,6 @@ $tl->run();
 
 ###############################################################################
 
-my $BODY = '{"model":"m","prompt":"hello there"}';
 
 my ($r, $off, $SEQ);
 
@@ -77,7 +77,7 @@ my ($r, $off, $SEQ);
 
 $r = admit(\%F);
 is($r->{status}, 200, 'proxied: F admits');
-ok($redis->has_key('{f}:a:' . $r->{headers}{'x-dynamo-attempt-id'}),
+ok($redis->has_key(store_key('a:' . $r->{headers}{'x-dynamo-attempt-id'}, 'f')),
 	'proxied: the record in Redis, under the prefix');
 
 my @pids = $t->worker_pids();
@@ -100,7 +100,7 @@ for my $kind (qw/ stall close garbage /) {
 	$r = admit(\%F);
 	is($r->{status}, 200, "$kind: F recovers by itself");
 
-	my @errors = store_lines($off, 'error');
+	my @errors = store_lines($t, $off, 'error');
 	is(scalar @errors, 1, "$kind: one error line") or diag(@errors);
 
 	is(join(' ', $t->worker_pids()), "@pids", "$kind: no crash");
@@ -108,7 +108,7 @@ for my $kind (qw/ stall close garbage /) {
 
 # the stalled claim was released: the id passes
 
-ok(Test::DynamoRL::wait_for(sub { !$redis->has_key('{f}:a:fault-stall-1') },
+ok(Test::DynamoRL::wait_for(sub { !$redis->has_key(store_key('a:fault-stall-1', 'f')) },
 	10), 'stall: the claim released');
 
 $r = gen(\%F, 'fault-stall-1');
@@ -137,7 +137,7 @@ is(forwarded($t, 'silent-again'), 0, 'silent: still nothing forwarded');
 $r = call('GET', '/rl/status', port => $F{api});
 ok(is_false(json($r)->{store}{up}), 'silent: status says down');
 
-my @errors = store_lines($off, 'error');
+my @errors = store_lines($t, $off, 'error');
 is(scalar @errors, 1, 'silent: one error line') or diag(@errors);
 
 $t->write_file('proxy/mode', "pass\n");
@@ -154,7 +154,7 @@ $r = admit(\%L);
 is($r->{status}, 200, 'local: L admits through the store');
 
 my $stored = $r->{headers}{'x-dynamo-attempt-id'} // '-';
-ok($redis2->has_key("{dynamo-rl}:a:$stored"), 'local: recorded in the store');
+ok($redis2->has_key(store_key("a:$stored")), 'local: recorded in the store');
 
 my $fallbacks = metrics($L{api})->{dynamo_rl_store_fallbacks_total};
 is($fallbacks, 0, 'local: no fallback yet');
@@ -178,10 +178,10 @@ is($m->{dynamo_rl_store_up}, 0, 'local: the store down');
 my $st = json(call('GET', '/rl/status', port => $L{api}));
 is($st->{store}{fallbacks}, 2, 'local: fallbacks in the status');
 
-$r = wait_done(\%L, 'local-1');
-is($r->{status}, 200, 'local, api: 200');
-is($r->{json}{state}, 'succeeded', 'local, api: succeeded');
-is($r->{json}{source}, 'local', 'local, api: "source": "local"');
+my $rec = wait_done(\%L, 'local-1');
+is($rec->{http} // 200, 200, 'local, api: 200');
+is($rec->{state}, 'succeeded', 'local, api: succeeded');
+is($rec->{source}, 'local', 'local, api: "source": "local"');
 
 my @warn = grep { /dynamo rl store:/ }
 	grep { /\[warn\]/ } err_since($tl, $off);
@@ -204,54 +204,13 @@ $redis2->start();
 ok(Test::DynamoRL::wait_for(sub {
 	my $id = 'back-' . ++$SEQ;
 	my $x = gen(\%L, $id);
-	return $x->{status} == 200 && $redis2->has_key("{dynamo-rl}:a:$id");
+	return $x->{status} == 200 && $redis2->has_key(store_key("a:$id"));
 }, 10), 'local, store back: recorded in the store again');
 
 $st = json(call('GET', '/rl/status', port => $L{api}));
 ok(is_true($st->{store}{up}), 'local, store back: up');
 ok(is_false($st->{store}{fallback}), 'local, store back: no fallback now');
-is($redis2->hgetall('{dynamo-rl}:gate')->{state}, 'open',
+is($redis2->hgetall(store_key('gate'))->{state}, 'open',
 	'local, store back: the gate record open');
-
-###############################################################################
-
-sub gen {
-	my ($rep, $id, $loc) = @_;
-
-	return call('POST', ($loc // '') . '/v1/completions',
-		port => $rep->{listen}, body => $BODY,
-		headers => [ 'X-Dynamo-Attempt-Id' => $id ]);
-}
-
-sub admit {
-	my ($rep) = @_;
-
-	my $r = {};
-
-	Test::DynamoRL::wait_for(sub {
-		$r = gen($rep, 'admit-' . ++$SEQ);
-		return $r->{status} == 200;
-	}, 10);
-
-	return $r;
-}
-
-sub wait_done {
-	my ($rep, $id) = @_;
-
-	my $r = {};
-
-	Test::DynamoRL::wait_for(sub {
-		$r = api($id, port => $rep->{api});
-		return ($r->{json}{state} // '') !~ /^(?:accepted|streaming)?$/;
-	}, 10);
-
-	return $r;
-}
-
-sub store_lines {
-	my ($off, $level) = @_;
-	return grep { /\[$level\] .*dynamo rl store:/ } err_since($t, $off);
-}
 
 ###############################################################################

@@ -57,6 +57,25 @@ package Test::DynamoRL::Redis;
 #                           X-Dynamo-RL-Reason header, else the JSON
 #                           body's "error" (a string, or its "reason")
 #
+# Calls to a replica $rep, a hash of replica_conf()'s name, listen, api:
+#
+#     gen($rep, $id, $loc)  POST a completion with attempt id $id under
+#                           $loc/v1/ ('' for /v1/, '/gate', '/zone');
+#                           returns call()'s response
+#     admit($rep)           gen() with fresh ids until one is 200 (10 s)
+#     gate($rep), status($rep)  the gate API's and the status's JSON
+#     gate_post($rep, $body)  POST $body (a hash) to the gate API; the
+#                           response with "json"
+#     wait_gate($rep, $cond), wait_status($rep, $cond)  polls until
+#                           $cond->($json) holds (10 s), returns the last
+#     wait_state($rep, $id, $state), wait_done($rep, $id)  polls the
+#                           attempts API until the record is in $state,
+#                           or ended; returns the record, or
+#                           { http => status } if there is none
+#     store_key($name, $prefix)  "{prefix}:name", prefix "dynamo-rl"
+#     store_lines($t, $off, $level)  the "dynamo rl store:" lines of
+#                           error.log at $level, from byte $off
+#
 # The fake RESP server, run as a daemon of the test:
 #
 #     $t->run_daemon(\&resp_proxy, $port, $redis->port(), $dir)
@@ -84,7 +103,9 @@ use strict;
 
 use base qw/ Exporter /;
 
-our @EXPORT_OK = qw/ resp_encode resp_parse replica_conf reason resp_proxy /;
+our @EXPORT_OK = qw/ resp_encode resp_parse replica_conf reason resp_proxy
+	gen admit gate status gate_post wait_gate wait_status wait_state
+	wait_done store_key store_lines /;
 
 use Fcntl qw/ O_CREAT O_EXCL O_WRONLY /;
 use File::Path qw/ make_path /;
@@ -95,7 +116,7 @@ use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ time sleep /;
 
 use Test::DynamoRL ();
-use Test::DynamoRL::Fixture qw/ fork_server /;
+use Test::DynamoRL::Fixture qw/ api call err_since fork_server json /;
 
 my $BINARY = $ENV{TEST_REDIS_BINARY} // 'redis-server';
 
@@ -556,6 +577,117 @@ sub reason {
 
 	my $e = $j->{error};
 	return ref $e eq 'HASH' ? $e->{reason} : $e;
+}
+
+###############################################################################
+
+my $BODY = '{"model":"m","prompt":"hello there"}';
+my $SEQ = 0;
+
+sub gen {
+	my ($rep, $id, $loc) = @_;
+
+	return call('POST', ($loc // '') . '/v1/completions',
+		port => $rep->{listen}, body => $BODY,
+		headers => [ 'X-Dynamo-Attempt-Id' => $id ]);
+}
+
+sub admit {
+	my ($rep) = @_;
+
+	my $r = {};
+
+	Test::DynamoRL::wait_for(sub {
+		$r = gen($rep, 'admit-' . ++$SEQ);
+		return $r->{status} == 200;
+	}, 10);
+
+	return $r;
+}
+
+sub gate {
+	my ($rep) = @_;
+	return _json_get($rep, '/rl/gate');
+}
+
+sub status {
+	my ($rep) = @_;
+	return _json_get($rep, '/rl/status');
+}
+
+sub _json_get {
+	my ($rep, $uri) = @_;
+
+	my $j = json(call('GET', $uri, port => $rep->{api}));
+	return ref $j eq 'HASH' ? $j : {};
+}
+
+sub gate_post {
+	my ($rep, $body) = @_;
+
+	my $r = call('POST', '/rl/gate', port => $rep->{api},
+		body => JSON::PP->new->canonical->encode($body));
+	$r->{json} = json($r);
+
+	return $r;
+}
+
+sub wait_gate {
+	my ($rep, $cond) = @_;
+	return _wait_json(\&gate, $rep, $cond);
+}
+
+sub wait_status {
+	my ($rep, $cond) = @_;
+	return _wait_json(\&status, $rep, $cond);
+}
+
+sub _wait_json {
+	my ($get, $rep, $cond) = @_;
+
+	my $j = {};
+
+	Test::DynamoRL::wait_for(sub {
+		$j = $get->($rep);
+		return $cond->($j);
+	}, 10);
+
+	return $j;
+}
+
+sub wait_state {
+	my ($rep, $id, $state) = @_;
+	return _wait_record($rep, $id, sub { $_[0] eq $state });
+}
+
+sub wait_done {
+	my ($rep, $id) = @_;
+	return _wait_record($rep, $id,
+		sub { $_[0] !~ /^(?:accepted|streaming|)$/ });
+}
+
+sub _wait_record {
+	my ($rep, $id, $cond) = @_;
+
+	my $a = {};
+
+	Test::DynamoRL::wait_for(sub {
+		my $r = api($id, port => $rep->{api});
+		$a = $r->{status} == 200 ? $r->{json} : { http => $r->{status} };
+		return $cond->($a->{state} // '');
+	}, 10);
+
+	return $a;
+}
+
+sub store_key {
+	my ($name, $prefix) = @_;
+	return '{' . ($prefix // 'dynamo-rl') . "}:$name";
+}
+
+sub store_lines {
+	my ($t, $off, $level) = @_;
+	return grep { /\[$level\] .*dynamo rl store:/ } err_since($t, $off);
 }
 
 ###############################################################################
