@@ -420,9 +420,11 @@ sub redis_start {
 		open STDOUT, '>>', "$d/redis.out";
 		open STDERR, '>&', \*STDOUT;
 
-		exec $REDIS, '--port', port(8379), '--bind', '127.0.0.1',
-			'--dir', $d, '--save', '', '--appendonly', 'yes',
-			'--appendfsync', 'always', '--daemonize', 'no';
+		{
+			exec $REDIS, '--port', port(8379), '--bind', '127.0.0.1',
+				'--dir', $d, '--save', '', '--appendonly', 'yes',
+				'--appendfsync', 'always', '--daemonize', 'no';
+		}
 
 		POSIX::_exit(127);
 	}
@@ -445,8 +447,13 @@ sub redis_stop {
 sub redis {
 	my (@args) = @_;
 
-	open my $fh, '-|', $CLI, '-h', '127.0.0.1', '-p', port(8379), @args
-		or return '';
+	my $pid = open(my $fh, '-|') // return '';
+
+	if ($pid == 0) {
+		open STDERR, '>', '/dev/null';
+		{ exec $CLI, '-h', '127.0.0.1', '-p', port(8379), @args; }
+		POSIX::_exit(127);
+	}
 
 	local $/;
 	my $out = <$fh> // '';
