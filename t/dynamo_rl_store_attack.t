@@ -97,7 +97,8 @@ $t2->run();
 # both replicas connected, the gate record created
 
 for my $r ([ 8070, 'a' ], [ 8170, 'b' ]) {
-	ok(wait_for(sub { store_up($r->[0]) }, 10), "replica $r->[1] connected");
+	ok(wait_for(sub { store_up($r->[0]) }, 10),
+		"replica $r->[1] connected");
 }
 
 ok(wait_for(sub { post(8080, 'warm-a')->{status} == 200 }, 10)
@@ -428,8 +429,9 @@ sub store_up {
 sub forwards {
 	my ($id) = @_;
 
-	return scalar grep { ($_->{headers}{'x-dynamo-attempt-id'} // '') eq $id }
-		@{$t->fake_records('frontend')};
+	return scalar grep {
+		($_->{headers}{'x-dynamo-attempt-id'} // '') eq $id
+	} @{$t->fake_records('frontend')};
 }
 
 sub log_since {
@@ -457,8 +459,9 @@ sub redis_start {
 		open STDERR, '>&', \*STDOUT;
 
 		{
-			exec $REDIS, '--port', port(8379), '--bind', '127.0.0.1',
-				'--dir', $d, '--save', '', '--appendonly', 'yes',
+			exec $REDIS, '--port', port(8379),
+				'--bind', '127.0.0.1', '--dir', $d,
+				'--save', '', '--appendonly', 'yes',
 				'--appendfsync', 'always', '--daemonize', 'no';
 		}
 
@@ -546,7 +549,8 @@ sub relay {
 
 				syswrite($s, $buf);
 
-				next unless length $cut && index($buf, $cut) >= 0;
+				next unless length $cut
+					&& index($buf, $cut) >= 0;
 
 				IO::Select->new($s)->can_read(5);
 				sysread($s, my $reply, 65536);
