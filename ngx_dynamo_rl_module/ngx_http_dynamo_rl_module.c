@@ -1296,20 +1296,10 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
 
     drmcf->rand_pos = NGX_HTTP_DYNAMO_RL_RAND_SIZE;
 
-    if (drmcf->shm_zone != NULL) {
-        /* first the ledger ends a dead predecessor's attempts */
-        ngx_http_dynamo_rl_ledger_init_process(drmcf->shm_zone->data);
-        ngx_http_dynamo_rl_gate_init_process(drmcf->shm_zone->data);
-
-        if (ngx_http_dynamo_rl_state_init_process(cycle,
-                                                  drmcf->shm_zone->data)
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-    }
-
-    /* the store's connection: worker processes only */
+    /*
+     * the store's connection, worker processes only: first, so that the
+     * ledger's ends of a dead predecessor's attempts are queued for it
+     */
 
     if (drmcf->store != NULL
         && (ngx_process == NGX_PROCESS_WORKER
@@ -1323,6 +1313,19 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
             || ngx_http_dynamo_rl_gate_store_init_process(zone, drmcf->store,
                                                           cycle)
                != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (drmcf->shm_zone != NULL) {
+        /* first the ledger ends a dead predecessor's attempts */
+        ngx_http_dynamo_rl_ledger_init_process(drmcf->shm_zone->data);
+        ngx_http_dynamo_rl_gate_init_process(drmcf->shm_zone->data);
+
+        if (ngx_http_dynamo_rl_state_init_process(cycle,
+                                                  drmcf->shm_zone->data)
+            != NGX_OK)
         {
             return NGX_ERROR;
         }

@@ -128,8 +128,8 @@ ok(wait_for(sub { store_up(8070) }, 10), 'lost reply: reconnected');
 post(8080, 'lost-reply-flush');
 
 {
-	local $TODO = 'finding 1: a claim answered 503 after its reply was'
-		. ' lost stays claimed for the lease, the retry is refused';
+	# fixed: finding 1: a claim answered 503 after its reply was lost
+	# stays claimed for the lease, the retry is refused
 
 	is(redis('HGET', '{dynamo-rl}:a:burn-1', 'st'), '',
 		'lost reply: the id is not left claimed in the store');
@@ -159,8 +159,8 @@ redis_stop();
 ok(wait_for(sub { !store_up(8170) }, 10), 'local: the store is down');
 
 {
-	local $TODO = 'finding 2: on_error=local forgets the attempts this'
-		. ' replica forwarded through the store';
+	# fixed: finding 2: on_error=local forgets the attempts this replica
+	# forwarded through the store
 
 	$r = call('GET', '/rl/attempts/local-1', port => 8170);
 
@@ -198,8 +198,8 @@ $t2->stop_nginx();
 $t2->run();
 
 {
-	local $TODO = 'finding 3: on_error=local admits on a replica that'
-		. ' never read the gate';
+	# fixed: finding 3: on_error=local admits on a replica that never read
+	# the gate
 
 	$r = post(8180, 'new-replica-1');
 
@@ -263,8 +263,8 @@ my $drained = wait_for(sub { my $f = fleet(); $f && $f->{drained} }, 3);
 is(attempt_state('sse-1'), 'streaming', 'upgrade: still streaming');
 
 {
-	local $TODO = 'finding 4: after a binary upgrade the fleet says'
-		. ' drained while the old instance streams';
+	# fixed: finding 4: after a binary upgrade the fleet says drained
+	# while the old instance streams
 
 	ok(!$drained, 'upgrade: not drained while a generation is in flight');
 }
@@ -301,8 +301,8 @@ my @errors = grep { /\[error\].*dynamo rl store/ } log_since("$d/error.log",
 	$mark);
 
 {
-	local $TODO = 'finding 5: one error line per request while the store'
-		. ' answers with errors, without its message';
+	# fixed: finding 5: one error line per request while the store answers
+	# with errors, without its message
 
 	ok(@errors <= 2, 'errors: at most one line per transition')
 		or diag(scalar(@errors) . " lines");
@@ -330,8 +330,8 @@ ok(wait_for(sub { my ($w) = $t2->worker_pids(); $w && $w != $worker
 	&& store_up(8170) }, 10), 'worker died: another worker connected');
 
 {
-	local $TODO = 'finding 6: the store\'s records of a worker that died'
-		. ' stay in flight for the lease';
+	# fixed: finding 6: the store's records of a worker that died stayed
+	# in flight for the lease
 
 	ok(wait_for(sub {
 		my $a = json(call('GET', '/rl/attempts/sse-2', port => 8170));
