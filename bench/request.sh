@@ -15,6 +15,8 @@
 #                       defaults), dynamo_rl_zone rl:8m, attempt ttl 10m;
 #   module-ledger-off   the same with "dynamo_rl_ledger off;
 #                       dynamo_rl_gate off;";
+#   module-body-off     the module's defaults with "dynamo_rl_body_policy
+#                       off;" (no body read before the ledger);
 #   lua                 the attempt-id policy in lua-nginx-module
 #                       (bench/lua/attempt.lua), no dynamo_rl module;
 #   lua-ledger          the same plus a single-use ledger in a
@@ -23,7 +25,8 @@
 # One interleaved series: each round runs, in this order, wrk (-t1 -c16
 # --latency, POST /v1/completions, bench/wrk-request.lua) against plain,
 # module (minted ids), module-client-id (a unique client id per request),
-# module-ledger-off, lua, lua-client-id, lua-ledger, lua-ledger-client-id
+# module-ledger-off, module-body-off, lua, lua-client-id, lua-ledger,
+# lua-ledger-client-id
 # and direct (the upstream itself);
 # h2load (h2c, -c16 -m1) against plain and module; then SSE streams
 # (bench/sse_client.py) straight to the upstream and through each gateway.
@@ -77,7 +80,7 @@ out_file=${OUT:-}
 prefix=$(mktemp -d /tmp/dynamo-rl-bench-req.XXXXXX)
 chmod 755 "$prefix"
 bench_name=request.sh
-instances="up sse plain module ledgeroff lua lualedger fill"
+instances="up sse plain module ledgeroff bodyoff lua lualedger fill"
 
 . "$top/bench/lib.sh"
 
@@ -102,9 +105,9 @@ if [ "$(nproc)" -lt 2 ] && [ "$gw_cpu" != "$load_cpu" ]; then
     die "needs 2 CPUs (or GATEWAY_CPU=LOAD_CPU)"
 fi
 
-# fifteen free loopback ports
+# seventeen free loopback ports
 
-free_ports 15
+free_ports 17
 
 up_port=$base
 sse_port=$((base + 1))
@@ -121,6 +124,8 @@ fill_port=$((base + 11))
 fill_api=$((base + 12))
 lualedger_port=$((base + 13))
 lualedger_api=$((base + 14))
+bodyoff_port=$((base + 15))
+bodyoff_api=$((base + 16))
 
 # private copies: others may rebuild build/ or edit bench/ meanwhile, and
 # the workers (nobody) read the Lua files
@@ -216,6 +221,9 @@ policy() {
         echo "            dynamo_rl_plane  request;"
         echo "            dynamo_rl_ledger off;"
         echo "            dynamo_rl_gate   off;" ;;
+    bodyoff)
+        echo "            dynamo_rl_plane        request;"
+        echo "            dynamo_rl_body_policy  off;" ;;
     lua|lualedger)
         # the same directives; the Lua module is attempt.lua or ledger.lua
         if [ "$1" = lua ]; then lua_mod=attempt; else lua_mod=ledger; fi
@@ -238,7 +246,7 @@ gateway_conf() {
     # gateway_conf kind port h2port apiport
     kind=$1
     case $kind in
-    module|ledgeroff|fill)
+    module|ledgeroff|bodyoff|fill)
         echo "load_module  $prefix/module.so;" ;;
     lua|lualedger)
         echo "load_module  $modules_dir/ndk_http_module.so;"
@@ -256,7 +264,7 @@ $(temp_paths "$prefix/$kind")
 
 EOF
     case $kind in
-    module|ledgeroff|fill)
+    module|ledgeroff|bodyoff|fill)
         cat <<EOF
     dynamo_rl_zone         zone=rl:$zone_size;
     dynamo_rl_attempt_ttl  10m;
@@ -400,6 +408,8 @@ else
 fi
 gateway_conf ledgeroff "$ledgeroff_port" "" "$ledgeroff_api" \
     > "$prefix/ledgeroff/nginx.conf"
+gateway_conf bodyoff "$bodyoff_port" "" "$bodyoff_api" \
+    > "$prefix/bodyoff/nginx.conf"
 gateway_conf lua "$lua_port" "" "$lua_api" > "$prefix/lua/nginx.conf"
 gateway_conf lualedger "$lualedger_port" "" "$lualedger_api" \
     > "$prefix/lualedger/nginx.conf"
@@ -407,11 +417,11 @@ gateway_conf fill "$fill_port" "" "$fill_api" > "$prefix/fill/nginx.conf"
 
 start up "$load_cpu"
 start sse "$load_cpu"
-for g in plain module ledgeroff lua lualedger fill; do
+for g in plain module ledgeroff bodyoff lua lualedger fill; do
     start "$g" "$gw_cpu"
 done
 
-for p in $(seq "$base" $((base + 14))); do
+for p in $(seq "$base" $((base + 16))); do
     if [ "$h2" != 1 ] && { [ "$p" = "$plain_h2_port" ] \
                           || [ "$p" = "$module_h2_port" ]; }; then
         continue
@@ -424,6 +434,7 @@ sse_w=$(worker_of sse)
 plain_w=$(worker_of plain)
 module_w=$(worker_of module)
 ledgeroff_w=$(worker_of ledgeroff)
+bodyoff_w=$(worker_of bodyoff)
 lua_w=$(worker_of lua)
 lualedger_w=$(worker_of lualedger)
 fill_w=$(worker_of fill)
@@ -463,8 +474,9 @@ reason() {
 state_of() {
     # state_of label id: the ledger's state of an attempt
     case $1 in
-    module)
-        curl -s "http://127.0.0.1:$module_api/rl/attempts/$2" \
+    module|module-body-off)
+        [ "$1" = module ] && api=$module_api || api=$bodyoff_api
+        curl -s "http://127.0.0.1:$api/rl/attempts/$2" \
             | grep -o '"state":"[a-z]*"' | cut -d'"' -f4 ;;
     lua-ledger)
         curl -s "http://127.0.0.1:$lualedger_api/lua/attempts/$2" ;;
@@ -474,7 +486,8 @@ state_of() {
 conflict='{"message":"attempt id already used: generation is not idempotent","type":"Conflict","code":409}'
 
 for g in "direct $up_port" "plain $plain_port" "module $module_port" \
-         "module-ledger-off $ledgeroff_port" "lua $lua_port" \
+         "module-ledger-off $ledgeroff_port" \
+         "module-body-off $bodyoff_port" "lua $lua_port" \
          "lua-ledger $lualedger_port"
 do
     set -- $g
@@ -484,6 +497,7 @@ do
 done
 
 for g in "module $module_port" "module-ledger-off $ledgeroff_port" \
+         "module-body-off $bodyoff_port" \
          "lua $lua_port" "lua-ledger $lualedger_port"
 do
     set -- $g
@@ -501,7 +515,7 @@ do
     [ "${r%%|*}" = 400 ] || die "$1: an invalid id gave: $r"
     r=$(post "$2" /v1/completions "X-Dynamo-Attempt-Id: $cid")
     case $1 in
-    module|lua-ledger)
+    module|module-body-off|lua-ledger)
         # the same refusal from both, not forwarded (the body is ours)
         [ "$r" = "409|$cid|$conflict" ] \
             && [ "$(reason)" = duplicate_attempt ] \
@@ -655,6 +669,12 @@ done
 
 zone_warm=$(zone_json "$module_api")
 
+for i in $(seq 1 "$warmup_tries"); do
+    warm module-body-off "$bodyoff_port"
+    z=$(zone_json "$bodyoff_api")
+    [ "$(zone_field "$z" evictions)" = 0 ] || break
+done
+
 lua_ledger_json() {
     curl -s "http://127.0.0.1:$lualedger_api/lua/ledger"
 }
@@ -690,7 +710,8 @@ sse_results=$prefix/sse-results
 : > "$results"
 : > "$sse_results"
 
-variants="plain module module-client-id module-ledger-off lua lua-client-id"
+variants="plain module module-client-id module-ledger-off module-body-off"
+variants="$variants lua lua-client-id"
 variants="$variants lua-ledger lua-ledger-client-id direct"
 [ "$h2" != 1 ] || variants="$variants plain-h2 module-h2"
 [ "${HTTP:-1}" = 1 ] || variants=""
@@ -719,6 +740,7 @@ variant() {
     module)            port=$module_port; w=$module_w ;;
     module-client-id)  port=$module_port; w=$module_w; mode=client ;;
     module-ledger-off) port=$ledgeroff_port; w=$ledgeroff_w ;;
+    module-body-off)   port=$bodyoff_port; w=$bodyoff_w ;;
     lua)               port=$lua_port; w=$lua_w ;;
     lua-client-id)     port=$lua_port; w=$lua_w; mode=client ;;
     lua-ledger)        port=$lualedger_port; w=$lualedger_w ;;
@@ -1016,6 +1038,7 @@ echo
 echo "| gateway | RSS kB |"
 echo "|---|---:|"
 for g in "plain $plain_w" "module $module_w" "module-ledger-off $ledgeroff_w" \
+         "module-body-off $bodyoff_w" \
          "lua $lua_w" "lua-ledger $lualedger_w" "fill (128-byte ids) $fill_w" \
          "upstream $up_w"
 do

@@ -135,7 +135,8 @@ def main(argv):
 
     # --- ratios
     pairs = [("module", "plain"), ("module-client-id", "plain"),
-             ("module-ledger-off", "plain"), ("module", "module-ledger-off"),
+             ("module-ledger-off", "plain"), ("module-body-off", "plain"),
+             ("module", "module-ledger-off"), ("module", "module-body-off"),
              ("module-client-id", "module-ledger-off"),
              ("module", "lua"), ("module-client-id", "lua-client-id"),
              ("module", "lua-ledger"),
@@ -288,7 +289,8 @@ def main(argv):
                   % (label, v, verdict(name, v)))
     for a, b in [("module", "plain"), ("module", "lua"),
                  ("module", "lua-ledger"),
-                 ("module", "module-ledger-off")]:
+                 ("module", "module-ledger-off"),
+                 ("module", "module-body-off")]:
         c = summary.get("cpu %s/%s" % (a, b))
         if c:
             print("| %s/%s gateway capacity, 1 / (CPU/req ratio) | %.3f "
