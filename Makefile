@@ -1,7 +1,8 @@
 # ngx_http_dynamo_rl_module: the single entry point for people and CI.
 #
 #   make            build build/ngx_http_dynamo_rl_module.so
-#   make run        the gateway in front of the bundled fake Dynamo
+#   make run        the gateway in front of the bundled fake Dynamo;
+#                   REPLICAS=2: two gateways sharing a local redis-server
 #   make test       unit tests, fuzz smoke, the example alerting rules
 #                   and the whole prove suite
 #   make check      lint, cppcheck and test
@@ -24,10 +25,11 @@ LD_OPT     := -Wl,-z,relro -Wl,-z,now
 
 SOURCES    := config $(wildcard $(SRCDIR)/*.c $(SRCDIR)/*.h)
 
-BUILD_DEBS := nginx-core nginx-dev libjansson-dev libssl-dev
+BUILD_DEBS := nginx-core nginx-dev libjansson-dev libssl-dev libhiredis-dev
 TEST_DEBS  := $(BUILD_DEBS) curl clang libclang-rt-14-dev perl prometheus \
-              chromium nghttp2-client nodejs libyaml-libyaml-perl faketime
-RUN_DEBS   := $(BUILD_DEBS) curl perl
+              chromium nghttp2-client nodejs libyaml-libyaml-perl faketime \
+              redis-server redis-tools
+RUN_DEBS   := $(BUILD_DEBS) curl perl redis-server
 
 PROVE      ?= prove
 PROVE_OPTS ?=
@@ -85,14 +87,16 @@ NGX_INCS = $(addprefix -I$(NGX_BUILD)/, src/core src/event \
            src/http/v2 objs) -I$(SRCDIR)
 PURE     = $(SRCDIR)/ngx_http_dynamo_rl_parse.c \
            $(SRCDIR)/ngx_http_dynamo_rl_scan.c \
+           $(SRCDIR)/ngx_http_dynamo_rl_resp.c \
            $(SRCDIR)/ngx_http_dynamo_rl_json.c
+PURE_LIBS = -ljansson -lhiredis
 
 UNITS    = $(patsubst t/unit/%.c,$(BUILD)/unit/%,$(wildcard t/unit/*.c))
 
 $(BUILD)/unit/%: t/unit/%.c t/unit/*.h $(PURE) $(SRCDIR)/*.h \
              $(NGX_BUILD)/objs/Makefile
 	@mkdir -p $(BUILD)/unit
-	$(CC) -g -O1 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) -ljansson
+	$(CC) -g -O1 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) $(PURE_LIBS)
 
 unit: $(UNITS)
 	$(PROVE) -e '' $(UNITS)
@@ -104,7 +108,7 @@ $(BUILD)/fuzz/%: t/fuzz/%.c t/unit/uuid7.h $(PURE) $(SRCDIR)/*.h \
 	@mkdir -p $(BUILD)/fuzz
 	clang -g -O1 -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined $(NGX_INCS) -o $@ $< $(PURE) \
-	    -ljansson
+	    $(PURE_LIBS)
 
 fuzz: $(FUZZERS)
 	@set -o pipefail; for f in $(FUZZERS); do n=$$(basename $$f); \
@@ -169,7 +173,7 @@ cppcheck: $(NGX_BUILD)/objs/Makefile
 check: lint cppcheck test
 
 run: run-deps build
-	util/run-gateway
+	REPLICAS='$(REPLICAS)' util/run-gateway
 
 deb:
 	util/build-deb
@@ -179,11 +183,11 @@ deb:
 
 $(BUILD)/snapshot-bench: bench/snapshot_bench.c $(PURE) $(SRCDIR)/*.h \
         $(NGX_BUILD)/objs/Makefile
-	$(CC) -g -O2 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) -ljansson
+	$(CC) -g -O2 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) $(PURE_LIBS)
 
 $(BUILD)/body-bench: bench/body_bench.c $(PURE) $(SRCDIR)/*.h \
         $(NGX_BUILD)/objs/Makefile
-	$(CC) -g -O2 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) -ljansson
+	$(CC) -g -O2 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) $(PURE_LIBS)
 
 bench-body: $(BUILD)/body-bench
 	taskset -c 0 $<

@@ -635,6 +635,29 @@ ngx_http_dynamo_rl_slot(void)
 }
 
 
+ngx_int_t
+ngx_http_dynamo_rl_retry_after(ngx_http_request_t *r, ngx_uint_t seconds)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->value.data = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+    if (h->value.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Retry-After");
+    h->value.len = ngx_sprintf(h->value.data, "%ui", seconds) - h->value.data;
+
+    return NGX_OK;
+}
+
+
 /*
  * SGLang's native /generate, whose errors are nested and whose body's
  * "rid" is the engine request id; /inference/v1/generate is vLLM's

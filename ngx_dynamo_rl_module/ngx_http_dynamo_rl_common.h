@@ -59,6 +59,9 @@ typedef struct {
 
     /* per-process cache of callers' scopes from variables: _scope.c */
     void                           *scopes;
+
+    /* dynamo_rl_store: the ledger and the gate in Redis or Valkey */
+    ngx_http_dynamo_rl_store_t     *store;
 } ngx_http_dynamo_rl_main_conf_t;
 
 
@@ -192,6 +195,20 @@ typedef struct {
     ngx_str_t                       routes_value;
     char                           *admin_why;
 
+    /*
+     * the shared store: the claim waited for, its verdict, the record's
+     * key and owner
+     */
+    ngx_http_dynamo_rl_store_t     *store;
+    ngx_http_dynamo_rl_store_cmd_t *store_cmd;
+    ngx_str_t                       store_key;
+    ngx_str_t                       store_owner;
+    ngx_uint_t                      verdict;
+    ngx_uint_t                      retry_after;
+    unsigned                        store_wait:1;
+    unsigned                        store_done:1;
+    unsigned                        store_claimed:1;
+
     u_char                          id[NGX_HTTP_DYNAMO_RL_UUID_LEN];
     u_char                          request_uuid[NGX_HTTP_DYNAMO_RL_UUID_LEN];
 } ngx_http_dynamo_rl_ctx_t;
@@ -227,6 +244,8 @@ void ngx_http_dynamo_rl_drain_enter(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 void ngx_http_dynamo_rl_drain_leave(ngx_http_dynamo_rl_ctx_t *ctx);
 ngx_uint_t ngx_http_dynamo_rl_slot(void);
+ngx_int_t ngx_http_dynamo_rl_retry_after(ngx_http_request_t *r,
+    ngx_uint_t seconds);
 ngx_int_t ngx_http_dynamo_rl_route_generate(ngx_http_request_t *r);
 
 

@@ -39,7 +39,7 @@ static void ngx_http_dynamo_rl_wait_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_build(ngx_http_request_t *r, u_char *doc,
     size_t len, ngx_pool_t **pool, ngx_http_dynamo_rl_index_t **index,
     ngx_str_t *reason);
-static ngx_int_t ngx_http_dynamo_rl_store(ngx_log_t *log,
+static ngx_int_t ngx_http_dynamo_rl_snapshot_store(ngx_log_t *log,
     ngx_http_dynamo_rl_zone_t *zone, u_char *doc, size_t len,
     ngx_uint_t source, ngx_http_dynamo_rl_index_t *index,
     ngx_uint_t *generation);
@@ -685,9 +685,10 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
         goto failed;
     }
 
-    if (ngx_http_dynamo_rl_store(r->connection->log, zone, doc, len,
-                                 NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH, index,
-                                 &generation)
+    if (ngx_http_dynamo_rl_snapshot_store(r->connection->log, zone, doc,
+                                          len,
+                                          NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH,
+                                          index, &generation)
         != NGX_OK)
     {
         ngx_destroy_pool(pool);
@@ -964,8 +965,9 @@ ngx_http_dynamo_rl_palloc(void *data, size_t size)
  */
 
 static ngx_int_t
-ngx_http_dynamo_rl_store(ngx_log_t *log, ngx_http_dynamo_rl_zone_t *zone,
-    u_char *doc, size_t len, ngx_uint_t source,
+ngx_http_dynamo_rl_snapshot_store(ngx_log_t *log,
+    ngx_http_dynamo_rl_zone_t *zone, u_char *doc, size_t len,
+    ngx_uint_t source,
     ngx_http_dynamo_rl_index_t *index, ngx_uint_t *generation)
 {
     uint64_t                     members;
@@ -1497,10 +1499,10 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     installed = 0;
 
     if (drmcf->shm_zone != NULL
-        && ngx_http_dynamo_rl_store(r->connection->log, drmcf->shm_zone->data,
-                                    ctx->doc, ctx->doc_len,
-                                    NGX_HTTP_DYNAMO_RL_SOURCE_DISCOVERY,
-                                    index, &generation)
+        && ngx_http_dynamo_rl_snapshot_store(
+               r->connection->log, drmcf->shm_zone->data, ctx->doc,
+               ctx->doc_len, NGX_HTTP_DYNAMO_RL_SOURCE_DISCOVERY, index,
+               &generation)
            == NGX_OK)
     {
         ngx_http_dynamo_rl_bad_routes(r, index);

@@ -11,6 +11,9 @@
 #define NGX_HTTP_DYNAMO_RL_RETRY_AFTER  5
 
 
+static ngx_int_t ngx_http_dynamo_rl_gate_claims(ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_gate_known(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_shctx_t *sh);
 static ngx_uint_t ngx_http_dynamo_rl_gate_in_flight(
     ngx_http_dynamo_rl_shctx_t *sh);
 static ngx_int_t ngx_http_dynamo_rl_gate_handler(ngx_http_request_t *r);
@@ -18,6 +21,53 @@ static void ngx_http_dynamo_rl_gate_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_gate_apply(ngx_http_request_t *r,
     ngx_http_dynamo_rl_gate_req_t *req, char **err);
 static ngx_int_t ngx_http_dynamo_rl_gate_send(ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_gate_store_send(
+    ngx_http_dynamo_rl_store_t *store, ngx_http_dynamo_rl_shctx_t *sh,
+    char *action, ngx_http_dynamo_rl_gate_req_t *req,
+    ngx_http_dynamo_rl_store_pt handler, void *data,
+    ngx_http_dynamo_rl_store_cmd_t **cmdp);
+static void ngx_http_dynamo_rl_gate_store_apply(
+    ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_gate_reply_t *gr,
+    ngx_log_t *log);
+static void ngx_http_dynamo_rl_gate_poll(ngx_event_t *ev);
+static void ngx_http_dynamo_rl_gate_polled(void *data, ngx_int_t rc,
+    redisReply *reply);
+static void ngx_http_dynamo_rl_gate_beat(ngx_event_t *ev);
+static void ngx_http_dynamo_rl_gate_beaten(void *data, ngx_int_t rc,
+    redisReply *reply);
+static ngx_int_t ngx_http_dynamo_rl_gate_store_call(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_store_t *store, ngx_http_dynamo_rl_gate_req_t *req);
+static void ngx_http_dynamo_rl_gate_answered(void *data, ngx_int_t rc,
+    redisReply *reply);
+static void ngx_http_dynamo_rl_gate_call_cleanup(void *data);
+static ngx_int_t ngx_http_dynamo_rl_gate_unavailable(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_store_t *store, ngx_uint_t change);
+static ngx_int_t ngx_http_dynamo_rl_gate_fleet_send(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_store_t *store, ngx_http_dynamo_rl_gate_reply_t *gr,
+    ngx_uint_t local);
+
+
+/* per worker process: the reads of the store's gate, the heartbeat */
+
+typedef struct {
+    ngx_http_dynamo_rl_zone_t      *zone;
+    ngx_http_dynamo_rl_store_t     *store;
+    ngx_event_t                     poll;
+    ngx_event_t                     beat;
+    ngx_uint_t                      polling;
+    ngx_uint_t                      beating;
+    ngx_uint_t                      beaten;
+} ngx_http_dynamo_rl_gate_poller_t;
+
+
+/* a call of the gate API on the store, waited for */
+
+typedef struct {
+    ngx_http_request_t             *request;
+    ngx_http_dynamo_rl_store_cmd_t *cmd;
+    ngx_uint_t                      action;
+    ngx_uint_t                      change;
+} ngx_http_dynamo_rl_gate_call_t;
 
 
 /*
@@ -32,15 +82,14 @@ ngx_http_dynamo_rl_gate_check(ngx_http_request_t *r,
 {
     uint64_t                     now;
     ngx_uint_t                   retry;
-    ngx_table_elt_t             *h;
     ngx_http_dynamo_rl_zone_t   *zone;
     ngx_http_dynamo_rl_shctx_t  *sh;
 
     zone = ngx_http_dynamo_rl_get_zone(r);
     sh = zone->sh;
 
-    if (!sh->gate_closed) {
-        return NGX_DECLINED;
+    if (!sh->gate_closed || ngx_http_dynamo_rl_gate_claims(r)) {
+        return ngx_http_dynamo_rl_gate_known(r, ctx, sh);
     }
 
     now = ngx_http_dynamo_rl_now();
@@ -59,19 +108,9 @@ ngx_http_dynamo_rl_gate_check(ngx_http_request_t *r,
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
+    if (ngx_http_dynamo_rl_retry_after(r, retry) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    h->value.data = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
-    if (h->value.data == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    h->hash = 1;
-    ngx_str_set(&h->key, "Retry-After");
-    h->value.len = ngx_sprintf(h->value.data, "%ui", retry) - h->value.data;
 
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                   "dynamo rl gate: closed, attempt \"%V\" refused",
@@ -85,6 +124,84 @@ ngx_http_dynamo_rl_gate_check(ngx_http_request_t *r,
                                    "gate_closed",
                                    "generation is paused for a policy "
                                    "refresh, retry later");
+}
+
+
+/*
+ * with a store and the ledger, the claim reads the store's gate itself,
+ * in the same step: a view read a moment ago could still be closed
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_gate_claims(ngx_http_request_t *r)
+{
+    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    if (drmcf->store == NULL) {
+        return 0;
+    }
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    return drlcf->ledger;
+}
+
+
+/*
+ * with a store, the zone's gate is the store's as last read; a location
+ * without the ledger has nothing else to go by, and when that read is
+ * older than gate_stale, it does not know the gate: a closed one might
+ * read as open (the ledger's claim reads the store's gate itself)
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_gate_known(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_shctx_t *sh)
+{
+    ngx_http_dynamo_rl_store_t      *store;
+    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+    store = drmcf->store;
+
+    if (store == NULL) {
+        return NGX_DECLINED;
+    }
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    if (drlcf->ledger
+        || (sh->store_known
+            && ngx_http_dynamo_rl_now() - sh->store_read <= store->gate_stale))
+    {
+        return NGX_DECLINED;
+    }
+
+    if (store->on_error == NGX_HTTP_DYNAMO_RL_STORE_LOCAL && sh->store_known) {
+        /* the zone's gate, as the store last had it */
+        (void) ngx_atomic_fetch_add(&sh->store.fallbacks, 1);
+        return NGX_DECLINED;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                  "dynamo rl gate: the store's gate is not known, "
+                  "attempt \"%V\" refused", &ctx->attempt_id);
+
+    ngx_http_dynamo_rl_drain_leave(ctx);
+
+    if (ngx_http_dynamo_rl_retry_after(r, 1) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_dynamo_rl_deny(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                   "gate_unknown",
+                                   "the gate's state is not known: the "
+                                   "shared store has not answered, retry "
+                                   "later");
 }
 
 
@@ -157,6 +274,7 @@ ngx_http_dynamo_rl_gate_state(ngx_http_dynamo_rl_zone_t *zone,
     gs->expires = sh->gate_expires;
     gs->expires_wall = sh->gate_expires_wall;
     gs->changed = sh->gate_changed;
+    gs->changed_ms = sh->store_changed;
     gs->reason_len = sh->gate_reason_len;
     ngx_memcpy(gs->reason, sh->gate_reason, sh->gate_reason_len);
 
@@ -231,7 +349,12 @@ ngx_http_dynamo_rl_gate_json(u_char *p, ngx_http_dynamo_rl_gate_state_t *gs)
 
     p = ngx_cpymem(p, ",\"changed\":", sizeof(",\"changed\":") - 1);
 
-    if (gs->changed) {
+    if (gs->changed_ms) {
+        *p++ = '"';
+        p = ngx_http_dynamo_rl_iso_time(p, gs->changed_ms);
+        *p++ = '"';
+
+    } else if (gs->changed) {
         *p++ = '"';
         p = ngx_http_dynamo_rl_iso_time(p, (uint64_t) gs->changed * 1000);
         *p++ = '"';
@@ -280,13 +403,26 @@ ngx_http_dynamo_rl_gate_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_int_t
 ngx_http_dynamo_rl_gate_handler(ngx_http_request_t *r)
 {
-    ngx_int_t                       rc;
-    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+    ngx_int_t                        rc;
+    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     if (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)) {
         rc = ngx_http_discard_request_body(r);
 
         if (rc != NGX_OK) {
+            return rc;
+        }
+
+        drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+        if (drmcf->store != NULL) {
+            rc = ngx_http_dynamo_rl_gate_store_call(r, drmcf->store, NULL);
+
+            if (rc == NGX_DONE) {
+                r->main->count++;
+            }
+
             return rc;
         }
 
@@ -360,6 +496,7 @@ ngx_http_dynamo_rl_gate_body(ngx_http_request_t *r)
     ngx_chain_t                    *cl;
     ngx_http_dynamo_rl_zone_t      *zone;
     ngx_http_dynamo_rl_gate_req_t   req;
+    ngx_http_dynamo_rl_main_conf_t *drmcf;
 
     len = 0;
     err = NULL;
@@ -408,6 +545,20 @@ ngx_http_dynamo_rl_gate_body(ngx_http_request_t *r)
     if (err == NULL
         && ngx_http_dynamo_rl_json_gate(body, len, &req, &err) == NGX_OK)
     {
+        drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+        if (drmcf->store != NULL) {
+            /* the store's gate; the zone's follows from the answer */
+
+            rc = ngx_http_dynamo_rl_gate_store_call(r, drmcf->store, &req);
+
+            if (rc != NGX_DONE) {
+                ngx_http_finalize_request(r, rc);
+            }
+
+            return;
+        }
+
         /* with state=, written to the file before the answer */
 
         zone = ngx_http_dynamo_rl_get_zone(r);
@@ -526,6 +677,7 @@ ngx_http_dynamo_rl_gate_apply(ngx_http_request_t *r,
 
     sh->gate_epoch++;
     sh->gate_changed = ngx_time();
+    sh->store_changed = 0;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
@@ -553,6 +705,552 @@ ngx_http_dynamo_rl_gate_send(ngx_http_request_t *r)
     }
 
     body.len = ngx_http_dynamo_rl_gate_json(body.data, &gs) - body.data;
+
+    return ngx_http_dynamo_rl_send_json(r, NGX_HTTP_OK, &body);
+}
+
+
+/*
+ * with dynamo_rl_store: every worker process reads the store's gate each
+ * gate_poll into the zone's gate, which then serves the fast 503 while
+ * closed, the locations without the ledger, status and metrics; one
+ * worker process of the instance (the first) reports its drain each
+ * heartbeat
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_gate_store_init_process(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_store_t *store, ngx_cycle_t *cycle)
+{
+    ngx_http_dynamo_rl_gate_poller_t  *gp;
+
+    gp = ngx_pcalloc(cycle->pool, sizeof(ngx_http_dynamo_rl_gate_poller_t));
+    if (gp == NULL) {
+        return NGX_ERROR;
+    }
+
+    gp->zone = zone;
+    gp->store = store;
+
+    gp->poll.handler = ngx_http_dynamo_rl_gate_poll;
+    gp->poll.data = gp;
+    gp->poll.log = cycle->log;
+    gp->poll.cancelable = 1;
+
+    /* the first read as soon as the connection is up */
+    ngx_add_timer(&gp->poll, 1);
+
+    if (ngx_worker == 0) {
+        gp->beat.handler = ngx_http_dynamo_rl_gate_beat;
+        gp->beat.data = gp;
+        gp->beat.log = cycle->log;
+        gp->beat.cancelable = 1;
+
+        ngx_add_timer(&gp->beat, store->heartbeat);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * KEYS: the gate, the fleet; ARGV: action, the epoch expected or "", the
+ * lease, the reason, whether this instance last saw the gate closed and
+ * the highest epoch it saw (for a gate record that is gone)
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_gate_store_send(ngx_http_dynamo_rl_store_t *store,
+    ngx_http_dynamo_rl_shctx_t *sh, char *action,
+    ngx_http_dynamo_rl_gate_req_t *req, ngx_http_dynamo_rl_store_pt handler,
+    void *data, ngx_http_dynamo_rl_store_cmd_t **cmdp)
+{
+    ngx_str_t  argv[8];
+    u_char     epoch[NGX_INT_T_LEN], lease[NGX_INT_T_LEN];
+    u_char     seen[NGX_INT_T_LEN];
+
+    argv[0] = store->gate_key;
+    argv[1] = store->fleet_key;
+
+    argv[2].data = (u_char *) action;
+    argv[2].len = ngx_strlen(action);
+
+    ngx_str_null(&argv[3]);
+    ngx_str_set(&argv[4], "0");
+    ngx_str_null(&argv[5]);
+
+    if (req != NULL) {
+        if (req->has_epoch) {
+            argv[3].data = epoch;
+            argv[3].len = ngx_sprintf(epoch, "%ui", req->epoch) - epoch;
+        }
+
+        argv[4].data = lease;
+        argv[4].len = ngx_sprintf(lease, "%M", req->lease) - lease;
+
+        argv[5].data = req->reason;
+        argv[5].len = req->reason_len;
+    }
+
+    argv[6].data = (u_char *) (sh->gate_closed ? "1" : "0");
+    argv[6].len = 1;
+
+    argv[7].data = seen;
+    argv[7].len = ngx_sprintf(seen, "%ui", sh->gate_epoch) - seen;
+
+    return ngx_http_dynamo_rl_store_eval(store, NGX_HTTP_DYNAMO_RL_SCRIPT_GATE,
+                                         2, 8, argv, handler, data, cmdp);
+}
+
+
+static void
+ngx_http_dynamo_rl_gate_store_apply(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_gate_reply_t *gr, ngx_log_t *log)
+{
+    uint64_t                     now, left;
+    ngx_uint_t                   changed, was;
+    ngx_http_dynamo_rl_shctx_t  *sh;
+
+    if (gr->result != NGX_HTTP_DYNAMO_RL_GATE_R_OK
+        && gr->result != NGX_HTTP_DYNAMO_RL_GATE_R_CREATED
+        && gr->result != NGX_HTTP_DYNAMO_RL_GATE_R_LOST)
+    {
+        return;
+    }
+
+    sh = zone->sh;
+    now = ngx_http_dynamo_rl_now();
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    was = sh->gate_closed;
+    changed = (sh->gate_epoch != gr->epoch || !sh->store_known);
+
+    /* the fleet the gate closed on, as this instance saw it */
+
+    if (gr->closed && !sh->gate_closed) {
+        sh->gate_members = sh->members;
+        sh->gate_members_known = (sh->raw != NULL);
+    }
+
+    sh->gate_closed = gr->closed;
+    sh->gate_epoch = (ngx_uint_t) gr->epoch;
+    sh->gate_lease = (ngx_msec_t) gr->lease;
+
+    if (gr->closed && gr->expires) {
+        /* the lease on this host's monotonic clock, judged by the store's */
+        left = (gr->expires > gr->now) ? gr->expires - gr->now : 0;
+        sh->gate_expires = now + left;
+        sh->gate_expires_wall = gr->expires;
+
+    } else {
+        sh->gate_expires = 0;
+        sh->gate_expires_wall = 0;
+    }
+
+    sh->gate_changed = (time_t) (gr->changed / 1000);
+    sh->store_changed = gr->changed;
+
+    sh->gate_reason_len = ngx_min(gr->reason.len,
+                                  NGX_HTTP_DYNAMO_RL_GATE_REASON);
+    ngx_memcpy(sh->gate_reason, gr->reason.data, sh->gate_reason_len);
+
+    sh->store_read = now;
+    sh->store_known = 1;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (gr->result == NGX_HTTP_DYNAMO_RL_GATE_R_LOST) {
+        ngx_log_error(NGX_LOG_CRIT, log, 0,
+                      "dynamo rl store: the gate record was lost while the "
+                      "gate was closed, created again closed, epoch %uL",
+                      gr->epoch);
+
+    } else if (gr->result == NGX_HTTP_DYNAMO_RL_GATE_R_CREATED) {
+        ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                      "dynamo rl store: no gate record, created open, "
+                      "epoch %uL", gr->epoch);
+
+    } else if (changed && (was != gr->closed)) {
+        ngx_log_error(NGX_LOG_NOTICE, log, 0,
+                      "dynamo rl gate: %s in the store, epoch %uL",
+                      gr->closed ? "closed" : "open", gr->epoch);
+    }
+}
+
+
+static void
+ngx_http_dynamo_rl_gate_poll(ngx_event_t *ev)
+{
+    ngx_http_dynamo_rl_gate_poller_t *gp = ev->data;
+
+    if (ngx_exiting || ngx_quit || ngx_terminate) {
+        return;
+    }
+
+    if (!gp->polling
+        && ngx_http_dynamo_rl_store_ready(gp->store)
+        && ngx_http_dynamo_rl_gate_store_send(gp->store, gp->zone->sh, "init",
+                                              NULL,
+                                              ngx_http_dynamo_rl_gate_polled,
+                                              gp, NULL)
+           == NGX_OK)
+    {
+        gp->polling = 1;
+    }
+
+    ngx_add_timer(ev, gp->store->gate_poll);
+}
+
+
+static void
+ngx_http_dynamo_rl_gate_polled(void *data, ngx_int_t rc, redisReply *reply)
+{
+    ngx_http_dynamo_rl_gate_poller_t *gp = data;
+
+    ngx_http_dynamo_rl_gate_reply_t  gr;
+
+    gp->polling = 0;
+
+    if (rc != NGX_OK) {
+        return;
+    }
+
+    if (ngx_http_dynamo_rl_resp_gate(reply, gp->store->heartbeat, &gr)
+        != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_ERR, gp->poll.log, 0,
+                      "dynamo rl store: unexpected reply to the gate's read");
+        return;
+    }
+
+    ngx_http_dynamo_rl_gate_store_apply(gp->zone, &gr, gp->poll.log);
+
+    /* the first report as soon as there is an epoch to acknowledge */
+
+    if (gp->beat.timer_set && !gp->beaten) {
+        gp->beaten = 1;
+        ngx_del_timer(&gp->beat);
+        ngx_add_timer(&gp->beat, 1);
+    }
+}
+
+
+/*
+ * the instance's report: the highest epoch it applied and its requests
+ * in flight; a report that acknowledges the close epoch only falls after
+ */
+
+static void
+ngx_http_dynamo_rl_gate_beat(ngx_event_t *ev)
+{
+    ngx_http_dynamo_rl_gate_poller_t *gp = ev->data;
+
+    ngx_str_t                    argv[4];
+    ngx_http_dynamo_rl_shctx_t  *sh;
+    u_char                       seen[NGX_INT_T_LEN];
+    u_char                       flight[NGX_INT_T_LEN];
+
+    if (ngx_exiting || ngx_quit || ngx_terminate) {
+        return;
+    }
+
+    sh = gp->zone->sh;
+
+    if (!gp->beating && sh->store_known
+        && ngx_http_dynamo_rl_store_ready(gp->store))
+    {
+        argv[0] = gp->store->fleet_key;
+        argv[1] = gp->store->replica;
+
+        argv[2].data = seen;
+        argv[2].len = ngx_sprintf(seen, "%ui", sh->gate_epoch) - seen;
+
+        argv[3].data = flight;
+        argv[3].len = ngx_sprintf(flight, "%ui",
+                                  ngx_http_dynamo_rl_gate_in_flight(sh))
+                      - flight;
+
+        if (ngx_http_dynamo_rl_store_eval(gp->store,
+                                          NGX_HTTP_DYNAMO_RL_SCRIPT_BEAT,
+                                          1, 4, argv,
+                                          ngx_http_dynamo_rl_gate_beaten, gp,
+                                          NULL)
+            == NGX_OK)
+        {
+            gp->beating = 1;
+        }
+    }
+
+    ngx_add_timer(ev, gp->store->heartbeat);
+}
+
+
+static void
+ngx_http_dynamo_rl_gate_beaten(void *data, ngx_int_t rc, redisReply *reply)
+{
+    ngx_http_dynamo_rl_gate_poller_t *gp = data;
+
+    gp->beating = 0;
+}
+
+
+/* the gate API on the store: GET (req NULL) or POST, waited for */
+
+static ngx_int_t
+ngx_http_dynamo_rl_gate_store_call(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_store_t *store, ngx_http_dynamo_rl_gate_req_t *req)
+{
+    char                            *action;
+    ngx_pool_cleanup_t              *cln;
+    ngx_http_dynamo_rl_zone_t       *zone;
+    ngx_http_dynamo_rl_gate_call_t  *gc;
+
+    gc = ngx_pcalloc(r->pool, sizeof(ngx_http_dynamo_rl_gate_call_t));
+    if (gc == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    gc->request = r;
+    gc->change = (req != NULL);
+    gc->action = req ? req->action : 0;
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_dynamo_rl_gate_call_cleanup;
+    cln->data = gc;
+
+    action = (req == NULL) ? "init"
+             : (req->action == NGX_HTTP_DYNAMO_RL_GATE_CLOSE) ? "close"
+             : (req->action == NGX_HTTP_DYNAMO_RL_GATE_RENEW) ? "renew"
+             : "open";
+
+    zone = ngx_http_dynamo_rl_get_zone(r);
+
+    if (ngx_http_dynamo_rl_gate_store_send(store, zone->sh, action, req,
+                                           ngx_http_dynamo_rl_gate_answered,
+                                           gc, &gc->cmd)
+        != NGX_OK)
+    {
+        return ngx_http_dynamo_rl_gate_unavailable(r, store, gc->change);
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_dynamo_rl_gate_answered(void *data, ngx_int_t rc, redisReply *reply)
+{
+    ngx_http_dynamo_rl_gate_call_t *gc = data;
+
+    ngx_connection_t                *c;
+    ngx_http_request_t              *r;
+    ngx_http_dynamo_rl_store_t      *store;
+    ngx_http_dynamo_rl_gate_reply_t  gr;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    r = gc->request;
+    c = r->connection;
+    gc->cmd = NULL;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+    store = drmcf->store;
+
+    if (rc != NGX_OK
+        || ngx_http_dynamo_rl_resp_gate(reply, store->heartbeat, &gr)
+           != NGX_OK)
+    {
+        if (rc == NGX_OK) {
+            ngx_log_error(NGX_LOG_ERR, c->log, 0,
+                          "dynamo rl store: unexpected reply to the gate "
+                          "API");
+        }
+
+        rc = ngx_http_dynamo_rl_gate_unavailable(r, store, gc->change);
+        goto done;
+    }
+
+    switch (gr.result) {
+
+    case NGX_HTTP_DYNAMO_RL_GATE_R_MISMATCH:
+        ngx_log_error(NGX_LOG_INFO, c->log, 0,
+                      "dynamo rl gate: epoch is not current in the store, "
+                      "epoch %uL there", gr.epoch);
+
+        rc = ngx_http_dynamo_rl_error(r, NGX_HTTP_CONFLICT, "epoch_mismatch",
+                                      "the gate changed since that epoch");
+        break;
+
+    case NGX_HTTP_DYNAMO_RL_GATE_R_NOT_CLOSED:
+    case NGX_HTTP_DYNAMO_RL_GATE_R_NO_LEASE:
+        ngx_log_error(NGX_LOG_INFO, c->log, 0,
+                      "dynamo rl gate: bad request: %s",
+                      gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_NO_LEASE
+                      ? "no lease to renew" : "the gate is open");
+
+        rc = ngx_http_dynamo_rl_error(r, NGX_HTTP_BAD_REQUEST, "bad_body",
+                                      gr.result
+                                      == NGX_HTTP_DYNAMO_RL_GATE_R_NO_LEASE
+                                      ? "the gate was closed without a "
+                                        "lease: give one"
+                                      : "the gate is open: nothing to "
+                                        "renew");
+        break;
+
+    case NGX_HTTP_DYNAMO_RL_GATE_R_NOGATE:
+        if (ngx_http_dynamo_rl_retry_after(r, 1) != NGX_OK) {
+            rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+            break;
+        }
+
+        rc = ngx_http_dynamo_rl_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                      "gate_unknown",
+                                      "no gate record in the store yet: "
+                                      "nothing changed, retry later");
+        break;
+
+    default:
+        ngx_http_dynamo_rl_gate_store_apply(ngx_http_dynamo_rl_get_zone(r),
+                                            &gr, c->log);
+
+        if (gc->change) {
+            ngx_log_error(NGX_LOG_NOTICE, c->log, 0,
+                          "dynamo rl gate: %s in the store, epoch %uL",
+                          gc->action == NGX_HTTP_DYNAMO_RL_GATE_CLOSE
+                          ? "closed"
+                          : gc->action == NGX_HTTP_DYNAMO_RL_GATE_RENEW
+                          ? "renewed" : "opened", gr.epoch);
+        }
+
+        rc = ngx_http_dynamo_rl_gate_fleet_send(r, store, &gr, 0);
+    }
+
+done:
+
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_dynamo_rl_gate_call_cleanup(void *data)
+{
+    ngx_http_dynamo_rl_gate_call_t *gc = data;
+
+    if (gc->cmd != NULL) {
+        ngx_http_dynamo_rl_store_cancel(gc->cmd);
+        gc->cmd = NULL;
+    }
+}
+
+
+/*
+ * the store does not answer: a change is never made in the zone alone
+ * (the replicas would disagree); a read may show the zone's view with
+ * on_error=local
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_gate_unavailable(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_store_t *store, ngx_uint_t change)
+{
+    if (!change && store->on_error == NGX_HTTP_DYNAMO_RL_STORE_LOCAL) {
+        return ngx_http_dynamo_rl_gate_fleet_send(r, store, NULL, 1);
+    }
+
+    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                  "dynamo rl gate: the store does not answer, %s",
+                  change ? "nothing changed" : "the gate is not known");
+
+    if (ngx_http_dynamo_rl_retry_after(r, 1) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_dynamo_rl_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                    "store_unavailable",
+                                    change ? "the shared store does not "
+                                             "answer: the gate did not "
+                                             "change"
+                                           : "the shared store does not "
+                                             "answer: the gate is not "
+                                             "known");
+}
+
+
+/* the zone's gate (the store's, just applied) with the replica and fleet */
+
+static ngx_int_t
+ngx_http_dynamo_rl_gate_fleet_send(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_store_t *store, ngx_http_dynamo_rl_gate_reply_t *gr,
+    ngx_uint_t local)
+{
+    u_char                           *p;
+    size_t                            len;
+    ngx_str_t                         body;
+    ngx_uint_t                        i;
+    ngx_http_dynamo_rl_fleet_t       *fl;
+    ngx_http_dynamo_rl_gate_state_t   gs;
+
+    ngx_http_dynamo_rl_gate_state(ngx_http_dynamo_rl_get_zone(r), &gs);
+
+    fl = (gr != NULL && gr->has_fleet) ? &gr->fleet : NULL;
+
+    len = ngx_http_dynamo_rl_gate_json_len(&gs)
+          + sizeof(",\"replica\":\"\",\"source\":\"local\",\"fleet\":"
+                   "{\"replicas\":,\"acked\":,\"in_flight\":,\"lost\":[],"
+                   "\"drained\":false}")
+          + store->replica.len + 3 * NGX_INT64_LEN;
+
+    if (fl != NULL) {
+        for (i = 0; i < fl->nlost; i++) {
+            len += 3 + fl->lost[i].len
+                   + ngx_escape_json(NULL, fl->lost[i].data, fl->lost[i].len);
+        }
+    }
+
+    body.data = ngx_pnalloc(r->pool, len);
+    if (body.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* the zone's JSON without its closing brace */
+
+    p = ngx_http_dynamo_rl_gate_json(body.data, &gs) - 1;
+
+    p = ngx_sprintf(p, ",\"replica\":\"%V\"", &store->replica);
+
+    if (local) {
+        p = ngx_cpymem(p, ",\"source\":\"local\"",
+                       sizeof(",\"source\":\"local\"") - 1);
+    }
+
+    if (fl != NULL) {
+        p = ngx_sprintf(p, ",\"fleet\":{\"replicas\":%ui,\"acked\":%ui,"
+                        "\"in_flight\":%uL,\"lost\":[",
+                        fl->replicas, fl->acked, fl->in_flight);
+
+        for (i = 0; i < fl->nlost; i++) {
+            if (i) {
+                *p++ = ',';
+            }
+
+            *p++ = '"';
+            p = (u_char *) ngx_escape_json(p, fl->lost[i].data,
+                                           fl->lost[i].len);
+            *p++ = '"';
+        }
+
+        p = ngx_sprintf(p, "],\"drained\":%s}",
+                        fl->drained ? "true" : "false");
+    }
+
+    *p++ = '}';
+
+    body.len = p - body.data;
 
     return ngx_http_dynamo_rl_send_json(r, NGX_HTTP_OK, &body);
 }

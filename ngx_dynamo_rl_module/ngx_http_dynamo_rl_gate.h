@@ -19,6 +19,7 @@ typedef struct {
     uint64_t                        now;
     ngx_uint_t                      expired;
     time_t                          changed;
+    uint64_t                        changed_ms;   /* the store's, or 0 */
     size_t                          reason_len;
     u_char                          reason[NGX_HTTP_DYNAMO_RL_GATE_REASON];
     ngx_uint_t                      members_changed;
@@ -33,6 +34,9 @@ void ngx_http_dynamo_rl_gate_state(ngx_http_dynamo_rl_zone_t *zone,
 size_t ngx_http_dynamo_rl_gate_json_len(ngx_http_dynamo_rl_gate_state_t *gs);
 u_char *ngx_http_dynamo_rl_gate_json(u_char *p,
     ngx_http_dynamo_rl_gate_state_t *gs);
+ngx_int_t ngx_http_dynamo_rl_gate_store_init_process(
+    ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_store_t *store,
+    ngx_cycle_t *cycle);
 char *ngx_http_dynamo_rl_gate_api(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 

@@ -33,6 +33,37 @@ static ngx_int_t ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r,
 static ngx_int_t ngx_http_dynamo_rl_ledger_scan(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_buf_t *b);
 static ngx_int_t ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_store_t *store);
+static void ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
+    redisReply *reply);
+static void ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx,
+    char *from, char *to, ngx_msec_t ttl, ngx_str_t *fields, ngx_uint_t n);
+static void ngx_http_dynamo_rl_ledger_stream(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx);
+static void ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
+    ngx_uint_t state, ngx_uint_t status, off_t sent, ngx_uint_t reason);
+static ngx_int_t ngx_http_dynamo_rl_attempts_store(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_store_t *store, ngx_str_t *id);
+static void ngx_http_dynamo_rl_attempts_found(void *data, ngx_int_t rc,
+    redisReply *reply);
+static void ngx_http_dynamo_rl_attempts_cleanup(void *data);
+static ngx_int_t ngx_http_dynamo_rl_attempts_local(ngx_http_request_t *r,
+    ngx_str_t *id, ngx_uint_t local);
+static ngx_int_t ngx_http_dynamo_rl_attempts_unavailable(
+    ngx_http_request_t *r, ngx_http_dynamo_rl_store_t *store, ngx_str_t *id);
+static ngx_int_t ngx_http_dynamo_rl_attempt_send(ngx_http_request_t *r,
+    ngx_str_t *id, ngx_http_dynamo_rl_record_t *rec, uint64_t duration,
+    ngx_uint_t local);
+
+
+/* a lookup of the attempts API in the store, waited for */
+
+typedef struct {
+    ngx_http_request_t             *request;
+    ngx_http_dynamo_rl_store_cmd_t *cmd;
+    ngx_str_t                       id;
+} ngx_http_dynamo_rl_lookup_t;
 
 
 ngx_str_t  ngx_http_dynamo_rl_ledger_states[] = {
@@ -159,9 +190,11 @@ ngx_http_dynamo_rl_ledger_expire(ngx_http_dynamo_rl_zone_t *zone,
 
 
 /*
- * NGX_OK: recorded as accepted; NGX_BUSY: the id is in the ledger, in
- * flight or finished; NGX_DECLINED: the zone is full of in-flight and
- * unexpired records that cannot go
+ * NGX_OK: recorded as accepted; NGX_AGAIN: the store's answer is waited
+ * for, the phases go on from its handler; NGX_DECLINED: not recorded,
+ * ctx->verdict says why (the id is in the ledger, in flight or finished;
+ * the zone is full of in-flight and unexpired records that cannot go;
+ * the store's gate is closed, or the store does not answer)
  */
 
 ngx_int_t
@@ -170,6 +203,7 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
 {
     size_t                           size;
     uint64_t                         now;
+    ngx_int_t                        rc;
     ngx_uint_t                       hash;
     ngx_http_dynamo_rl_node_t       *lr;
     ngx_http_dynamo_rl_zone_t       *zone;
@@ -180,6 +214,35 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
 
     zone = drmcf->shm_zone->data;
+
+    if (drmcf->store != NULL) {
+        rc = ngx_http_dynamo_rl_ledger_claim(r, ctx, drmcf->store);
+
+        if (rc != NGX_DECLINED
+            || ctx->verdict != NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE
+            || drmcf->store->on_error != NGX_HTTP_DYNAMO_RL_STORE_LOCAL)
+        {
+            return rc;
+        }
+
+        /* on_error=local: this replica's zone, single use within it */
+
+        (void) ngx_atomic_fetch_add(&zone->sh->store.fallbacks, 1);
+
+        if (ngx_atomic_cmp_set(&zone->sh->store_fallback, 0, 1)) {
+            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                          "dynamo rl store: not available, the zone's "
+                          "ledger acts for this replica alone");
+        }
+
+        /* and the zone's gate, the store's as last read */
+
+        if (zone->sh->gate_closed && drlcf->gate) {
+            ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_CLOSED;
+            ctx->retry_after = 5;
+            return NGX_DECLINED;
+        }
+    }
 
     hash = ngx_http_dynamo_rl_ledger_hash(zone->sh, &ctx->attempt_id);
     now = ngx_http_dynamo_rl_now();
@@ -216,7 +279,8 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
         {
             zone->sh->duplicates++;
             ngx_shmtx_unlock(&zone->shpool->mutex);
-            return NGX_BUSY;
+            ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE;
+            return NGX_DECLINED;
         }
 
         /* expired, or never sent upstream: the id is free again */
@@ -240,6 +304,7 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
                           "%ui attempts in flight", &zone->name,
                           zone->sh->in_flight);
 
+            ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_FULL;
             return NGX_DECLINED;
         }
 
@@ -285,6 +350,222 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     ctx->ttl = drlcf->attempt_ttl;
 
     return NGX_OK;
+}
+
+
+/*
+ * with a store, one script checks the store's gate and claims the id for
+ * every replica at once; the request waits for its answer
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_store_t *store)
+{
+    u_char                         *p;
+    ngx_int_t                       rc;
+    ngx_str_t                       argv[7];
+    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+    u_char                          t0[NGX_INT64_LEN];
+    u_char                          lease[NGX_INT64_LEN];
+
+    if (ctx->store_wait) {
+        return NGX_AGAIN;
+    }
+
+    if (ctx->store_done) {
+        /* the answer is taken once: a later pass is an internal redirect */
+        ctx->store_done = 0;
+        return ctx->store_claimed ? NGX_OK : NGX_DECLINED;
+    }
+
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    ctx->store = store;
+    ctx->ttl = drlcf->attempt_ttl;
+
+    /* the record's key, and its owner: this replica, process and request */
+
+    p = ngx_pnalloc(r->pool, store->attempt_key.len + ctx->attempt_id.len
+                             + store->replica.len + 3 * NGX_INT64_LEN + 3);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->store_key.data = p;
+    p = ngx_cpymem(p, store->attempt_key.data, store->attempt_key.len);
+    p = ngx_cpymem(p, ctx->attempt_id.data, ctx->attempt_id.len);
+    ctx->store_key.len = p - ctx->store_key.data;
+
+    ctx->store_owner.data = p;
+    p = ngx_sprintf(p, "%V/%P/%uA.%ui", &store->replica, ngx_pid,
+                    r->connection->number, r->connection->requests);
+    ctx->store_owner.len = p - ctx->store_owner.data;
+
+    argv[0] = store->gate_key;
+    argv[1] = ctx->store_key;
+    argv[2] = ctx->store_owner;
+
+    argv[3].data = t0;
+    argv[3].len = ngx_sprintf(t0, "%uL", ngx_http_dynamo_rl_wall()) - t0;
+
+    argv[4].data = lease;
+    argv[4].len = ngx_sprintf(lease, "%M", store->lease) - lease;
+
+    argv[5] = store->replica;
+
+    if (ctx->request_id.data != ctx->attempt_id.data) {
+        argv[6] = ctx->request_id;
+
+    } else {
+        ngx_str_null(&argv[6]);
+    }
+
+    rc = ngx_http_dynamo_rl_store_eval(store, NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM,
+                                       2, 7, argv,
+                                       ngx_http_dynamo_rl_ledger_claimed, r,
+                                       &ctx->store_cmd);
+
+    if (rc != NGX_OK) {
+        ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE;
+
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl store: not connected, attempt \"%V\" "
+                      "not claimed", &ctx->attempt_id);
+
+        return NGX_DECLINED;
+    }
+
+    ctx->store_wait = 1;
+
+    return NGX_AGAIN;
+}
+
+
+static void
+ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
+    redisReply *reply)
+{
+    ngx_http_request_t *r = data;
+
+    ngx_connection_t                  *c;
+    ngx_http_dynamo_rl_ctx_t          *ctx;
+    ngx_http_dynamo_rl_zone_t         *zone;
+    ngx_http_dynamo_rl_claim_reply_t   cr;
+
+    c = r->connection;
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    ctx->store_cmd = NULL;
+    ctx->store_wait = 0;
+    ctx->store_done = 1;
+    ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE;
+
+    if (rc == NGX_OK && ngx_http_dynamo_rl_resp_claim(reply, &cr) == NGX_OK) {
+
+        switch (cr.result) {
+
+        case NGX_HTTP_DYNAMO_RL_CLAIM_OK:
+            ctx->store_claimed = 1;
+            ctx->verdict = 0;
+            break;
+
+        case NGX_HTTP_DYNAMO_RL_CLAIM_DUP:
+            ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE;
+            break;
+
+        case NGX_HTTP_DYNAMO_RL_CLAIM_CLOSED:
+            ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_CLOSED;
+            ctx->retry_after = (cr.expires > cr.now)
+                               ? (ngx_uint_t) ((cr.expires - cr.now + 999)
+                                               / 1000)
+                               : 5;
+            break;
+
+        default: /* NGX_HTTP_DYNAMO_RL_CLAIM_NOGATE */
+
+            /*
+             * the gate record is gone: a fresh store, or one that lost its
+             * data; where the gate was last seen closed, it stays so
+             */
+
+            zone = ngx_http_dynamo_rl_get_zone(r);
+
+            ctx->verdict = zone->sh->gate_closed
+                           ? NGX_HTTP_DYNAMO_RL_VERDICT_LOST
+                           : NGX_HTTP_DYNAMO_RL_VERDICT_UNKNOWN;
+        }
+
+        if (ctx->verdict != NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE) {
+            zone = ngx_http_dynamo_rl_get_zone(r);
+            zone->sh->store_fallback = 0;
+        }
+
+    } else if (rc == NGX_OK) {
+        ngx_log_error(NGX_LOG_ERR, c->log, 0,
+                      "dynamo rl store: unexpected reply to the claim");
+
+    } else if (rc == NGX_AGAIN) {
+        ngx_log_error(NGX_LOG_WARN, c->log, 0,
+                      "dynamo rl store: no answer to the claim within %M",
+                      ctx->store->timeout);
+
+        /* whatever the store did with the claim, the id stays usable */
+
+        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", 1, NULL, 0);
+
+    } else {
+        ngx_log_error(NGX_LOG_INFO, c->log, 0,
+                      "dynamo rl store: connection lost before the claim's "
+                      "answer");
+    }
+
+    if (c->error && ctx->store_claimed) {
+        /*
+         * the client went away meanwhile (an HTTP/2 stream reset): the
+         * record ends canceled and not forwarded, its id usable again
+         */
+
+        ctx->store_done = 0;
+        ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+
+    } else {
+        ngx_http_core_run_phases(r);
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * a record in the store changes state, queued and sent with the others:
+ * the response never waits for it; "fields" are names and values
+ */
+
+static void
+ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx, char *from,
+    char *to, ngx_msec_t ttl, ngx_str_t *fields, ngx_uint_t n)
+{
+    ngx_uint_t  i;
+    ngx_str_t   argv[5 + 12];
+    u_char      buf[NGX_INT64_LEN];
+
+    argv[0] = ctx->store_key;
+    argv[1] = ctx->store_owner;
+    argv[2].data = (u_char *) from;
+    argv[2].len = ngx_strlen(from);
+    argv[3].data = (u_char *) to;
+    argv[3].len = ngx_strlen(to);
+    argv[4].data = buf;
+    argv[4].len = ngx_sprintf(buf, "%M", ttl) - buf;
+
+    for (i = 0; i < n && i < 12; i++) {
+        argv[5 + i] = fields[i];
+    }
+
+    (void) ngx_http_dynamo_rl_store_eval(ctx->store,
+                                         NGX_HTTP_DYNAMO_RL_SCRIPT_MOVE,
+                                         1, 5 + i, argv, NULL, NULL, NULL);
 }
 
 
@@ -337,7 +618,7 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
 
     ngx_http_dynamo_rl_drain_leave(ctx);
 
-    if (lr == NULL) {
+    if (lr == NULL && !ctx->store_claimed) {
         /* dynamo_rl_ledger off: the verdict is for the access log only */
         return;
     }
@@ -357,6 +638,11 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
 
     reason = (r->upstream != NULL && r->upstream->request_sent)
              ? 0 : NGX_HTTP_DYNAMO_RL_NOT_FORWARDED;
+
+    if (lr == NULL) {
+        ngx_http_dynamo_rl_ledger_store_end(ctx, state, status, sent, reason);
+        return;
+    }
 
     now = ngx_http_dynamo_rl_now();
 
@@ -378,6 +664,59 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
 }
 
 
+static void
+ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
+    ngx_uint_t state, ngx_uint_t status, off_t sent, ngx_uint_t reason)
+{
+    u_char     *p;
+    ngx_str_t   fields[10];
+    u_char      buf[3 * NGX_INT64_LEN + 4];
+
+    static char  *states = "\0asufc";
+
+    ctx->store_claimed = 0;
+
+    p = buf;
+
+    ngx_str_set(&fields[0], "code");
+    fields[1].data = p;
+    p = ngx_sprintf(p, "%ui", status);
+    fields[1].len = p - fields[1].data;
+
+    ngx_str_set(&fields[2], "sse");
+    fields[3].data = (u_char *) (ctx->sse_on ? "1" : "0");
+    fields[3].len = 1;
+
+    ngx_str_set(&fields[4], "b");
+    fields[5].data = p;
+    p = ngx_sprintf(p, "%O", sent);
+    fields[5].len = p - fields[5].data;
+
+    ngx_str_set(&fields[6], "t1");
+    fields[7].data = p;
+    p = ngx_sprintf(p, "%uL", ngx_http_dynamo_rl_wall());
+    fields[7].len = p - fields[7].data;
+
+    ngx_str_set(&fields[8], "rs");
+
+    if (reason == NGX_HTTP_DYNAMO_RL_NOT_FORWARDED) {
+        ngx_str_set(&fields[9], "nf");
+
+    } else {
+        ngx_str_set(&fields[9], "");
+    }
+
+    {
+        char  to[2];
+
+        to[0] = states[state];
+        to[1] = '\0';
+
+        ngx_http_dynamo_rl_ledger_move(ctx, "as", to, ctx->ttl, fields, 10);
+    }
+}
+
+
 /* a request freed without its log phase: the attempt did not complete */
 
 void
@@ -386,6 +725,20 @@ ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx)
     uint64_t                    now;
     ngx_http_dynamo_rl_node_t  *lr;
     ngx_http_dynamo_rl_zone_t  *zone;
+
+    if (ctx->store_cmd != NULL) {
+        /* the request went away while its claim was waited for */
+
+        ngx_http_dynamo_rl_store_cancel(ctx->store_cmd);
+        ctx->store_cmd = NULL;
+
+        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", 1, NULL, 0);
+    }
+
+    if (ctx->store_claimed) {
+        ngx_http_dynamo_rl_ledger_store_end(ctx, NGX_HTTP_DYNAMO_RL_FAILED, 0,
+                                            0, 0);
+    }
 
     lr = ctx->node;
 
@@ -593,6 +946,10 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
     zone = ctx->ledger_zone;
     lr = ctx->node;
 
+    if (ctx->store_claimed) {
+        ngx_http_dynamo_rl_ledger_stream(r, ctx);
+    }
+
     if (lr == NULL) {
         return ngx_http_next_header_filter(r);
     }
@@ -606,6 +963,26 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     return ngx_http_next_header_filter(r);
+}
+
+
+static void
+ngx_http_dynamo_rl_ledger_stream(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    ngx_str_t  fields[4];
+    u_char     buf[NGX_INT_T_LEN];
+
+    ngx_str_set(&fields[0], "code");
+    fields[1].data = buf;
+    fields[1].len = ngx_sprintf(buf, "%ui", r->headers_out.status) - buf;
+
+    ngx_str_set(&fields[2], "sse");
+    fields[3].data = (u_char *) (ctx->sse_on ? "1" : "0");
+    fields[3].len = 1;
+
+    ngx_http_dynamo_rl_ledger_move(ctx, "a", "s", ctx->store->lease, fields,
+                                   4);
 }
 
 
@@ -710,17 +1087,10 @@ ngx_http_dynamo_rl_attempts_api(ngx_conf_t *cf, ngx_command_t *cmd,
 static ngx_int_t
 ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
 {
-    u_char                     *p;
-    size_t                      len;
-    uint64_t                    now, started, ended, duration, bytes;
-    ngx_int_t                   rc;
-    ngx_str_t                   id, body;
-    ngx_uint_t                  found, state, status, stream, reason;
-    ngx_uint_t                  packed;
-    u_char                      request_id[16];
-    ngx_http_dynamo_rl_node_t  *lr;
-    ngx_http_dynamo_rl_zone_t  *zone;
-    ngx_http_core_loc_conf_t   *clcf;
+    ngx_int_t                        rc;
+    ngx_str_t                        id;
+    ngx_http_core_loc_conf_t        *clcf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     rc = ngx_http_dynamo_rl_read_only(r);
 
@@ -745,45 +1115,65 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
                                         "[A-Za-z0-9._:-]");
     }
 
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    if (drmcf->store != NULL) {
+        return ngx_http_dynamo_rl_attempts_store(r, drmcf->store, &id);
+    }
+
+    return ngx_http_dynamo_rl_attempts_local(r, &id, 0);
+}
+
+
+/*
+ * the attempt as this zone has it; "local" when a store is configured
+ * but does not answer (on_error=local)
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_attempts_local(ngx_http_request_t *r, ngx_str_t *id,
+    ngx_uint_t local)
+{
+    u_char                        *p;
+    uint64_t                       now, duration;
+    ngx_uint_t                     found;
+    ngx_http_dynamo_rl_node_t     *lr;
+    ngx_http_dynamo_rl_zone_t     *zone;
+    ngx_http_dynamo_rl_record_t    rec;
+    u_char                         request_id[NGX_HTTP_DYNAMO_RL_UUID_LEN];
+
     zone = ngx_http_dynamo_rl_get_zone(r);
     now = ngx_http_dynamo_rl_now();
 
     found = 0;
-    packed = 0;
-    state = 0;
-    status = 0;
-    stream = 0;
-    reason = 0;
-    bytes = 0;
-    started = 0;
-    ended = 0;
     duration = 0;
+    ngx_memzero(&rec, sizeof(ngx_http_dynamo_rl_record_t));
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     lr = ngx_http_dynamo_rl_ledger_lookup(zone->sh,
                                           ngx_http_dynamo_rl_ledger_hash(
-                                              zone->sh, &id),
-                                          id.data, id.len);
+                                              zone->sh, id),
+                                          id->data, id->len);
 
     if (lr != NULL
         && (lr->state < NGX_HTTP_DYNAMO_RL_SUCCEEDED || lr->expires > now))
     {
         found = 1;
-        state = lr->state;
-        status = lr->status;
-        stream = lr->stream;
-        reason = lr->reason;
-        bytes = lr->bytes;
-        started = lr->started;
-        ended = lr->ended;
-        duration = ended ? ended - started
-                         : ngx_http_dynamo_rl_ledger_elapsed(lr, now);
+        rec.state = lr->state;
+        rec.status = lr->status;
+        rec.stream = lr->stream;
+        rec.reason = lr->reason;
+        rec.bytes = lr->bytes;
+        rec.started = lr->started;
+        rec.ended = lr->ended;
+        duration = rec.ended ? rec.ended - rec.started
+                             : ngx_http_dynamo_rl_ledger_elapsed(lr, now);
 
-        packed = lr->request_id;
-
-        if (packed) {
-            ngx_memcpy(request_id, lr->id + lr->len, 16);
+        if (lr->request_id) {
+            p = ngx_http_dynamo_rl_uuid_unpack(request_id, lr->id + lr->len);
+            rec.request_id.data = request_id;
+            rec.request_id.len = p - request_id;
         }
     }
 
@@ -795,12 +1185,183 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
                                         "no such attempt, or it expired");
     }
 
+    return ngx_http_dynamo_rl_attempt_send(r, id, &rec, duration, local);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_attempts_store(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_store_t *store, ngx_str_t *id)
+{
+    u_char                       *p;
+    ngx_uint_t                    i;
+    ngx_pool_cleanup_t           *cln;
+    ngx_http_dynamo_rl_lookup_t  *lk;
+    ngx_str_t                     argv[2 + NGX_HTTP_DYNAMO_RL_RECORD_NFIELDS];
+
+    static char  *fields[] = { NGX_HTTP_DYNAMO_RL_RECORD_FIELDS };
+
+    lk = ngx_pcalloc(r->pool, sizeof(ngx_http_dynamo_rl_lookup_t));
+    if (lk == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    lk->request = r;
+    lk->id = *id;
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_dynamo_rl_attempts_cleanup;
+    cln->data = lk;
+
+    p = ngx_pnalloc(r->pool, store->attempt_key.len + id->len);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_str_set(&argv[0], "HMGET");
+    argv[1].data = p;
+    p = ngx_cpymem(p, store->attempt_key.data, store->attempt_key.len);
+    p = ngx_cpymem(p, id->data, id->len);
+    argv[1].len = p - argv[1].data;
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_RECORD_NFIELDS; i++) {
+        argv[2 + i].data = (u_char *) fields[i];
+        argv[2 + i].len = ngx_strlen(fields[i]);
+    }
+
+    if (ngx_http_dynamo_rl_store_command(store, NGX_HTTP_DYNAMO_RL_STORE_OP_GET,
+                                         2 + NGX_HTTP_DYNAMO_RL_RECORD_NFIELDS,
+                                         argv,
+                                         ngx_http_dynamo_rl_attempts_found,
+                                         lk, &lk->cmd)
+        != NGX_OK)
+    {
+        return ngx_http_dynamo_rl_attempts_unavailable(r, store, id);
+    }
+
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_dynamo_rl_attempts_found(void *data, ngx_int_t rc,
+    redisReply *reply)
+{
+    ngx_http_dynamo_rl_lookup_t *lk = data;
+
+    uint64_t                         duration;
+    ngx_connection_t                *c;
+    ngx_http_request_t              *r;
+    ngx_http_dynamo_rl_record_t      rec;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    r = lk->request;
+    c = r->connection;
+    lk->cmd = NULL;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    if (rc != NGX_OK
+        || ngx_http_dynamo_rl_resp_record(reply, &rec) != NGX_OK)
+    {
+        if (rc == NGX_OK) {
+            ngx_log_error(NGX_LOG_ERR, c->log, 0,
+                          "dynamo rl store: unexpected reply to the lookup "
+                          "of an attempt");
+        }
+
+        rc = ngx_http_dynamo_rl_attempts_unavailable(r, drmcf->store,
+                                                     &lk->id);
+
+    } else if (!rec.found) {
+        rc = ngx_http_dynamo_rl_error(r, NGX_HTTP_NOT_FOUND,
+                                      "unknown_attempt",
+                                      "no such attempt, or it expired");
+
+    } else {
+        duration = 0;
+
+        if (rec.ended) {
+            duration = rec.ended - rec.started;
+
+        } else if (ngx_http_dynamo_rl_wall() > rec.started) {
+            duration = ngx_http_dynamo_rl_wall() - rec.started;
+        }
+
+        rc = ngx_http_dynamo_rl_attempt_send(r, &lk->id, &rec, duration, 0);
+    }
+
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * never 404 when the store cannot say: a trainer would take it for an
+ * attempt that never ran and send it again
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_attempts_unavailable(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_store_t *store, ngx_str_t *id)
+{
+    if (store->on_error == NGX_HTTP_DYNAMO_RL_STORE_LOCAL) {
+        return ngx_http_dynamo_rl_attempts_local(r, id, 1);
+    }
+
+    if (ngx_http_dynamo_rl_retry_after(r, 1) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_dynamo_rl_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                    "store_unavailable",
+                                    "the shared store does not answer: the "
+                                    "attempt's state is not known, retry "
+                                    "later");
+}
+
+
+static void
+ngx_http_dynamo_rl_attempts_cleanup(void *data)
+{
+    ngx_http_dynamo_rl_lookup_t *lk = data;
+
+    if (lk->cmd != NULL) {
+        ngx_http_dynamo_rl_store_cancel(lk->cmd);
+        lk->cmd = NULL;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_attempt_send(ngx_http_request_t *r, ngx_str_t *id,
+    ngx_http_dynamo_rl_record_t *rec, uint64_t duration, ngx_uint_t local)
+{
+    u_char     *p;
+    size_t      len;
+    ngx_str_t   body;
+
+    if (rec->state < NGX_HTTP_DYNAMO_RL_ACCEPTED
+        || rec->state > NGX_HTTP_DYNAMO_RL_CANCELED)
+    {
+        rec->state = NGX_HTTP_DYNAMO_RL_ACCEPTED;
+    }
+
     len = sizeof("{\"attempt_id\":\"\",\"state\":\"\",\"status\":,"
                  "\"stream\":false,\"bytes_sent\":,\"started\":\"\","
                  "\"ended\":\"\",\"duration_ms\":}") - 1
           + sizeof(",\"reason\":\"not_forwarded\"")
           + sizeof(",\"request_id\":\"\"") + NGX_HTTP_DYNAMO_RL_UUID_LEN
-          + id.len + sizeof("streaming") + 3 * NGX_INT64_LEN
+          + sizeof(",\"replica\":\"\"") + rec->replica.len
+          + ngx_escape_json(NULL, rec->replica.data, rec->replica.len)
+          + sizeof(",\"source\":\"local\"")
+          + id->len + sizeof("streaming") + 3 * NGX_INT64_LEN
           + 2 * NGX_HTTP_DYNAMO_RL_ISO_LEN;
 
     p = ngx_pnalloc(r->pool, len);
@@ -813,18 +1374,19 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
     body.data = p;
 
     p = ngx_sprintf(p, "{\"attempt_id\":\"%V\",\"state\":\"%V\",\"status\":",
-                    &id, &ngx_http_dynamo_rl_ledger_states[state]);
+                    id, &ngx_http_dynamo_rl_ledger_states[rec->state]);
 
-    p = status ? ngx_sprintf(p, "%ui", status) : ngx_cpymem(p, "null", 4);
+    p = rec->status ? ngx_sprintf(p, "%ui", rec->status)
+                    : ngx_cpymem(p, "null", 4);
 
     p = ngx_sprintf(p, ",\"stream\":%s,\"bytes_sent\":%uL,\"started\":\"",
-                    stream ? "true" : "false", bytes);
-    p = ngx_http_dynamo_rl_iso_time(p, started);
+                    rec->stream ? "true" : "false", rec->bytes);
+    p = ngx_http_dynamo_rl_iso_time(p, rec->started);
     p = ngx_cpymem(p, "\",\"ended\":", sizeof("\",\"ended\":") - 1);
 
-    if (ended) {
+    if (rec->ended) {
         *p++ = '"';
-        p = ngx_http_dynamo_rl_iso_time(p, ended);
+        p = ngx_http_dynamo_rl_iso_time(p, rec->ended);
         *p++ = '"';
 
     } else {
@@ -837,13 +1399,15 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
 
     p = ngx_cpymem(p, ",\"request_id\":", sizeof(",\"request_id\":") - 1);
 
-    if (packed) {
-        *p++ = '"';
-        p = ngx_http_dynamo_rl_uuid_unpack(p, request_id);
-        *p++ = '"';
+    if (rec->request_id.len == NGX_HTTP_DYNAMO_RL_UUID_LEN
+        && ngx_http_dynamo_rl_uuid_valid(rec->request_id.data,
+                                         rec->request_id.len)
+           == NGX_OK)
+    {
+        p = ngx_sprintf(p, "\"%V\"", &rec->request_id);
 
-    } else if (ngx_http_dynamo_rl_uuid_valid(id.data, id.len) == NGX_OK) {
-        p = ngx_sprintf(p, "\"%V\"", &id);
+    } else if (ngx_http_dynamo_rl_uuid_valid(id->data, id->len) == NGX_OK) {
+        p = ngx_sprintf(p, "\"%V\"", id);
 
     } else {
         p = ngx_cpymem(p, "null", 4);
@@ -851,9 +1415,25 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
 
     /* only when there is one: the fields of a plain record stay as they were */
 
-    if (reason) {
+    if (rec->reason == NGX_HTTP_DYNAMO_RL_WORKER_EXITED
+        || rec->reason == NGX_HTTP_DYNAMO_RL_NOT_FORWARDED)
+    {
         p = ngx_sprintf(p, ",\"reason\":\"%V\"",
-                        &ngx_http_dynamo_rl_ledger_reasons[reason]);
+                        &ngx_http_dynamo_rl_ledger_reasons[rec->reason]);
+    }
+
+    /* as the store has it: whoever writes there is not trusted for JSON */
+
+    if (rec->replica.len) {
+        p = ngx_cpymem(p, ",\"replica\":\"", sizeof(",\"replica\":\"") - 1);
+        p = (u_char *) ngx_escape_json(p, rec->replica.data,
+                                       rec->replica.len);
+        *p++ = '"';
+    }
+
+    if (local) {
+        p = ngx_cpymem(p, ",\"source\":\"local\"",
+                       sizeof(",\"source\":\"local\"") - 1);
     }
 
     *p++ = '}';

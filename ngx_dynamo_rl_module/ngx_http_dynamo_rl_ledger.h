@@ -14,6 +14,14 @@
 #define NGX_HTTP_DYNAMO_RL_FAILED     4
 #define NGX_HTTP_DYNAMO_RL_CANCELED   5
 
+/* the ledger's verdict on an attempt that is not recorded (ctx->verdict) */
+#define NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE    1
+#define NGX_HTTP_DYNAMO_RL_VERDICT_FULL         2
+#define NGX_HTTP_DYNAMO_RL_VERDICT_CLOSED       3
+#define NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE  4
+#define NGX_HTTP_DYNAMO_RL_VERDICT_UNKNOWN      5
+#define NGX_HTTP_DYNAMO_RL_VERDICT_LOST         6
+
 /* why a record ended as it did, when its state alone does not say */
 #define NGX_HTTP_DYNAMO_RL_WORKER_EXITED  1
 #define NGX_HTTP_DYNAMO_RL_NOT_FORWARDED  2

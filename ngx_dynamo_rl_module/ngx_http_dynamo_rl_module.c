@@ -23,6 +23,7 @@ static void *ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static ngx_int_t ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle);
+static void ngx_http_dynamo_rl_exit_process(ngx_cycle_t *cycle);
 static void ngx_http_dynamo_rl_exit_index(void *data);
 
 static char *ngx_http_dynamo_rl_plane(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -85,6 +86,13 @@ static ngx_command_t  ngx_http_dynamo_rl_commands[] = {
       ngx_http_dynamo_rl_zone,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
+      NULL },
+
+    { ngx_string("dynamo_rl_store"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
+      ngx_http_dynamo_rl_store,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_dynamo_rl_main_conf_t, store),
       NULL },
 
     { ngx_string("dynamo_rl_plane"),
@@ -249,7 +257,7 @@ ngx_module_t  ngx_http_dynamo_rl_module = {
     ngx_http_dynamo_rl_init_process,       /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    ngx_http_dynamo_rl_state_exit_process, /* exit process */
+    ngx_http_dynamo_rl_exit_process,       /* exit process */
     ngx_http_dynamo_rl_state_exit_master,  /* exit master */
     NGX_MODULE_V1_PADDING
 };
@@ -708,6 +716,7 @@ ngx_http_dynamo_rl_create_main_conf(ngx_conf_t *cf)
      *     drmcf->index_pool = NULL;
      *     drmcf->index_generation = 0;
      *     drmcf->scopes = NULL;
+     *     drmcf->store = NULL;
      */
 
     drmcf->ctx_cleanup = ngx_http_dynamo_rl_cleanup;
@@ -1261,6 +1270,22 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
         zone->state_load = ngx_http_dynamo_rl_state_load;
     }
 
+    /* the zone keeps the store's gate as last read, and its figures */
+
+    if (drmcf->store != NULL && drmcf->shm_zone == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"dynamo_rl_store\" requires \"dynamo_rl_zone\"");
+        return NGX_ERROR;
+    }
+
+    if (drmcf->store == NULL && drmcf->shm_zone != NULL && zone->stateless) {
+        ngx_log_error(NGX_LOG_WARN, cf->log, 0,
+                      "dynamo_rl zone \"%V\" has no \"state\" parameter: "
+                      "a restart or a binary upgrade opens the gate and "
+                      "forgets used attempt ids in %s:%ui",
+                      &zone->name, zone->file, zone->line);
+    }
+
     if (drmcf->shm_zone != NULL
         && ngx_http_dynamo_rl_zone_reserve(cf, drmcf->shm_zone,
                                            drmcf->snapshot_max)
@@ -1332,6 +1357,7 @@ static ngx_int_t
 ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
 {
     ngx_pool_cleanup_t              *cln;
+    ngx_http_dynamo_rl_zone_t       *zone;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     if (cycle->conf_ctx[ngx_http_module.index] == NULL) {
@@ -1363,6 +1389,25 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
         }
     }
 
+    /* the store's connection: worker processes only */
+
+    if (drmcf->store != NULL
+        && (ngx_process == NGX_PROCESS_WORKER
+            || ngx_process == NGX_PROCESS_SINGLE))
+    {
+        zone = drmcf->shm_zone->data;
+        drmcf->store->stats = &zone->sh->store;
+
+        if (ngx_http_dynamo_rl_store_init_process(drmcf->store, cycle)
+            != NGX_OK
+            || ngx_http_dynamo_rl_gate_store_init_process(zone, drmcf->store,
+                                                          cycle)
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
     /* the process's snapshot index is not cycle pool memory */
 
     cln = ngx_pool_cleanup_add(cycle->pool, 0);
@@ -1374,6 +1419,24 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
     cln->data = drmcf;
 
     return NGX_OK;
+}
+
+
+static void
+ngx_http_dynamo_rl_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    if (cycle->conf_ctx[ngx_http_module.index] != NULL) {
+        drmcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                                    ngx_http_dynamo_rl_module);
+
+        if (drmcf->store != NULL) {
+            ngx_http_dynamo_rl_store_exit_process(drmcf->store);
+        }
+    }
+
+    ngx_http_dynamo_rl_state_exit_process(cycle);
 }
 
 

@@ -1659,6 +1659,12 @@ ngx_http_dynamo_rl_reason_t  ngx_http_dynamo_rl_reasons[] = {
     { ngx_string("unsupported_encoding"), NGX_HTTP_DYNAMO_RL_ON_REQUEST },
     { ngx_string("metadata_upload_denied"), NGX_HTTP_DYNAMO_RL_ON_REQUEST },
     { ngx_string("rid_mismatch"), NGX_HTTP_DYNAMO_RL_ON_REQUEST },
+    { ngx_string("store_unavailable"), NGX_HTTP_DYNAMO_RL_ON_REQUEST
+                                       |NGX_HTTP_DYNAMO_RL_ON_STORE },
+    { ngx_string("gate_unknown"), NGX_HTTP_DYNAMO_RL_ON_REQUEST
+                                  |NGX_HTTP_DYNAMO_RL_ON_STORE },
+    { ngx_string("gate_lost"), NGX_HTTP_DYNAMO_RL_ON_REQUEST
+                               |NGX_HTTP_DYNAMO_RL_ON_STORE },
     { ngx_null_string, 0 }
 };
 

@@ -54,6 +54,9 @@ typedef struct {
 #define NGX_HTTP_DYNAMO_RL_ON_ADMIN      0x4
 #define NGX_HTTP_DYNAMO_RL_ON_ALL        0x7
 
+/* a reason that only a shared store gives (dynamo_rl_store) */
+#define NGX_HTTP_DYNAMO_RL_ON_STORE      0x8
+
 typedef struct {
     ngx_str_t                      name;
     ngx_uint_t                     planes;

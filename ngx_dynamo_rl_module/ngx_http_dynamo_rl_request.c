@@ -27,6 +27,8 @@ static ngx_int_t ngx_http_dynamo_rl_body(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 static ngx_int_t ngx_http_dynamo_rl_record(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
+static ngx_int_t ngx_http_dynamo_rl_unavailable(ngx_http_request_t *r,
+    ngx_uint_t retry, char *reason, char *message);
 
 
 static ngx_str_t  ngx_http_dynamo_rl_request_id = ngx_string("request-id");
@@ -221,6 +223,11 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
         return ngx_http_dynamo_rl_body(r, ctx, drlcf);
     }
 
+    if (ctx->store_wait || ctx->store_done) {
+        /* the store's claim: waited for, or back with its answer */
+        return ngx_http_dynamo_rl_record(r, ctx, drlcf);
+    }
+
     if (ctx->passed) {
 
         /*
@@ -338,13 +345,21 @@ ngx_http_dynamo_rl_record(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
+    if (rc == NGX_AGAIN) {
+        return NGX_AGAIN;
+    }
+
     /* the deny may free the request: the count goes first */
 
     ngx_http_dynamo_rl_drain_leave(ctx);
 
-    switch (rc) {
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
-    case NGX_BUSY:
+    switch (ctx->verdict) {
+
+    case NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE:
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "dynamo rl: attempt id \"%V\" already used",
                       &ctx->attempt_id);
@@ -368,11 +383,63 @@ ngx_http_dynamo_rl_record(ngx_http_request_t *r,
                                        "attempt id already used: "
                                        "generation is not idempotent");
 
-    default:
+    case NGX_HTTP_DYNAMO_RL_VERDICT_FULL:
         return ngx_http_dynamo_rl_deny(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                                        "ledger_full",
                                        "attempt ledger is full");
+
+    case NGX_HTTP_DYNAMO_RL_VERDICT_CLOSED:
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl gate: closed in the store, attempt \"%V\" "
+                      "refused", &ctx->attempt_id);
+
+        return ngx_http_dynamo_rl_unavailable(r, ctx->retry_after,
+                                              "gate_closed",
+                                              "generation is paused for a "
+                                              "policy refresh, retry later");
+
+    case NGX_HTTP_DYNAMO_RL_VERDICT_UNKNOWN:
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "dynamo rl store: no gate record, attempt \"%V\" "
+                      "refused", &ctx->attempt_id);
+
+        return ngx_http_dynamo_rl_unavailable(r, 1, "gate_unknown",
+                                              "the gate's state is not "
+                                              "known, retry later");
+
+    case NGX_HTTP_DYNAMO_RL_VERDICT_LOST:
+
+        /* the gate's reader logs it at crit, once, as it creates it again */
+
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl store: the gate record is lost while the "
+                      "gate was closed, attempt \"%V\" refused",
+                      &ctx->attempt_id);
+
+        return ngx_http_dynamo_rl_unavailable(r, 5, "gate_lost",
+                                              "the gate's record was lost "
+                                              "while it was closed: it "
+                                              "stays closed");
+
+    default: /* NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE */
+        return ngx_http_dynamo_rl_unavailable(r, 1, "store_unavailable",
+                                              "the shared store does not "
+                                              "answer: nothing was sent, "
+                                              "retry later");
     }
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_unavailable(ngx_http_request_t *r, ngx_uint_t retry,
+    char *reason, char *message)
+{
+    if (ngx_http_dynamo_rl_retry_after(r, retry) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_dynamo_rl_deny(r, NGX_HTTP_SERVICE_UNAVAILABLE, reason,
+                                   message);
 }
 
 

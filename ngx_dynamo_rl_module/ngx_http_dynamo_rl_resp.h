@@ -63,8 +63,9 @@ typedef struct {
     ngx_uint_t                      replicas;  /* alive */
     ngx_uint_t                      acked;     /* alive, seen >= epoch */
     uint64_t                        in_flight; /* sum over alive */
-    ngx_uint_t                      nlost;
+    ngx_uint_t                      nlost;     /* names in lost[] */
     ngx_str_t                       lost[NGX_HTTP_DYNAMO_RL_FLEET_LOST];
+    ngx_uint_t                      lost_total;  /* nlost or more */
     ngx_uint_t                      drained;
 } ngx_http_dynamo_rl_fleet_t;
 
@@ -91,7 +92,7 @@ typedef struct {
 
 typedef struct {
     ngx_uint_t                      found;
-    ngx_uint_t                      state;     /* NGX_HTTP_DYNAMO_RL_ACCEPTED.. */
+    ngx_uint_t                      state;     /* ACCEPTED .. CANCELED */
     ngx_uint_t                      status;    /* 0: none yet */
     ngx_uint_t                      stream;
     uint64_t                        bytes;
@@ -99,13 +100,15 @@ typedef struct {
     uint64_t                        ended;     /* wall ms, 0: in flight */
     ngx_str_t                       request_id;  /* "" when the id is it */
     ngx_str_t                       replica;
-    ngx_uint_t                      reason;    /* 0, WORKER_EXITED, NOT_FORWARDED */
+    /* 0, NGX_HTTP_DYNAMO_RL_WORKER_EXITED or _NOT_FORWARDED */
+    ngx_uint_t                      reason;
 } ngx_http_dynamo_rl_record_t;
 
 
 extern ngx_http_dynamo_rl_script_t  ngx_http_dynamo_rl_scripts[];
 
 
+redisReader *ngx_http_dynamo_rl_resp_reader(void);
 ngx_int_t ngx_http_dynamo_rl_resp_claim(redisReply *reply,
     ngx_http_dynamo_rl_claim_reply_t *cr);
 ngx_int_t ngx_http_dynamo_rl_resp_move(redisReply *reply, ngx_int_t *moved);

@@ -46,6 +46,11 @@ typedef struct {
     ngx_http_dynamo_rl_recent_t      recent[NGX_HTTP_DYNAMO_RL_RECENT];
 
     ngx_http_dynamo_rl_gate_state_t  gate;
+
+    /* with dynamo_rl_store, its figures, copied without the mutex */
+    ngx_http_dynamo_rl_store_t      *store;
+    ngx_http_dynamo_rl_store_stats_t store_stats;
+    ngx_uint_t                       store_fallback;
 } ngx_http_dynamo_rl_report_t;
 
 
@@ -85,6 +90,12 @@ static ngx_int_t ngx_http_dynamo_rl_status_html(ngx_http_request_t *r,
     ngx_str_t *json);
 static u_char *ngx_http_dynamo_rl_metrics_text(
     ngx_http_dynamo_rl_report_t *rp, u_char *p);
+static size_t ngx_http_dynamo_rl_store_json_len(
+    ngx_http_dynamo_rl_report_t *rp);
+static u_char *ngx_http_dynamo_rl_store_json(ngx_http_dynamo_rl_report_t *rp,
+    u_char *p);
+static u_char *ngx_http_dynamo_rl_store_text(ngx_http_dynamo_rl_report_t *rp,
+    u_char *p);
 static u_char *ngx_http_dynamo_rl_histogram_text(u_char *p, char *name,
     char *label, ngx_str_t *value, ngx_uint_t *counts, ngx_uint_t sum);
 
@@ -611,9 +622,10 @@ static void
 ngx_http_dynamo_rl_report(ngx_http_request_t *r,
     ngx_http_dynamo_rl_report_t *rp)
 {
-    ngx_uint_t                   i, j, n;
-    ngx_http_dynamo_rl_zone_t   *zone;
-    ngx_http_dynamo_rl_shctx_t  *sh;
+    ngx_uint_t                       i, j, n;
+    ngx_http_dynamo_rl_zone_t       *zone;
+    ngx_http_dynamo_rl_shctx_t      *sh;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     zone = ngx_http_dynamo_rl_get_zone(r);
     sh = zone->sh;
@@ -646,6 +658,14 @@ ngx_http_dynamo_rl_report(ngx_http_request_t *r,
 
     rp->admin_results[0] = sh->admin_results[0];
     rp->admin_results[1] = sh->admin_results[1];
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    if (drmcf->store != NULL) {
+        rp->store = drmcf->store;
+        rp->store_stats = sh->store;
+        rp->store_fallback = sh->store_fallback;
+    }
 
     ngx_http_dynamo_rl_gate_state(zone, &rp->gate);
 
@@ -733,7 +753,8 @@ ngx_http_dynamo_rl_status_handler(ngx_http_request_t *r)
            + (NGX_HTTP_DYNAMO_RL_PLANES + NGX_HTTP_DYNAMO_RL_HISTOGRAMS)
              * NGX_HTTP_DYNAMO_RL_HIST_JSON
            + ngx_http_dynamo_rl_gate_json_len(&rp.gate)
-           + ngx_http_dynamo_rl_fleet_len(index);
+           + ngx_http_dynamo_rl_fleet_len(index)
+           + ngx_http_dynamo_rl_store_json_len(&rp);
 
     p = ngx_pnalloc(r->pool, size);
     if (p == NULL) {
@@ -811,7 +832,8 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
                               + (NGX_HTTP_DYNAMO_RL_PLANES
                                  + NGX_HTTP_DYNAMO_RL_HISTOGRAMS)
                                 * NGX_HTTP_DYNAMO_RL_HIST_JSON
-                              + ngx_http_dynamo_rl_gate_json_len(&rp->gate))
+                              + ngx_http_dynamo_rl_gate_json_len(&rp->gate)
+                              + ngx_http_dynamo_rl_store_json_len(rp))
     {
         return NULL;
     }
@@ -824,6 +846,10 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
                     "\"duplicates\":%ui,\"exhausted\":%ui},",
                     rp->records, rp->in_flight, rp->capacity, rp->evictions,
                     rp->expired, rp->duplicates, rp->exhausted);
+
+    if (rp->store != NULL) {
+        p = ngx_http_dynamo_rl_store_json(rp, p);
+    }
 
     p = ngx_cpymem(p, "\"counters\":{\"requests\":{",
                    sizeof("\"counters\":{\"requests\":{") - 1);
@@ -854,7 +880,11 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
         n = 0;
 
         for (j = 0; ngx_http_dynamo_rl_reasons[j].name.len; j++) {
-            if (!(ngx_http_dynamo_rl_reasons[j].planes & (1 << i))) {
+            if (!(ngx_http_dynamo_rl_reasons[j].planes & (1 << i))
+                || ((ngx_http_dynamo_rl_reasons[j].planes
+                     & NGX_HTTP_DYNAMO_RL_ON_STORE)
+                    && rp->store == NULL))
+            {
                 continue;
             }
 
@@ -1281,6 +1311,14 @@ ngx_http_dynamo_rl_metrics_handler(ngx_http_request_t *r)
              * (NGX_HTTP_DYNAMO_RL_BUCKETS + 2)
              * NGX_HTTP_DYNAMO_RL_METRICS_LINE;
 
+    if (rp.store != NULL) {
+        size += 4096 + rp.store->replica.len
+                + (NGX_HTTP_DYNAMO_RL_STORE_OPS
+                   * NGX_HTTP_DYNAMO_RL_STORE_RESULTS
+                   + NGX_HTTP_DYNAMO_RL_STORE_BUCKETS + 2)
+                  * NGX_HTTP_DYNAMO_RL_METRICS_LINE;
+    }
+
     p = ngx_pnalloc(r->pool, size);
     if (p == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -1329,7 +1367,11 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
 
     for (i = 0; i < NGX_HTTP_DYNAMO_RL_PLANES; i++) {
         for (j = 0; ngx_http_dynamo_rl_reasons[j].name.len; j++) {
-            if (!(ngx_http_dynamo_rl_reasons[j].planes & (1 << i))) {
+            if (!(ngx_http_dynamo_rl_reasons[j].planes & (1 << i))
+                || ((ngx_http_dynamo_rl_reasons[j].planes
+                     & NGX_HTTP_DYNAMO_RL_ON_STORE)
+                    && rp->store == NULL))
+            {
                 continue;
             }
 
@@ -1473,7 +1515,125 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
                                               rp->hist_sum[i]);
     }
 
+    if (rp->store != NULL) {
+        p = ngx_http_dynamo_rl_store_text(rp, p);
+    }
+
     return p;
+}
+
+
+static size_t
+ngx_http_dynamo_rl_store_json_len(ngx_http_dynamo_rl_report_t *rp)
+{
+    if (rp->store == NULL) {
+        return 0;
+    }
+
+    return sizeof("\"store\":{\"url\":\"\",\"replica\":\"\",\"up\":false,"
+                  "\"fallback\":false,\"queue\":,\"fallbacks\":,"
+                  "\"dropped\":,\"reconnects\":},")
+           + rp->store->url.len
+           + ngx_escape_json(NULL, rp->store->url.data, rp->store->url.len)
+           + rp->store->replica.len + 4 * NGX_ATOMIC_T_LEN;
+}
+
+
+static u_char *
+ngx_http_dynamo_rl_store_json(ngx_http_dynamo_rl_report_t *rp, u_char *p)
+{
+    ngx_http_dynamo_rl_store_stats_t  *st;
+
+    st = &rp->store_stats;
+
+    p = ngx_cpymem(p, "\"store\":{\"url\":\"",
+                   sizeof("\"store\":{\"url\":\"") - 1);
+    p = (u_char *) ngx_escape_json(p, rp->store->url.data,
+                                   rp->store->url.len);
+
+    return ngx_sprintf(p, "\",\"replica\":\"%V\",\"up\":%s,\"fallback\":%s,"
+                       "\"queue\":%uA,\"fallbacks\":%uA,\"dropped\":%uA,"
+                       "\"reconnects\":%uA},",
+                       &rp->store->replica, st->up ? "true" : "false",
+                       rp->store_fallback ? "true" : "false",
+                       st->queue, st->fallbacks, st->dropped,
+                       st->reconnects);
+}
+
+
+/* the store's series: operations by fixed labels, round trips, the queue */
+
+static u_char *
+ngx_http_dynamo_rl_store_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
+{
+    ngx_uint_t                         i, j, n;
+    ngx_http_dynamo_rl_store_stats_t  *st;
+
+    static char  *ops[] = { "claim", "move", "gate", "beat", "get",
+                            "connect" };
+    static char  *results[] = { "ok", "error", "unavailable", "timeout" };
+    static char  *bounds[] = { "0.0001", "0.00025", "0.0005", "0.001",
+                               "0.0025", "0.005", "0.01", "0.025", "0.05",
+                               "0.1", "0.25", "0.5", "1" };
+
+    st = &rp->store_stats;
+
+    p = ngx_sprintf(p, "# HELP dynamo_rl_store_info The shared store's "
+                    "replica name for this gateway.\n"
+                    "# TYPE dynamo_rl_store_info gauge\n"
+                    "dynamo_rl_store_info{replica=\"%V\"} 1\n"
+                    "# HELP dynamo_rl_store_up 1 while the shared store "
+                    "answers.\n# TYPE dynamo_rl_store_up gauge\n"
+                    "dynamo_rl_store_up %uA\n"
+                    "# HELP dynamo_rl_store_queue Store commands waiting "
+                    "for an answer or a connection.\n"
+                    "# TYPE dynamo_rl_store_queue gauge\n"
+                    "dynamo_rl_store_queue %uA\n"
+                    "# HELP dynamo_rl_store_fallbacks_total Decisions the "
+                    "zone took for an unavailable store (on_error=local).\n"
+                    "# TYPE dynamo_rl_store_fallbacks_total counter\n"
+                    "dynamo_rl_store_fallbacks_total %uA\n"
+                    "# HELP dynamo_rl_store_dropped_total Record updates "
+                    "given up for a full queue.\n"
+                    "# TYPE dynamo_rl_store_dropped_total counter\n"
+                    "dynamo_rl_store_dropped_total %uA\n"
+                    "# HELP dynamo_rl_store_reconnects_total Connections "
+                    "to the store made again after a failure.\n"
+                    "# TYPE dynamo_rl_store_reconnects_total counter\n"
+                    "dynamo_rl_store_reconnects_total %uA\n"
+                    "# HELP dynamo_rl_store_operations_total Store "
+                    "operations by kind and result.\n"
+                    "# TYPE dynamo_rl_store_operations_total counter\n",
+                    &rp->store->replica, st->up, st->queue, st->fallbacks,
+                    st->dropped, st->reconnects);
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_STORE_OPS; i++) {
+        for (j = 0; j < NGX_HTTP_DYNAMO_RL_STORE_RESULTS; j++) {
+            p = ngx_sprintf(p, "dynamo_rl_store_operations_total{op=\"%s\","
+                            "result=\"%s\"} %uA\n",
+                            ops[i], results[j], st->ops[i][j]);
+        }
+    }
+
+    p = ngx_sprintf(p, "# HELP dynamo_rl_store_round_trip_seconds Time from "
+                    "a store command's queueing to its answer.\n"
+                    "# TYPE dynamo_rl_store_round_trip_seconds histogram\n");
+
+    n = 0;
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_STORE_BUCKETS; i++) {
+        n += st->rtt[i];
+
+        p = ngx_sprintf(p, "dynamo_rl_store_round_trip_seconds_bucket"
+                        "{le=\"%s\"} %ui\n",
+                        i < NGX_HTTP_DYNAMO_RL_STORE_BUCKETS - 1
+                        ? bounds[i] : "+Inf", n);
+    }
+
+    return ngx_sprintf(p, "dynamo_rl_store_round_trip_seconds_sum "
+                       "%uA.%06uA\n"
+                       "dynamo_rl_store_round_trip_seconds_count %ui\n",
+                       st->rtt_sum_us / 1000000, st->rtt_sum_us % 1000000, n);
 }
 
 

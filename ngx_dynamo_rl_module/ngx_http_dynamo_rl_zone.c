@@ -322,11 +322,8 @@ ngx_http_dynamo_rl_zone_state(ngx_conf_t *cf, ngx_http_dynamo_rl_zone_t *zone,
     zone->state_fd = NGX_INVALID_FILE;
 
     if (value == NULL) {
-        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
-                           "dynamo_rl zone \"%V\" has no \"state\" "
-                           "parameter: a restart or a binary upgrade opens "
-                           "the gate and forgets used attempt ids",
-                           &zone->name);
+        /* warned about after the http block, unless a store keeps them */
+        zone->stateless = 1;
         return NGX_CONF_OK;
     }
 

@@ -9,7 +9,7 @@
 
 
 /* bumped whenever the layout of the shared context changes */
-#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  9
+#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  10
 
 #define NGX_HTTP_DYNAMO_RL_PLANES        3     /* request, discovery, admin */
 #define NGX_HTTP_DYNAMO_RL_OUTCOMES      4
@@ -143,6 +143,17 @@ typedef struct {
 
     /* when the refresh flight in progress began, ngx_current_msec */
     ngx_msec_t                      refresh_begun;
+
+    /*
+     * with dynamo_rl_store, the gate fields above mirror the store's gate
+     * as last read: when (ngx_http_dynamo_rl_now()), whether ever, and
+     * whether this instance falls back to the zone (on_error=local)
+     */
+    uint64_t                        store_read;
+    uint64_t                        store_changed;  /* the store's ms */
+    ngx_uint_t                      store_known;
+    ngx_atomic_t                    store_fallback;
+    ngx_http_dynamo_rl_store_stats_t  store;
 } ngx_http_dynamo_rl_shctx_t;
 
 
@@ -156,9 +167,10 @@ struct ngx_http_dynamo_rl_zone_s {
     /* the room a snapshot needs, from the largest max_size configured */
     size_t                          reserve;
 
-    /* where the directive is, for the size check after the http block */
+    /* where the directive is, for the checks after the http block */
     u_char                         *file;
     ngx_uint_t                      line;
+    ngx_uint_t                      stateless;
 
     /* the worker process's look for processes that died */
     ngx_event_t                     reaper;

@@ -41,7 +41,7 @@ my $SO = '/usr/lib/nginx/modules/ngx_http_dynamo_rl_module.so';
 my $SNIPPET = '/usr/share/nginx/modules-available/mod-http-dynamo-rl.conf';
 my $ENABLED = '/etc/nginx/modules-enabled/50-mod-http-dynamo-rl.conf';
 
-plan(tests => 33);
+plan(tests => 35);
 
 # one run at a time on this machine: the package is system-wide state
 
@@ -114,6 +114,8 @@ ok(exists $depends{libjansson4}, 'dpkg -s: Depends on libjansson4')
 	or diag("Depends: $s{Depends}");
 ok(exists $depends{libssl3}, 'dpkg -s: Depends on libssl3')
 	or diag("Depends: $s{Depends}");
+ok(exists $depends{'libhiredis0.14'}, 'dpkg -s: Depends on libhiredis0.14')
+	or diag("Depends: $s{Depends}");
 
 note("Depends: $s{Depends}");
 
@@ -132,6 +134,7 @@ is(readlink($ENABLED), $SNIPPET, 'postinst: the modules-enabled symlink');
 ($code, $out) = run('ldd', $SO);
 unlike($out, qr/not found/, 'ldd: every library found') or diag($out);
 like($out, qr/^\s*libjansson\.so\.4 => /m, 'ldd: libjansson');
+like($out, qr/^\s*libhiredis\.so\.0\.14 => /m, 'ldd: libhiredis');
 
 # nginx -t on the example, with the module from /usr/lib/nginx/modules
 

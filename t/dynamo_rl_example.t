@@ -10,7 +10,12 @@
 # the gate, status, metrics and the attempts API; and nginx's own errors
 # that come before a location is chosen (a space or %00 in the target, a
 # bad header line, a target too long), which the example's error_page
-# recipe answers in each listener's JSON shape.
+# recipe answers in each listener's JSON shape.  Then "make run
+# REPLICAS=2" itself (util/run-gateway): a redis-server and two gateway
+# replicas that share it, on free ports; the calls it prints show a retry
+# refused on the other replica and one gate for both, the same checked
+# again here with ids of the test's own, and Ctrl-C stops everything it
+# started.
 
 ###############################################################################
 
@@ -21,7 +26,9 @@ use Test::More;
 
 use Cwd qw/ abs_path /;
 use File::Basename qw/ dirname /;
+use IO::Socket::INET;
 use JSON::PP;
+use POSIX qw/ WNOHANG /;
 
 use lib 't/lib';
 use Test::DynamoRL;
@@ -36,7 +43,7 @@ alarm(120);
 
 my $REPO = abs_path(dirname(__FILE__) . '/..');
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(40);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(76);
 
 $t->write_file('nginx.conf', example());
 $t->run_fake_dynamo();
@@ -178,6 +185,197 @@ is(json($r)->{state}, 'succeeded', 'attempts: example-1 succeeded');
 
 $r = get($ROLLOUT, '/rl/status');
 is($r->{status}, 404, 'rollout: no status');
+
+###############################################################################
+
+# make run REPLICAS=2, on free ports, its scratch directory in ours
+
+my @RUN = map { port($_) } 8070 .. 8073;
+my $transcript = $t->testdir() . '/run-gateway.out';
+my $run = run_gateway(2, "$RUN[0]:$RUN[1] $RUN[2]:$RUN[3]");
+
+my $up = Test::DynamoRL::wait_for(sub {
+	if (waitpid($run, WNOHANG) == $run) {
+		$run = 0;
+		return 1;
+	}
+
+	return slurp($transcript) =~ /^running; press Ctrl-C to stop$/m;
+}, 60);
+
+my $text = slurp($transcript);
+
+ok($up && $run, 'replicas: make run REPLICAS=2 started') or diag($text);
+
+my ($prefix) = $text =~ m{(\Q${\$t->testdir()}\E/dynamo-rl-run\.\w+)/};
+my ($redis, $redis_pid) = $text
+	=~ /^store: .* at redis:\/\/127\.0\.0\.1:(\d+) \(pid\s+(\d+)\)/m;
+
+ok($prefix && $redis && $redis != 6379, 'replicas: a store on a free port')
+	or diag($text);
+like($text, qr/^  a  rollout http:\/\/127\.0\.0\.1:$RUN[0]\/v1\/\.\.\.  trusted http:\/\/127\.0\.0\.1:$RUN[1]\/\.\.\./m,
+	'replicas: a on its ports');
+like($text, qr/^  b  rollout http:\/\/127\.0\.0\.1:$RUN[2]\/v1\/\.\.\.  trusted http:\/\/127\.0\.0\.1:$RUN[3]\/\.\.\./m,
+	'replicas: b on its ports');
+
+# the calls it printed, and their answers
+
+my @shown = map { [ split /\n/, $_, 2 ] } grep { length }
+	split /^\$ /m, ($text =~ /^(\$ curl .*)\z/ms)[0] // '';
+
+is(scalar @shown, 8, 'replicas: eight calls shown') or diag($text);
+
+my @r = map { parse_response(($_->[1] // '') =~ s/\r?\n/\r\n/gr) // {} }
+	@shown[0, 1, 4, 7];
+my @j = map { eval { decode_json(($_->[1] // '') =~ s/\s*#.*\z//sr) } // {} }
+	@shown[2, 3, 5, 6];
+
+like($shown[0][0] // '', qr/^curl .*:$RUN[0]\/v1\/completions .*X-Dynamo-Attempt-Id: rollout-42\.attempt-1/,
+	'replicas, shown: an attempt through a');
+is($r[0]{status}, 200, 'replicas, shown: 200');
+like($shown[1][0] // '', qr/^curl .*:$RUN[2]\/v1\/completions .*X-Dynamo-Attempt-Id: rollout-42\.attempt-1/,
+	'replicas, shown: its retry through b');
+is($r[1]{status}, 409, 'replicas, shown: 409');
+is($r[1]{headers}{'x-dynamo-rl-reason'}, 'duplicate_attempt',
+	'replicas, shown: duplicate_attempt');
+is($r[1]{headers}{'x-should-retry'}, 'false',
+	'replicas, shown: not to retry');
+like($shown[2][0] // '', qr/:$RUN[3]\/rl\/attempts\/rollout-42\.attempt-1$/,
+	'replicas, shown: the attempt through b');
+is(join(' ', map { $j[0]{$_} // '' } qw/ attempt_id state replica /),
+	'rollout-42.attempt-1 succeeded a', 'replicas, shown: recorded by a');
+like($shown[3][0] // '', qr/:$RUN[1]\/rl\/gate -d .*"close"/,
+	'replicas, shown: the gate closed through a');
+is($j[1]{state}, 'closed', 'replicas, shown: closed');
+like($shown[4][0] // '', qr/:$RUN[2]\/v1\/completions/,
+	'replicas, shown: generation through b');
+is($r[2]{status}, 503, 'replicas, shown: 503');
+is($r[2]{headers}{'x-dynamo-rl-reason'}, 'gate_closed',
+	'replicas, shown: gate_closed');
+is(join(' ', map { $j[2]{$_} // '' } qw/ state epoch replica /),
+	"closed " . ($j[1]{epoch} // '-') . ' b',
+	'replicas, shown: b answers the same gate');
+is($j[2]{fleet} && $j[2]{fleet}{replicas}, 2, 'replicas, shown: two in the fleet');
+like($shown[6][0] // '', qr/:$RUN[3]\/rl\/gate -d \{"action":"open","epoch":(\d+)\}$/,
+	'replicas, shown: opened through b with the epoch');
+is(join(' ', map { $j[3]{$_} // '' } qw/ state epoch /),
+	'open ' . (($j[1]{epoch} // 0) + 1), 'replicas, shown: open');
+is($r[3]{status}, 200, 'replicas, shown: generation through b again');
+
+# the same with ids of our own: the retry on the other replica, the
+# attempts API on both, and the gate
+
+my ($ra, $ta, $rb, $tb) = map { "127.0.0.1:$_" } @RUN;
+
+$r = post($rb, '/v1/completions', '{"model":"m","prompt":"Hi"}',
+	'X-Dynamo-Attempt-Id: example-2');
+is($r->{status}, 200, 'replicas: through b');
+
+$r = post($ra, '/v1/completions', '{"model":"m","prompt":"Hi"}',
+	'X-Dynamo-Attempt-Id: example-2');
+is($r->{status}, 409, 'replicas: the retry through a refused');
+
+is(json(get($ta, '/rl/attempts/example-2'))->{replica}, 'b',
+	'replicas: a answers for the attempt of b');
+
+$r = post($tb, '/rl/gate', '{"action":"close","reason":"t","lease":"60s"}');
+is(json($r)->{state}, 'closed', 'replicas: closed through b');
+is(post($ra, '/v1/completions', '{}')->{status}, 503,
+	'replicas: a refuses');
+$r = post($ta, '/rl/gate', '{"action":"open","epoch":'
+	. (json($r)->{epoch} // 0) . '}');
+is(json($r)->{state}, 'open', 'replicas: opened through a');
+
+# Ctrl-C stops everything it started
+
+my @pids = map { slurp("$prefix/$_/nginx.pid") =~ /(\d+)/ } qw/ a b /;
+
+is(scalar @pids, 2, 'replicas: two nginx masters');
+
+kill 'INT', $run if $run;
+
+my $status;
+
+ok(Test::DynamoRL::wait_for(sub {
+	$run && waitpid($run, WNOHANG) == $run or return;
+	$status = $? >> 8;
+	return 1;
+}, 30), 'replicas: Ctrl-C ends it');
+
+$run = 0;
+
+is($status, 130, 'replicas: exit status of an interrupt');
+is(scalar(grep { kill 0, $_ } @pids, $redis_pid // ()), 0,
+	'replicas: the nginx masters and the store stopped');
+is(join(' ', grep { IO::Socket::INET->new("127.0.0.1:$_") } @RUN,
+	$redis // ()), '', 'replicas: nothing listens on their ports');
+like(slurp($transcript),
+	qr/^stopped; logs were in \Q$prefix\E$/m, 'replicas: said so');
+
+my $logs = join '', map { slurp("$prefix/$_/error.log") } qw/ a b /;
+
+is(join('', grep { /\[(?:alert|emerg|crit)\]|Sanitizer/ } split /^/m, $logs),
+	'', 'replicas: no alerts in their logs');
+
+###############################################################################
+
+# util/run-gateway in the background, as "make run REPLICAS=n" starts it;
+# nginx with the module under test (and the sanitizer of make asan)
+
+sub run_gateway {
+	my ($replicas, $ports) = @_;
+
+	my $d = $t->testdir();
+	my $dir = $ENV{TEST_NGINX_MODULES} // "$REPO/build";
+	my $nginx = $ENV{TEST_NGINX_BINARY} // '/usr/sbin/nginx';
+
+	if ($ENV{TEST_NGINX_PRELOAD}) {
+		$t->write_file('nginx-preload', "#!/bin/sh\n"
+			. "LD_PRELOAD=$ENV{TEST_NGINX_PRELOAD} "
+			. "ASAN_OPTIONS=detect_leaks=0 exec $nginx \"\$@\"\n");
+		chmod 0755, "$d/nginx-preload";
+		$nginx = "$d/nginx-preload";
+	}
+
+	my $pid = fork() // die "cannot fork: $!\n";
+
+	if ($pid == 0) {
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>', $transcript or POSIX::_exit(126);
+		open STDERR, '>&', \*STDOUT;
+
+		delete $ENV{$_} for qw/ DYNAMO_FRONTEND DYNAMO_RL_LISTENER /;
+
+		$ENV{REPLICAS} = $replicas;
+		$ENV{RUN_PORTS} = $ports;
+		$ENV{TMPDIR} = $d;
+		$ENV{NGX_BIN} = $nginx;
+		$ENV{DYNAMO_RL_MODULE} = (abs_path($dir) // $dir)
+			. '/ngx_http_dynamo_rl_module.so';
+
+		{ exec "$REPO/util/run-gateway"; }
+		print "cannot exec util/run-gateway: $!\n";
+		POSIX::_exit(127);
+	}
+
+	return $pid;
+}
+
+sub slurp {
+	my ($path) = @_;
+
+	open my $fh, '<', $path or return '';
+	local $/;
+
+	return <$fh> // '';
+}
+
+END {
+	if ($run) {
+		kill 'INT', $run;
+		waitpid($run, 0);
+	}
+}
 
 ###############################################################################
 

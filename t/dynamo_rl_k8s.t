@@ -8,7 +8,13 @@
 # exactly the rollout port (8080) and the admin port (9090); the probes
 # reach /healthz; the NetworkPolicy lets 9090 in only from orchestrators;
 # and the ConfigMap's nginx.conf, with loopback upstreams, the locally
-# built module and self-signed certificates, passes "nginx -t".
+# built module and self-signed certificates, passes "nginx -t".  The store
+# (redis.yaml): a StatefulSet with an append-only file on a claimed
+# volume, no eviction and its ACL file from the Secret, reached by the
+# gateway only; the gateway's dynamo_rl_store names its Service, and its
+# password_file is the Secret's "password", mounted; and Debian's
+# redis-server runs that redis.conf with what redis-acl writes: the
+# gateway's user may run scripts on its own prefix and nothing else.
 
 ###############################################################################
 
@@ -17,7 +23,8 @@ use strict;
 
 use Cwd qw/ abs_path /;
 use File::Basename qw/ dirname /;
-use POSIX ();
+use IO::Socket::INET;
+use POSIX qw/ WNOHANG /;
 use Test::More;
 
 use lib 't/lib';
@@ -44,7 +51,7 @@ if ($yaml_error) {
 
 my $t = Test::DynamoRL->new();
 
-plan(tests => 83);
+plan(tests => 131);
 
 ###############################################################################
 
@@ -58,6 +65,7 @@ my %API = (
 	Service => 'v1',
 	Deployment => 'apps/v1',
 	NetworkPolicy => 'networking.k8s.io/v1',
+	StatefulSet => 'apps/v1',
 );
 
 # every document of every file
@@ -66,7 +74,7 @@ my @files = sort glob("$K8S/*.yaml");
 my (@docs, %by_file);
 
 is_deeply([ map { s{.*/}{}r } @files ], [ qw/ configmap.yaml
-	deployment.yaml networkpolicy.yaml service-admin.yaml
+	deployment.yaml networkpolicy.yaml redis.yaml service-admin.yaml
 	service-rollout.yaml / ], 'the manifests');
 
 for my $file (@files) {
@@ -109,6 +117,10 @@ my ($dep) = kind('deployment.yaml', 'Deployment');
 my ($np) = kind('networkpolicy.yaml', 'NetworkPolicy');
 my ($rollout) = kind('service-rollout.yaml', 'Service');
 my ($admin) = kind('service-admin.yaml', 'Service');
+my ($rcm) = kind('redis.yaml', 'ConfigMap');
+my ($rsvc) = kind('redis.yaml', 'Service');
+my ($rss) = kind('redis.yaml', 'StatefulSet');
+my ($rnp) = kind('redis.yaml', 'NetworkPolicy');
 
 ###############################################################################
 
@@ -268,7 +280,90 @@ is(scalar keys %{$egress{'nvidia.com/dynamo-component-type=worker'} // {}},
 	1, 'networkpolicy: egress to the workers\' system port');
 is(join(' ', sort keys %{$egress{'k8s-app=kube-dns'} // {}}),
 	'TCP/53 UDP/53', 'networkpolicy: DNS');
-is(scalar keys %egress, 3, 'networkpolicy: no other egress');
+is(join(' ', sort keys %{$egress{'app.kubernetes.io/name=dynamo-rl-redis'}
+	// {}}), 'TCP/6379', 'networkpolicy: egress to the store');
+is(scalar keys %egress, 4, 'networkpolicy: no other egress');
+
+###############################################################################
+
+# the store: a StatefulSet, its Service and its NetworkPolicy
+
+my $rpod = $rss->{spec}{template} // {};
+my %rlabels = %{$rpod->{metadata}{labels} // {}};
+my $rspec = $rpod->{spec} // {};
+my ($rc) = @{$rspec->{containers} // []};
+$rc //= {};
+
+is($rss->{spec}{replicas}, 1, 'store: one primary');
+ok(subset($rss->{spec}{selector}{matchLabels}, \%rlabels),
+	'store: selector matches the pod labels');
+is($rss->{spec}{serviceName}, $rsvc->{metadata}{name},
+	'store: the StatefulSet names its Service');
+ok(!subset(\%rlabels, \%labels) && !subset(\%labels, \%rlabels),
+	'store: labels apart from the gateway\'s');
+like($rc->{image} // '', qr/^[\w.\/-]*redis:7\.0-bookworm$/,
+	'store: Redis 7.0 on Debian 12');
+
+my %rvol = map { $_->{name} => $_ } @{$rspec->{volumes} // []};
+my %rmounted = map { $_->{mountPath} => $_ } @{$rc->{volumeMounts} // []};
+my @rcmd = (@{$rc->{command} // []}, @{$rc->{args} // []});
+my ($rconf_path) = grep { /\.conf$/ } @rcmd;
+(my $rconf_dir = $rconf_path // '-') =~ s{/[^/]+$}{};
+
+is(($rvol{($rmounted{$rconf_dir} // {})->{name} // '-'} // {})
+	->{configMap}{name}, $rcm->{metadata}{name},
+	'store: redis-server reads the ConfigMap\'s redis.conf');
+
+my $rconf = $rcm->{data}{'redis.conf'} // '';
+my %rset = map { /^\s*(\S+)\s+(.*?)\s*$/ ? (lc $1, $2) : () }
+	grep { !/^\s*#/ } split /\n/, $rconf;
+
+is($rset{appendonly}, 'yes', 'store: appendonly yes');
+is($rset{'maxmemory-policy'}, 'noeviction', 'store: noeviction');
+ok(($rset{maxmemory} // '') =~ /^\d+[kmg]?b?$/i && $rset{maxmemory} ne '0',
+	'store: a maxmemory');
+
+my ($claim) = grep { ($_->{metadata}{name} // '') eq
+	(($rmounted{$rset{dir} // '-'} // {})->{name} // '-') }
+	@{$rss->{spec}{volumeClaimTemplates} // []};
+
+ok($claim && $claim->{spec}{resources}{requests}{storage},
+	'store: the data directory on a claimed volume');
+
+(my $acl_dir = $rset{aclfile} // '-') =~ s{/[^/]+$}{};
+my $acl_vol = $rvol{($rmounted{$acl_dir} // {})->{name} // '-'} // {};
+
+is($acl_vol->{secret}{secretName}, 'dynamo-rl-redis',
+	'store: the ACL file from the Secret');
+is(join(' ', map { "$_->{key}:$_->{path}" } @{$acl_vol->{secret}{items}
+	// []}), 'users.acl:users.acl', 'store: only its users.acl');
+
+my $rsc = $rspec->{securityContext} // {};
+my $rcsc = $rc->{securityContext} // {};
+
+ok($rsc->{runAsNonRoot} && $rcsc->{readOnlyRootFilesystem}
+	&& defined $rcsc->{allowPrivilegeEscalation}
+	&& !$rcsc->{allowPrivilegeEscalation},
+	'store: non-root, read-only root, no privilege escalation');
+ok($rc->{resources}{limits}{memory} && $rc->{readinessProbe},
+	'store: a memory limit and a readiness probe');
+
+my ($rport) = map { $_->{containerPort} } @{$rc->{ports} // []};
+my ($rsp) = @{$rsvc->{spec}{ports} // []};
+
+is($rport, 6379, 'store: container port 6379');
+ok(subset($rsvc->{spec}{selector}, \%rlabels), 'store service: selects it');
+is(join(' ', map { $_->{port} } @{$rsvc->{spec}{ports} // []}), '6379',
+	'store service: exactly port 6379');
+
+ok(subset($rnp->{spec}{podSelector}{matchLabels}, \%rlabels),
+	'store networkpolicy: selects the store');
+is(join(' ', map { rule_ports($_) } @{$rnp->{spec}{ingress} // []}), '6379',
+	'store networkpolicy: ingress to 6379 only');
+is(scalar(grep { !only_pods($_, \%labels) }
+	map { @{$_->{from} // []} } @{$rnp->{spec}{ingress} // []}), 0,
+	'store networkpolicy: from the gateway\'s pods only');
+is_deeply($rnp->{spec}{egress}, [], 'store networkpolicy: no egress');
 
 ###############################################################################
 
@@ -301,6 +396,30 @@ like($servers{9090} // '', qr/ssl_client_certificate\s+\S+;/,
 	'nginx.conf: 9090 has the clients\' CA');
 like($servers{9090} // '', qr/dynamo_rl_plane\s+admin;/,
 	'nginx.conf: 9090 has the admin plane');
+
+# the store: dynamo_rl_store names its Service, the password from the
+# Secret's "password", mounted
+
+my ($store) = $bare =~ /^\s*dynamo_rl_store\s+([^;]*);/m;
+my @sp = split ' ', $store // '';
+my %sparam = map { /^(\w+)=(.*)$/ ? ($1, $2) : () } @sp[1 .. $#sp];
+
+is($sp[0], 'redis://' . $rsvc->{metadata}{name} . '.'
+	. $rsvc->{metadata}{namespace} . ".svc.cluster.local:$rsp->{port}",
+	'nginx.conf: dynamo_rl_store names the store\'s Service');
+
+(my $pw_dir = $sparam{password_file} // '-') =~ s{/([^/]+)$}{};
+my $pw_file = $1 // '-';
+my $pw_vol = $vol{($mounted{$pw_dir} // {})->{name} // '-'} // {};
+
+is($pw_vol->{secret}{secretName}, 'dynamo-rl-redis',
+	'deployment: the password_file from the Secret');
+is(join(' ', map { "$_->{key}:$_->{path}" } @{$pw_vol->{secret}{items}
+	// []}), "password:$pw_file", 'deployment: only its password');
+ok($mounted{$pw_dir} && $mounted{$pw_dir}{readOnly},
+	'deployment: the password read-only');
+ok($sparam{user} && !$sparam{password}, 'nginx.conf: a user, no password');
+unlike($bare, qr/\bon_error=local\b/, 'nginx.conf: the store fails closed');
 
 my ($health) = keys %probe_port;
 
@@ -338,6 +457,19 @@ is($n, 1, 'nginx -t: state file in the test directory');
 $n = $local =~ s{/etc/nginx/tls/}{%%TESTDIR%%/tls/}g;
 is($n, 3, 'nginx -t: certificate paths in the test directory');
 
+$n = $local =~ s{redis://[A-Za-z][A-Za-z0-9.-]*:}{redis://127.0.0.1:}g;
+is($n, 1, 'nginx -t: the store on loopback');
+
+$n = $local =~ s{(password_file=)/\S+/}{$1%%TESTDIR%%/}g;
+is($n, 1, 'nginx -t: the password file in the test directory');
+
+# the Secret as redis-acl writes it
+
+my $acl_out = `$K8S/redis-acl $d/secret 2>&1`;
+is($?, 0, 'redis-acl: exit 0') or diag($acl_out);
+
+$t->write_file($pw_file, slurp("$d/secret/password"));
+
 my $tls = certificates("$d/tls");
 is($tls, '', 'nginx -t: test certificates') or diag($tls);
 
@@ -345,6 +477,7 @@ SKIP: {
 	skip("module not built: $so is missing", 3) unless -f $so;
 
 	my ($code, $out) = $t->nginx_t($local);
+
 	my $file = "$d/nginx-t.conf";
 
 	is($code, 0, 'nginx -t: exit code') or diag($out);
@@ -354,7 +487,112 @@ SKIP: {
 		'nginx -t: no messages') or diag($out);
 }
 
+# Debian's redis-server runs redis.conf, with a port, data directory and
+# ACL file of ours, and the ACL file of redis-acl: the gateway's user may
+# run scripts on keys under its prefix, publish there, and read a record;
+# anything else is refused, and so is everyone without the password
+
+my $redis = `sh -c 'command -v redis-server' 2>/dev/null`;
+chomp $redis;
+
+SKIP: {
+	skip('no redis-server', 12) unless $redis;
+
+	my $port = port(8079);
+	mkdir "$d/redis-data";
+
+	my $rc_local = $rconf;
+	$rc_local =~ s/^bind .*$/bind 127.0.0.1/m;
+	$rc_local =~ s/^port .*$/port $port/m;
+	$rc_local =~ s/^dir .*$/dir $d\/redis-data/m;
+	$rc_local =~ s/^aclfile .*$/aclfile $d\/secret\/users.acl/m;
+	$t->write_file('redis.conf', $rc_local);
+
+	my $pid = fork() // die "cannot fork: $!\n";
+
+	if ($pid == 0) {
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>', "$d/redis.out";
+		open STDERR, '>&', \*STDOUT;
+		{ exec $redis, "$d/redis.conf"; }
+		POSIX::_exit(127);
+	}
+
+	ok($t->waitforsocket("127.0.0.1:$port"), 'redis-server: runs redis.conf')
+		or diag(slurp("$d/redis.out"));
+
+	my $pw = slurp("$d/secret/password");
+	my $user = $sparam{user} // '-';
+	my $p = "{$sparam{prefix}}";
+
+	is(resp($port, [ 'PING' ]), '-NOAUTH Authentication required.',
+		'redis-server: nothing without the password');
+	is(resp($port, [ 'AUTH', 'default', $pw ]) =~ s/ .*//r, '-WRONGPASS',
+		'redis-server: the default user is off');
+	is(resp($port, [ 'AUTH', $user, 'wrong' ]) =~ s/ .*//r, '-WRONGPASS',
+		'redis-server: a wrong password refused');
+
+	my @auth = ([ 'AUTH', $user, $pw ]);
+
+	is(resp($port, @auth, [ 'EVAL', "redis.call('HSET', KEYS[1], 'state',"
+		. " 'closed'); redis.call('PUBLISH', KEYS[1], '1');"
+		. " return redis.call('TIME')[1] + 0", 1, "$p:gate" ]) =~ /^:\d+$/
+		? 'ok' : 'no', 'ok', 'redis-server: a script on its own keys');
+	like(resp($port, @auth, [ 'SCRIPT', 'LOAD', 'return 1' ]),
+		qr/^\$[0-9a-f]{40}$/, 'redis-server: SCRIPT LOAD');
+	is(resp($port, @auth, [ 'HGET', "$p:gate", 'state' ]), '$closed',
+		'redis-server: a read of its own keys');
+	is(resp($port, @auth, [ 'SELECT', '0' ]), '+OK', 'redis-server: SELECT');
+	like(resp($port, @auth, [ 'GET', 'other' ]), qr/^-NOPERM/,
+		'redis-server: other keys refused');
+	like(resp($port, @auth, [ 'EVAL', "return redis.call('GET', KEYS[1])",
+		1, 'other' ]), qr/^-NOPERM/,
+		'redis-server: other keys refused in scripts');
+	like(resp($port, @auth, [ 'FLUSHALL' ]), qr/^-NOPERM/,
+		'redis-server: FLUSHALL refused');
+	like(resp($port, @auth, [ 'CONFIG', 'SET', 'maxmemory-policy',
+		'allkeys-lru' ]), qr/^-NOPERM/, 'redis-server: CONFIG refused');
+
+	kill 'TERM', $pid;
+	waitpid($pid, 0);
+}
+
 ###############################################################################
+
+sub slurp {
+	my ($path) = @_;
+
+	open my $fh, '<', $path or return '';
+	local $/;
+
+	return <$fh> // '';
+}
+
+# commands in RESP on one connection: the first line of the last reply
+
+sub resp {
+	my ($port, @cmds) = @_;
+
+	my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
+		Timeout => 5) or return "no connection: $!";
+
+	my $line = '';
+
+	for my $cmd (@cmds) {
+		print $s '*' . @$cmd . "\r\n"
+			. join('', map { '$' . length($_) . "\r\n$_\r\n" } @$cmd);
+
+		$line = <$s> // '';
+		$line =~ s/\r\n\z//;
+
+		if ($line =~ /^\$(\d+)$/) {
+			read($s, my $bulk, $1 + 2);
+			$line = '$' . substr($bulk, 0, $1);
+		}
+	}
+
+	return $line;
+}
 
 sub load_yaml {
 	return '' if eval { require YAML::XS; 1 };

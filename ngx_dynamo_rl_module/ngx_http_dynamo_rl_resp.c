@@ -1,0 +1,773 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+
+
+static ngx_int_t ngx_http_dynamo_rl_resp_u64(redisReply *r, uint64_t *n);
+static ngx_int_t ngx_http_dynamo_rl_resp_digits(u_char *p, size_t len,
+    uint64_t *n);
+static ngx_int_t ngx_http_dynamo_rl_resp_str(redisReply *r, ngx_str_t *s);
+static ngx_int_t ngx_http_dynamo_rl_resp_is(redisReply *r, const char *s);
+static ngx_int_t ngx_http_dynamo_rl_resp_fleet(redisReply *r,
+    uint64_t heartbeat, ngx_http_dynamo_rl_gate_reply_t *gr);
+static ngx_int_t ngx_http_dynamo_rl_resp_member(ngx_str_t *value,
+    uint64_t *seen, uint64_t *in_flight, uint64_t *ts);
+static void *ngx_http_dynamo_rl_resp_string(const redisReadTask *task,
+    char *str, size_t len);
+static void *ngx_http_dynamo_rl_resp_array(const redisReadTask *task,
+    int elements);
+static void *ngx_http_dynamo_rl_resp_integer(const redisReadTask *task,
+    long long value);
+static void *ngx_http_dynamo_rl_resp_nil(const redisReadTask *task);
+
+
+/* a fleet report older than this is left out: the beat script drops it */
+#define NGX_HTTP_DYNAMO_RL_FLEET_FORGET  60000
+
+/* the largest HTTP status we accept */
+#define NGX_HTTP_DYNAMO_RL_RESP_STATUS   999
+
+/*
+ * hiredis 0.14 allocates an array's elements as soon as it reads its
+ * count: a bad count ("*999999999") from a broken store would take
+ * gigabytes; no reply of ours comes near this many
+ */
+#define NGX_HTTP_DYNAMO_RL_RESP_ELEMENTS  65536
+
+
+/* hiredis's own functions, through the reader's privdata, but for arrays */
+
+static redisReplyObjectFunctions  ngx_http_dynamo_rl_resp_functions = {
+    ngx_http_dynamo_rl_resp_string,
+    ngx_http_dynamo_rl_resp_array,
+    ngx_http_dynamo_rl_resp_integer,
+    ngx_http_dynamo_rl_resp_nil,
+    freeReplyObject
+};
+
+
+/*
+ * The scripts, run with EVALSHA (EVAL after NOSCRIPT).  Lua tables stop
+ * at the first nil, so every value that may be missing has a default;
+ * numbers written to the store go through string.format('%d'), because
+ * Redis turns a Lua number argument into text with a precision that
+ * differs between versions.  "now" is always the store's TIME, in ms.
+ */
+
+#define NGX_HTTP_DYNAMO_RL_LUA_NOW                                           \
+    "local t = redis.call('TIME')\n"                                         \
+    "local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
+
+
+static u_char  ngx_http_dynamo_rl_lua_claim[] =
+    "local g = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'expires',"
+    " 'reason')\n"
+    "if not g[1] then return {'nogate'} end\n"
+    "if g[1] ~= 'open' then\n"
+    NGX_HTTP_DYNAMO_RL_LUA_NOW
+    "  return {'closed', g[2] or '0', g[3] or '0', g[4] or '', now}\n"
+    "end\n"
+    "local e = g[2] or '0'\n"
+    "local r = redis.call('HMGET', KEYS[2], 'st', 'ow', 'rs')\n"
+    "if r[1] then\n"
+    "  if r[2] == ARGV[1] then return {'ok', e} end\n"
+    "  if not ((r[1] == 'u' or r[1] == 'f' or r[1] == 'c')"
+    " and r[3] == 'nf') then\n"
+    "    return {'dup', e, r[1]}\n"
+    "  end\n"
+    "  redis.call('DEL', KEYS[2])\n"
+    "end\n"
+    "redis.call('HSET', KEYS[2], 'st', 'a', 'ow', ARGV[1], 't0', ARGV[2],"
+    " 'rp', ARGV[4])\n"
+    "if ARGV[5] ~= '' then redis.call('HSET', KEYS[2], 'rq', ARGV[5]) end\n"
+    "redis.call('PEXPIRE', KEYS[2], ARGV[3])\n"
+    "return {'ok', e}\n";
+
+
+static u_char  ngx_http_dynamo_rl_lua_move[] =
+    "local r = redis.call('HMGET', KEYS[1], 'st', 'ow')\n"
+    "if not r[1] then return 0 end\n"
+    "if r[2] ~= ARGV[1] then return -1 end\n"
+    "if not string.find(ARGV[2], r[1], 1, true) then return -2 end\n"
+    "if ARGV[3] == 'x' then\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "  return 1\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'st', ARGV[3], unpack(ARGV, 5))\n"
+    "redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
+    "return 1\n";
+
+
+static u_char  ngx_http_dynamo_rl_lua_gate[] =
+    NGX_HTTP_DYNAMO_RL_LUA_NOW
+    "local function d(x) return string.format('%d', x) end\n"
+    "local act = ARGV[1]\n"
+    "local lease = tonumber(ARGV[3]) or 0\n"
+    "local res = 'ok'\n"
+    "local g = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'lease')\n"
+    "if not g[1] then\n"
+    "  local min = tonumber(ARGV[6]) or 0\n"
+    "  if act ~= 'init' then\n"
+    "    res = 'nogate'\n"
+    "  elseif ARGV[5] == '1' then\n"
+    "    redis.call('HSET', KEYS[1], 'state', 'closed', 'epoch', d(min + 1),"
+    " 'expires', '0', 'lease', '0', 'reason', 'gate record lost',"
+    " 'changed', d(now))\n"
+    "    redis.call('PUBLISH', KEYS[1], d(min + 1))\n"
+    "    res = 'lost'\n"
+    "  else\n"
+    "    redis.call('HSET', KEYS[1], 'state', 'open', 'epoch', d(min),"
+    " 'expires', '0', 'lease', '0', 'reason', '', 'changed', '0')\n"
+    "    res = 'created'\n"
+    "  end\n"
+    "elseif act == 'close' or act == 'renew' or act == 'open' then\n"
+    "  local epoch = tonumber(g[2]) or 0\n"
+    "  local old = tonumber(g[3]) or 0\n"
+    "  if ARGV[2] ~= '' and tonumber(ARGV[2]) ~= epoch then\n"
+    "    res = 'epoch_mismatch'\n"
+    "  elseif act == 'renew' and g[1] ~= 'closed' then\n"
+    "    res = 'not_closed'\n"
+    "  elseif act == 'renew' and lease == 0 and old == 0 then\n"
+    "    res = 'no_lease'\n"
+    "  else\n"
+    "    if act == 'close' then\n"
+    "      local exp = 0\n"
+    "      if lease > 0 then exp = now + lease end\n"
+    "      redis.call('HSET', KEYS[1], 'state', 'closed', 'lease', d(lease),"
+    " 'expires', d(exp), 'reason', ARGV[4])\n"
+    "    elseif act == 'renew' then\n"
+    "      if lease == 0 then lease = old end\n"
+    "      redis.call('HSET', KEYS[1], 'lease', d(lease),"
+    " 'expires', d(now + lease))\n"
+    "    else\n"
+    "      redis.call('HSET', KEYS[1], 'state', 'open', 'lease', '0',"
+    " 'expires', '0', 'reason', '')\n"
+    "    end\n"
+    "    redis.call('HSET', KEYS[1], 'epoch', d(epoch + 1),"
+    " 'changed', d(now))\n"
+    "    redis.call('PUBLISH', KEYS[1], d(epoch + 1))\n"
+    "  end\n"
+    "end\n"
+    "local s = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'expires',"
+    " 'reason', 'changed', 'lease')\n"
+    "return {res, s[1] or '', s[2] or '0', s[3] or '0', s[4] or '',"
+    " s[5] or '0', now, s[6] or '0', redis.call('HGETALL', KEYS[2])}\n";
+
+
+/* fields that are not "seen:in_flight:ts" are dropped too, they heal */
+
+static u_char  ngx_http_dynamo_rl_lua_beat[] =
+    NGX_HTTP_DYNAMO_RL_LUA_NOW
+    "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. ':'"
+    " .. string.format('%d', now))\n"
+    "local f = redis.call('HGETALL', KEYS[1])\n"
+    "for i = 1, #f, 2 do\n"
+    "  local ts = tonumber(string.match(f[i + 1], '^%d+:%d+:(%d+)$'))\n"
+    "  if ts == nil or now - ts > 600000 then\n"
+    "    redis.call('HDEL', KEYS[1], f[i])\n"
+    "  end\n"
+    "end\n"
+    "return 1\n";
+
+
+ngx_http_dynamo_rl_script_t  ngx_http_dynamo_rl_scripts[] = {
+
+    { ngx_string("claim"),
+      { sizeof(ngx_http_dynamo_rl_lua_claim) - 1,
+        ngx_http_dynamo_rl_lua_claim },
+      "" },
+
+    { ngx_string("move"),
+      { sizeof(ngx_http_dynamo_rl_lua_move) - 1,
+        ngx_http_dynamo_rl_lua_move },
+      "" },
+
+    { ngx_string("gate"),
+      { sizeof(ngx_http_dynamo_rl_lua_gate) - 1,
+        ngx_http_dynamo_rl_lua_gate },
+      "" },
+
+    { ngx_string("beat"),
+      { sizeof(ngx_http_dynamo_rl_lua_beat) - 1,
+        ngx_http_dynamo_rl_lua_beat },
+      "" }
+};
+
+
+/*
+ * a reader of replies: hiredis's, with a bound on the elements of an
+ * array (a larger count is a protocol error, REDIS_ERR)
+ */
+
+redisReader *
+ngx_http_dynamo_rl_resp_reader(void)
+{
+    redisReader  *rd;
+
+    rd = redisReaderCreate();
+    if (rd == NULL) {
+        return NULL;
+    }
+
+    rd->privdata = rd->fn;
+    rd->fn = &ngx_http_dynamo_rl_resp_functions;
+
+    return rd;
+}
+
+
+static void *
+ngx_http_dynamo_rl_resp_string(const redisReadTask *task, char *str,
+    size_t len)
+{
+    redisReplyObjectFunctions  *fn = task->privdata;
+
+    return fn->createString(task, str, len);
+}
+
+
+static void *
+ngx_http_dynamo_rl_resp_array(const redisReadTask *task, int elements)
+{
+    redisReplyObjectFunctions  *fn = task->privdata;
+
+    if (elements > NGX_HTTP_DYNAMO_RL_RESP_ELEMENTS) {
+        return NULL;
+    }
+
+    return fn->createArray(task, elements);
+}
+
+
+static void *
+ngx_http_dynamo_rl_resp_integer(const redisReadTask *task, long long value)
+{
+    redisReplyObjectFunctions  *fn = task->privdata;
+
+    return fn->createInteger(task, value);
+}
+
+
+static void *
+ngx_http_dynamo_rl_resp_nil(const redisReadTask *task)
+{
+    redisReplyObjectFunctions  *fn = task->privdata;
+
+    return fn->createNil(task);
+}
+
+
+/*
+ * claim: {'ok', epoch} | {'dup', epoch, st} | {'closed', epoch, expires,
+ * reason, now} | {'nogate'}
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_claim(redisReply *reply,
+    ngx_http_dynamo_rl_claim_reply_t *cr)
+{
+    redisReply  **e;
+
+    ngx_memzero(cr, sizeof(ngx_http_dynamo_rl_claim_reply_t));
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements == 0)
+    {
+        return NGX_ERROR;
+    }
+
+    e = reply->element;
+
+    if (ngx_http_dynamo_rl_resp_is(e[0], "ok")) {
+        cr->result = NGX_HTTP_DYNAMO_RL_CLAIM_OK;
+
+        if (reply->elements != 2) {
+            return NGX_ERROR;
+        }
+
+        return ngx_http_dynamo_rl_resp_u64(e[1], &cr->epoch);
+    }
+
+    if (ngx_http_dynamo_rl_resp_is(e[0], "dup")) {
+        cr->result = NGX_HTTP_DYNAMO_RL_CLAIM_DUP;
+
+        if (reply->elements != 3
+            || ngx_http_dynamo_rl_resp_u64(e[1], &cr->epoch) != NGX_OK
+            || ngx_http_dynamo_rl_resp_str(e[2], &cr->state) != NGX_OK
+            || cr->state.len != 1
+            || ngx_strlchr((u_char *) "asufc", (u_char *) "asufc" + 5,
+                           cr->state.data[0])
+               == NULL)
+        {
+            return NGX_ERROR;
+        }
+
+        return NGX_OK;
+    }
+
+    if (ngx_http_dynamo_rl_resp_is(e[0], "closed")) {
+        cr->result = NGX_HTTP_DYNAMO_RL_CLAIM_CLOSED;
+
+        if (reply->elements != 5
+            || ngx_http_dynamo_rl_resp_u64(e[1], &cr->epoch) != NGX_OK
+            || ngx_http_dynamo_rl_resp_u64(e[2], &cr->expires) != NGX_OK
+            || ngx_http_dynamo_rl_resp_str(e[3], &cr->reason) != NGX_OK
+            || ngx_http_dynamo_rl_resp_u64(e[4], &cr->now) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        return NGX_OK;
+    }
+
+    if (ngx_http_dynamo_rl_resp_is(e[0], "nogate")) {
+        cr->result = NGX_HTTP_DYNAMO_RL_CLAIM_NOGATE;
+
+        return (reply->elements == 1) ? NGX_OK : NGX_ERROR;
+    }
+
+    return NGX_ERROR;
+}
+
+
+/* move: 1 moved, 0 no record, -1 another owner's, -2 not in from_states */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_move(redisReply *reply, ngx_int_t *moved)
+{
+    if (reply == NULL || reply->type != REDIS_REPLY_INTEGER
+        || reply->integer < -2 || reply->integer > 1)
+    {
+        return NGX_ERROR;
+    }
+
+    *moved = (ngx_int_t) reply->integer;
+
+    return NGX_OK;
+}
+
+
+/*
+ * gate: {result, state, epoch, expires, reason, changed, now, lease,
+ * HGETALL(fleet)}; the state is "" only with "nogate"
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_gate(redisReply *reply, uint64_t heartbeat,
+    ngx_http_dynamo_rl_gate_reply_t *gr)
+{
+    ngx_str_t     state;
+    redisReply  **e;
+
+    ngx_memzero(gr, sizeof(ngx_http_dynamo_rl_gate_reply_t));
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements != 9)
+    {
+        return NGX_ERROR;
+    }
+
+    e = reply->element;
+
+    if (ngx_http_dynamo_rl_resp_is(e[0], "ok")) {
+        gr->result = NGX_HTTP_DYNAMO_RL_GATE_R_OK;
+
+    } else if (ngx_http_dynamo_rl_resp_is(e[0], "epoch_mismatch")) {
+        gr->result = NGX_HTTP_DYNAMO_RL_GATE_R_MISMATCH;
+
+    } else if (ngx_http_dynamo_rl_resp_is(e[0], "not_closed")) {
+        gr->result = NGX_HTTP_DYNAMO_RL_GATE_R_NOT_CLOSED;
+
+    } else if (ngx_http_dynamo_rl_resp_is(e[0], "no_lease")) {
+        gr->result = NGX_HTTP_DYNAMO_RL_GATE_R_NO_LEASE;
+
+    } else if (ngx_http_dynamo_rl_resp_is(e[0], "nogate")) {
+        gr->result = NGX_HTTP_DYNAMO_RL_GATE_R_NOGATE;
+
+    } else if (ngx_http_dynamo_rl_resp_is(e[0], "created")) {
+        gr->result = NGX_HTTP_DYNAMO_RL_GATE_R_CREATED;
+
+    } else if (ngx_http_dynamo_rl_resp_is(e[0], "lost")) {
+        gr->result = NGX_HTTP_DYNAMO_RL_GATE_R_LOST;
+
+    } else {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_dynamo_rl_resp_str(e[1], &state) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (state.len == 6 && ngx_strncmp(state.data, "closed", 6) == 0) {
+        gr->closed = 1;
+
+    } else if (state.len == 4 && ngx_strncmp(state.data, "open", 4) == 0) {
+        gr->closed = 0;
+
+    } else if (state.len != 0
+               || gr->result != NGX_HTTP_DYNAMO_RL_GATE_R_NOGATE)
+    {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_dynamo_rl_resp_u64(e[2], &gr->epoch) != NGX_OK
+        || ngx_http_dynamo_rl_resp_u64(e[3], &gr->expires) != NGX_OK
+        || ngx_http_dynamo_rl_resp_str(e[4], &gr->reason) != NGX_OK
+        || ngx_http_dynamo_rl_resp_u64(e[5], &gr->changed) != NGX_OK
+        || ngx_http_dynamo_rl_resp_u64(e[6], &gr->now) != NGX_OK
+        || ngx_http_dynamo_rl_resp_u64(e[7], &gr->lease) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_dynamo_rl_resp_fleet(e[8], heartbeat, gr);
+}
+
+
+/*
+ * the fleet from HGETALL: replica -> "seen:in_flight:ts"; alive when the
+ * report is younger than 3 heartbeats, lost from 3 heartbeats to 60 s,
+ * forgotten after; a report from the future (one store clock, so only a
+ * clock step) counts as fresh
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_resp_fleet(redisReply *r, uint64_t heartbeat,
+    ngx_http_dynamo_rl_gate_reply_t *gr)
+{
+    size_t                       i;
+    uint64_t                     seen, in_flight, ts, age, alive;
+    ngx_str_t                    name, value;
+    ngx_http_dynamo_rl_fleet_t  *fl;
+
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements % 2) {
+        return NGX_ERROR;
+    }
+
+    fl = &gr->fleet;
+    gr->has_fleet = 1;
+
+    alive = (heartbeat > UINT64_MAX / 3) ? UINT64_MAX : 3 * heartbeat;
+
+    for (i = 0; i < r->elements; i += 2) {
+
+        if (ngx_http_dynamo_rl_resp_str(r->element[i], &name) != NGX_OK
+            || name.len == 0
+            || ngx_http_dynamo_rl_resp_str(r->element[i + 1], &value)
+               != NGX_OK
+            || ngx_http_dynamo_rl_resp_member(&value, &seen, &in_flight, &ts)
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        age = (gr->now > ts) ? gr->now - ts : 0;
+
+        if (age < alive) {
+            fl->replicas++;
+
+            if (seen >= gr->epoch) {
+                fl->acked++;
+            }
+
+            fl->in_flight = (fl->in_flight > UINT64_MAX - in_flight)
+                            ? UINT64_MAX : fl->in_flight + in_flight;
+            continue;
+        }
+
+        if (age < NGX_HTTP_DYNAMO_RL_FLEET_FORGET) {
+
+            if (fl->nlost < NGX_HTTP_DYNAMO_RL_FLEET_LOST) {
+                fl->lost[fl->nlost++] = name;
+            }
+
+            fl->lost_total++;
+        }
+    }
+
+    fl->drained = (gr->closed
+                   && fl->replicas > 0
+                   && fl->acked == fl->replicas
+                   && fl->in_flight == 0
+                   && fl->lost_total == 0);
+
+    return NGX_OK;
+}
+
+
+/* "seen:in_flight:ts", three decimal numbers */
+
+static ngx_int_t
+ngx_http_dynamo_rl_resp_member(ngx_str_t *value, uint64_t *seen,
+    uint64_t *in_flight, uint64_t *ts)
+{
+    u_char  *p, *last, *c1, *c2;
+
+    p = value->data;
+    last = p + value->len;
+
+    c1 = ngx_strlchr(p, last, ':');
+    if (c1 == NULL) {
+        return NGX_ERROR;
+    }
+
+    c2 = ngx_strlchr(c1 + 1, last, ':');
+    if (c2 == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_dynamo_rl_resp_digits(p, c1 - p, seen) != NGX_OK
+        || ngx_http_dynamo_rl_resp_digits(c1 + 1, c2 - c1 - 1, in_flight)
+           != NGX_OK
+        || ngx_http_dynamo_rl_resp_digits(c2 + 1, last - c2 - 1, ts)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * HMGET of NGX_HTTP_DYNAMO_RL_RECORD_FIELDS: st code sse b t0 t1 rq rp rs;
+ * all nil is no record, a record without "st" is not one of ours
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_record(redisReply *reply,
+    ngx_http_dynamo_rl_record_t *rec)
+{
+    size_t        i;
+    uint64_t      n;
+    ngx_str_t     s;
+    redisReply  **e;
+
+    ngx_memzero(rec, sizeof(ngx_http_dynamo_rl_record_t));
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements != NGX_HTTP_DYNAMO_RL_RECORD_NFIELDS)
+    {
+        return NGX_ERROR;
+    }
+
+    e = reply->element;
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_RECORD_NFIELDS; i++) {
+        if (e[i] == NULL
+            || (e[i]->type != REDIS_REPLY_NIL
+                && e[i]->type != REDIS_REPLY_STRING))
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (e[0]->type == REDIS_REPLY_NIL) {
+
+        for (i = 1; i < NGX_HTTP_DYNAMO_RL_RECORD_NFIELDS; i++) {
+            if (e[i]->type != REDIS_REPLY_NIL) {
+                return NGX_ERROR;
+            }
+        }
+
+        return NGX_OK;
+    }
+
+    rec->found = 1;
+
+    /* st */
+
+    if (e[0]->len != 1) {
+        return NGX_ERROR;
+    }
+
+    switch (e[0]->str[0]) {
+    case 'a':
+        rec->state = NGX_HTTP_DYNAMO_RL_ACCEPTED;
+        break;
+    case 's':
+        rec->state = NGX_HTTP_DYNAMO_RL_STREAMING;
+        break;
+    case 'u':
+        rec->state = NGX_HTTP_DYNAMO_RL_SUCCEEDED;
+        break;
+    case 'f':
+        rec->state = NGX_HTTP_DYNAMO_RL_FAILED;
+        break;
+    case 'c':
+        rec->state = NGX_HTTP_DYNAMO_RL_CANCELED;
+        break;
+    default:
+        return NGX_ERROR;
+    }
+
+    /* code, sse */
+
+    if (e[1]->type == REDIS_REPLY_STRING) {
+        if (ngx_http_dynamo_rl_resp_u64(e[1], &n) != NGX_OK
+            || n > NGX_HTTP_DYNAMO_RL_RESP_STATUS)
+        {
+            return NGX_ERROR;
+        }
+
+        rec->status = (ngx_uint_t) n;
+    }
+
+    if (e[2]->type == REDIS_REPLY_STRING) {
+        if (ngx_http_dynamo_rl_resp_u64(e[2], &n) != NGX_OK || n > 1) {
+            return NGX_ERROR;
+        }
+
+        rec->stream = (ngx_uint_t) n;
+    }
+
+    /* b, t0, t1 */
+
+    if ((e[3]->type == REDIS_REPLY_STRING
+         && ngx_http_dynamo_rl_resp_u64(e[3], &rec->bytes) != NGX_OK)
+        || (e[4]->type == REDIS_REPLY_STRING
+            && ngx_http_dynamo_rl_resp_u64(e[4], &rec->started) != NGX_OK)
+        || (e[5]->type == REDIS_REPLY_STRING
+            && ngx_http_dynamo_rl_resp_u64(e[5], &rec->ended) != NGX_OK))
+    {
+        return NGX_ERROR;
+    }
+
+    /* rq, rp */
+
+    if (e[6]->type == REDIS_REPLY_STRING) {
+        (void) ngx_http_dynamo_rl_resp_str(e[6], &rec->request_id);
+    }
+
+    if (e[7]->type == REDIS_REPLY_STRING) {
+        (void) ngx_http_dynamo_rl_resp_str(e[7], &rec->replica);
+    }
+
+    /* rs */
+
+    if (e[8]->type == REDIS_REPLY_STRING && e[8]->len != 0) {
+        if (ngx_http_dynamo_rl_resp_str(e[8], &s) != NGX_OK || s.len != 2) {
+            return NGX_ERROR;
+        }
+
+        if (ngx_strncmp(s.data, "nf", 2) == 0) {
+            rec->reason = NGX_HTTP_DYNAMO_RL_NOT_FORWARDED;
+
+        } else if (ngx_strncmp(s.data, "we", 2) == 0) {
+            rec->reason = NGX_HTTP_DYNAMO_RL_WORKER_EXITED;
+
+        } else {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* NGX_OK: an error reply "NOSCRIPT ..."; NGX_DECLINED: anything else */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_noscript(redisReply *reply)
+{
+    if (reply != NULL && reply->type == REDIS_REPLY_ERROR
+        && reply->str != NULL && reply->len >= 8
+        && ngx_strncmp(reply->str, "NOSCRIPT", 8) == 0)
+    {
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/* a number: an integer reply >= 0, or a bulk string of 1..20 digits */
+
+static ngx_int_t
+ngx_http_dynamo_rl_resp_u64(redisReply *r, uint64_t *n)
+{
+    if (r == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (r->type == REDIS_REPLY_INTEGER) {
+        if (r->integer < 0) {
+            return NGX_ERROR;
+        }
+
+        *n = (uint64_t) r->integer;
+        return NGX_OK;
+    }
+
+    if (r->type != REDIS_REPLY_STRING || r->str == NULL) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_dynamo_rl_resp_digits((u_char *) r->str, r->len, n);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_resp_digits(u_char *p, size_t len, uint64_t *n)
+{
+    size_t    i;
+    uint64_t  v, d;
+
+    if (len == 0 || len > 20) {
+        return NGX_ERROR;
+    }
+
+    v = 0;
+
+    for (i = 0; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9') {
+            return NGX_ERROR;
+        }
+
+        d = p[i] - '0';
+
+        if (v > (UINT64_MAX - d) / 10) {
+            return NGX_ERROR;
+        }
+
+        v = v * 10 + d;
+    }
+
+    *n = v;
+
+    return NGX_OK;
+}
+
+
+/* a bulk string, pointed into */
+
+static ngx_int_t
+ngx_http_dynamo_rl_resp_str(redisReply *r, ngx_str_t *s)
+{
+    if (r == NULL || r->type != REDIS_REPLY_STRING
+        || (r->str == NULL && r->len != 0))
+    {
+        return NGX_ERROR;
+    }
+
+    s->len = r->len;
+    s->data = (u_char *) r->str;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_resp_is(redisReply *r, const char *s)
+{
+    size_t  len;
+
+    len = ngx_strlen(s);
+
+    return r != NULL && r->type == REDIS_REPLY_STRING && r->len == len
+           && r->str != NULL && ngx_strncmp(r->str, s, len) == 0;
+}

@@ -1,0 +1,582 @@
+
+/*
+ * Copyright (C) ngx_dynamo_rl_module developers
+ */
+
+
+#include "ngx_http_dynamo_rl_module.h"
+#include "tap.h"
+
+#include <stdio.h>
+#include <string.h>
+
+
+/*
+ * The decoders of the store's replies: RESP bytes go through hiredis's
+ * reader, as on the connection, then into each decoder; good replies,
+ * every wrong shape, and the fleet's judgement (alive, lost, forgotten,
+ * acked, drained).
+ */
+
+
+static redisReply *parse(const char *s, size_t len);
+static void bulk(char *buf, const char *s);
+static void gate_reply(char *buf, const char *result, const char *state,
+    const char *epoch, const char *fleet, size_t nfleet);
+static ngx_int_t gate(char *buf, uint64_t heartbeat,
+    ngx_http_dynamo_rl_gate_reply_t *gr);
+static ngx_int_t claim(const char *s, ngx_http_dynamo_rl_claim_reply_t *cr);
+static ngx_int_t move(const char *s, ngx_int_t *moved);
+static ngx_int_t record(const char *s, ngx_http_dynamo_rl_record_t *rec);
+static ngx_int_t noscript(const char *s);
+static ngx_uint_t is(ngx_str_t *s, const char *want);
+
+
+#define NIL  "$-1\r\n"
+
+/* 1e9 ms is "now" of the gate replies below */
+#define NOW  "1000000000"
+
+
+/* the decoders' strings point into the reply: it lives until the next */
+
+static redisReply  *last;
+
+
+static redisReply *
+parse(const char *s, size_t len)
+{
+    void         *reply;
+    redisReader  *rd;
+
+    if (last != NULL) {
+        freeReplyObject(last);
+        last = NULL;
+    }
+
+    rd = ngx_http_dynamo_rl_resp_reader();
+
+    if (rd == NULL || redisReaderFeed(rd, s, len) != REDIS_OK) {
+        return NULL;
+    }
+
+    reply = NULL;
+
+    if (redisReaderGetReply(rd, &reply) != REDIS_OK) {
+        reply = NULL;
+    }
+
+    redisReaderFree(rd);
+
+    last = reply;
+
+    return reply;
+}
+
+
+static void
+bulk(char *buf, const char *s)
+{
+    sprintf(buf + strlen(buf), "$%zu\r\n%s\r\n", strlen(s), s);
+}
+
+
+/* {result, state, epoch, expires 0, reason, changed, now, lease, fleet} */
+
+static void
+gate_reply(char *buf, const char *result, const char *state,
+    const char *epoch, const char *fleet, size_t nfleet)
+{
+    strcpy(buf, "*9\r\n");
+    bulk(buf, result);
+    bulk(buf, state);
+    bulk(buf, epoch);
+    bulk(buf, "0");
+    bulk(buf, "refresh");
+    strcat(buf, ":999999000\r\n");
+    strcat(buf, ":" NOW "\r\n");
+    bulk(buf, "60000");
+    sprintf(buf + strlen(buf), "*%zu\r\n%s", nfleet, fleet);
+}
+
+
+static ngx_int_t
+gate(char *buf, uint64_t heartbeat, ngx_http_dynamo_rl_gate_reply_t *gr)
+{
+    ngx_int_t    rc;
+    redisReply  *r;
+
+    r = parse(buf, strlen(buf));
+    if (r == NULL) {
+        return -100;
+    }
+
+    rc = ngx_http_dynamo_rl_resp_gate(r, heartbeat, gr);
+
+    return rc;
+}
+
+
+static ngx_int_t
+claim(const char *s, ngx_http_dynamo_rl_claim_reply_t *cr)
+{
+    ngx_int_t    rc;
+    redisReply  *r;
+
+    r = parse(s, strlen(s));
+    if (r == NULL) {
+        return -100;
+    }
+
+    rc = ngx_http_dynamo_rl_resp_claim(r, cr);
+
+    return rc;
+}
+
+
+static ngx_int_t
+move(const char *s, ngx_int_t *moved)
+{
+    ngx_int_t    rc;
+    redisReply  *r;
+
+    r = parse(s, strlen(s));
+    if (r == NULL) {
+        return -100;
+    }
+
+    rc = ngx_http_dynamo_rl_resp_move(r, moved);
+
+    return rc;
+}
+
+
+static ngx_int_t
+record(const char *s, ngx_http_dynamo_rl_record_t *rec)
+{
+    ngx_int_t    rc;
+    redisReply  *r;
+
+    r = parse(s, strlen(s));
+    if (r == NULL) {
+        return -100;
+    }
+
+    rc = ngx_http_dynamo_rl_resp_record(r, rec);
+
+    return rc;
+}
+
+
+static ngx_int_t
+noscript(const char *s)
+{
+    ngx_int_t    rc;
+    redisReply  *r;
+
+    r = parse(s, strlen(s));
+    if (r == NULL) {
+        return -100;
+    }
+
+    rc = ngx_http_dynamo_rl_resp_noscript(r);
+
+    return rc;
+}
+
+
+static ngx_uint_t
+is(ngx_str_t *s, const char *want)
+{
+    return s->len == strlen(want) && memcmp(s->data, want, s->len) == 0;
+}
+
+
+int
+main(void)
+{
+    char                              buf[8192], fleet[4096], name[64];
+    ngx_int_t                         moved;
+    ngx_uint_t                        i;
+    ngx_http_dynamo_rl_record_t       rec;
+    ngx_http_dynamo_rl_claim_reply_t  cr;
+    ngx_http_dynamo_rl_gate_reply_t   gr;
+
+    static const char  *bad_claims[] = {
+        "-ERR unknown command\r\n",
+        ":1\r\n",
+        "*0\r\n",
+        "$2\r\nok\r\n",
+        "*1\r\n$2\r\nok\r\n",
+        "*3\r\n$2\r\nok\r\n:1\r\n:2\r\n",
+        "*2\r\n$2\r\nok\r\n:-1\r\n",
+        "*2\r\n$2\r\nok\r\n$2\r\n1x\r\n",
+        "*2\r\n$2\r\nok\r\n$2\r\n 1\r\n",
+        "*2\r\n$2\r\nok\r\n$0\r\n\r\n",
+        "*2\r\n$2\r\nok\r\n" NIL,
+        "*2\r\n$2\r\nok\r\n$21\r\n123456789012345678901\r\n",
+        "*2\r\n$2\r\nok\r\n$20\r\n18446744073709551616\r\n",
+        "*2\r\n+ok\r\n:1\r\n",
+        "*2\r\n$2\r\nOK\r\n:1\r\n",
+        "*2\r\n$3\r\nok \r\n:1\r\n",
+        "*2\r\n*1\r\n:1\r\n:1\r\n",
+        "*2\r\n$2\r\nok\r\n*1\r\n:1\r\n",
+        "*3\r\n$3\r\ndup\r\n:3\r\n$1\r\nx\r\n",
+        "*3\r\n$3\r\ndup\r\n:3\r\n$2\r\nss\r\n",
+        "*3\r\n$3\r\ndup\r\n:3\r\n$0\r\n\r\n",
+        "*3\r\n$3\r\ndup\r\n:3\r\n:1\r\n",
+        "*2\r\n$3\r\ndup\r\n:3\r\n",
+        "*4\r\n$6\r\nclosed\r\n:1\r\n:0\r\n$0\r\n\r\n",
+        "*5\r\n$6\r\nclosed\r\n:1\r\n:0\r\n:7\r\n:5\r\n",
+        "*5\r\n$6\r\nclosed\r\n:1\r\n:0\r\n$0\r\n\r\n:-5\r\n",
+        "*6\r\n$6\r\nclosed\r\n:1\r\n:0\r\n$0\r\n\r\n:5\r\n:5\r\n",
+        "*2\r\n$6\r\nnogate\r\n:1\r\n",
+        "*1\r\n$7\r\nnogates\r\n",
+        "*1\r\n" NIL,
+        NULL
+    };
+
+    static const char  *bad_moves[] = {
+        ":2\r\n", ":-3\r\n", "$1\r\n1\r\n", "-ERR wrong\r\n", "+OK\r\n",
+        "*1\r\n:1\r\n", NIL, NULL
+    };
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    /* the scripts' table */
+
+    ok(ngx_http_dynamo_rl_scripts[NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM].name.len
+       == 5, "scripts: claim first");
+    ok(is(&ngx_http_dynamo_rl_scripts[NGX_HTTP_DYNAMO_RL_SCRIPT_BEAT].name,
+          "beat"), "scripts: beat last");
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_SCRIPTS; i++) {
+        snprintf(name, sizeof(name), "scripts: %s has a body",
+                 ngx_http_dynamo_rl_scripts[i].name.data);
+        ok(ngx_http_dynamo_rl_scripts[i].body.len > 40
+           && ngx_http_dynamo_rl_scripts[i].body.data[
+                  ngx_http_dynamo_rl_scripts[i].body.len - 1] == '\n', name);
+    }
+
+    /* claim */
+
+    ok(claim("*2\r\n$2\r\nok\r\n:7\r\n", &cr) == NGX_OK
+       && cr.result == NGX_HTTP_DYNAMO_RL_CLAIM_OK && cr.epoch == 7,
+       "claim: ok, epoch as an integer");
+    ok(claim("*2\r\n$2\r\nok\r\n$2\r\n12\r\n", &cr) == NGX_OK
+       && cr.result == NGX_HTTP_DYNAMO_RL_CLAIM_OK && cr.epoch == 12,
+       "claim: ok, epoch as a string");
+    ok(claim("*2\r\n$2\r\nok\r\n$20\r\n18446744073709551615\r\n", &cr)
+       == NGX_OK && cr.epoch == UINT64_MAX, "claim: the largest epoch");
+    ok(claim("*3\r\n$3\r\ndup\r\n:3\r\n$1\r\ns\r\n", &cr) == NGX_OK
+       && cr.result == NGX_HTTP_DYNAMO_RL_CLAIM_DUP && cr.epoch == 3
+       && is(&cr.state, "s"), "claim: dup, streaming");
+    ok(claim("*5\r\n$6\r\nclosed\r\n$1\r\n4\r\n$13\r\n1733100060000\r\n"
+             "$7\r\nrefresh\r\n:1733100000000\r\n", &cr) == NGX_OK
+       && cr.result == NGX_HTTP_DYNAMO_RL_CLAIM_CLOSED && cr.epoch == 4
+       && cr.expires == 1733100060000ULL && is(&cr.reason, "refresh")
+       && cr.now == 1733100000000ULL, "claim: closed with a lease");
+    ok(claim("*5\r\n$6\r\nclosed\r\n:4\r\n$1\r\n0\r\n$0\r\n\r\n:1\r\n", &cr)
+       == NGX_OK && cr.expires == 0 && cr.reason.len == 0,
+       "claim: closed without a lease or a reason");
+    ok(claim("*1\r\n$6\r\nnogate\r\n", &cr) == NGX_OK
+       && cr.result == NGX_HTTP_DYNAMO_RL_CLAIM_NOGATE, "claim: nogate");
+
+    for (i = 0; bad_claims[i]; i++) {
+        snprintf(name, sizeof(name), "claim: wrong shape %u", (unsigned) i);
+        ok(claim(bad_claims[i], &cr) == NGX_ERROR, name);
+    }
+
+    ok(ngx_http_dynamo_rl_resp_claim(NULL, &cr) == NGX_ERROR,
+       "claim: no reply");
+
+    /* move */
+
+    ok(move(":1\r\n", &moved) == NGX_OK && moved == 1, "move: moved");
+    ok(move(":0\r\n", &moved) == NGX_OK && moved == 0, "move: no record");
+    ok(move(":-1\r\n", &moved) == NGX_OK && moved == -1, "move: not ours");
+    ok(move(":-2\r\n", &moved) == NGX_OK && moved == -2,
+       "move: not in the states");
+
+    for (i = 0; bad_moves[i]; i++) {
+        snprintf(name, sizeof(name), "move: wrong shape %u", (unsigned) i);
+        ok(move(bad_moves[i], &moved) == NGX_ERROR, name);
+    }
+
+    /* gate: the fields */
+
+    gate_reply(buf, "ok", "closed", "5", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_OK
+       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_OK && gr.closed
+       && gr.epoch == 5 && gr.expires == 0 && is(&gr.reason, "refresh")
+       && gr.changed == 999999000 && gr.now == 1000000000
+       && gr.lease == 60000 && gr.has_fleet && gr.fleet.replicas == 0
+       && !gr.fleet.drained, "gate: closed, no fleet, not drained");
+
+    gate_reply(buf, "ok", "open", "6", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_OK && !gr.closed && gr.epoch == 6,
+       "gate: open");
+
+    gate_reply(buf, "epoch_mismatch", "open", "6", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_OK
+       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_MISMATCH,
+       "gate: epoch_mismatch");
+    gate_reply(buf, "not_closed", "open", "6", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_OK
+       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_NOT_CLOSED,
+       "gate: not_closed");
+    gate_reply(buf, "no_lease", "closed", "6", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_OK
+       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_NO_LEASE, "gate: no_lease");
+    gate_reply(buf, "nogate", "", "0", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_OK
+       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_NOGATE && !gr.closed,
+       "gate: nogate, no state");
+    gate_reply(buf, "created", "open", "0", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_OK
+       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_CREATED, "gate: created");
+    gate_reply(buf, "lost", "closed", "8", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_OK
+       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_LOST && gr.closed,
+       "gate: lost");
+
+    /* gate: wrong shapes */
+
+    gate_reply(buf, "ok", "", "6", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: no state with ok");
+    gate_reply(buf, "ok", "half", "6", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: unknown state");
+    gate_reply(buf, "maybe", "open", "6", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: unknown result");
+    gate_reply(buf, "ok", "open", "6x", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: junk in the epoch");
+    gate_reply(buf, "ok", "open", "-6", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: negative epoch");
+    gate_reply(buf, "ok", "open", "6", ":1\r\n", 1);
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: odd fleet");
+    buf[1] = '8';
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: 8 elements");
+    ok(gate("*9\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n:5\r\n:0\r\n:1\r\n"
+            ":0\r\n*0\r\n", 500, &gr) == NGX_ERROR,
+       "gate: reason as an integer");
+    ok(gate("*9\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n:7\r\n", 500, &gr) == NGX_ERROR,
+       "gate: fleet not an array");
+    ok(gate("-ERR x\r\n", 500, &gr) == NGX_ERROR, "gate: an error reply");
+
+    /* the fleet: heartbeat 500 ms, alive < 1500 ms, lost < 60 s */
+
+    fleet[0] = '\0';
+    bulk(fleet, "A");
+    bulk(fleet, "5:0:999999900");        /* 100 ms: alive, acked */
+    bulk(fleet, "B");
+    bulk(fleet, "4:2:999998501");        /* 1499 ms: alive, behind */
+    bulk(fleet, "C");
+    bulk(fleet, "5:0:999998500");        /* 1500 ms: lost */
+    bulk(fleet, "D");
+    bulk(fleet, "5:9:999940001");        /* 59999 ms: lost */
+    bulk(fleet, "E");
+    bulk(fleet, "5:9:999940000");        /* 60 s: forgotten */
+    bulk(fleet, "F");
+    bulk(fleet, "6:0:1000000005");       /* from the future: alive */
+
+    gate_reply(buf, "ok", "closed", "5", fleet, 12);
+    ok(gate(buf, 500, &gr) == NGX_OK, "fleet: parsed");
+    ok(gr.fleet.replicas == 3, "fleet: A, B and F alive");
+    ok(gr.fleet.acked == 2, "fleet: A and F acked");
+    ok(gr.fleet.in_flight == 2, "fleet: in flight of the alive only");
+    ok(gr.fleet.nlost == 2 && gr.fleet.lost_total == 2
+       && is(&gr.fleet.lost[0], "C") && is(&gr.fleet.lost[1], "D"),
+       "fleet: C and D lost");
+    ok(!gr.fleet.drained, "fleet: not drained");
+
+    ok(gate(buf, 30000, &gr) == NGX_OK && gr.fleet.replicas == 6
+       && gr.fleet.nlost == 0 && gr.fleet.in_flight == 20,
+       "fleet: with a 30 s heartbeat, every report is alive");
+
+    fleet[0] = '\0';
+    bulk(fleet, "A");
+    bulk(fleet, "5:0:999999900");
+    bulk(fleet, "B");
+    bulk(fleet, "7:0:999999000");
+    bulk(fleet, "E");
+    bulk(fleet, "1:4:900000000");
+
+    gate_reply(buf, "ok", "closed", "5", fleet, 6);
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.replicas == 2
+       && gr.fleet.acked == 2 && gr.fleet.drained,
+       "fleet: drained while closed, the forgotten one ignored");
+
+    gate_reply(buf, "ok", "open", "5", fleet, 6);
+    ok(gate(buf, 500, &gr) == NGX_OK && !gr.fleet.drained,
+       "fleet: never drained while open");
+
+    gate_reply(buf, "ok", "closed", "8", fleet, 6);
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.acked == 0
+       && !gr.fleet.drained, "fleet: not drained before the acks");
+
+    fleet[0] = '\0';
+    bulk(fleet, "A");
+    bulk(fleet, "5:1:999999900");
+    gate_reply(buf, "ok", "closed", "5", fleet, 2);
+    ok(gate(buf, 500, &gr) == NGX_OK && !gr.fleet.drained,
+       "fleet: not drained with one in flight");
+
+    fleet[0] = '\0';
+
+    for (i = 0; i < 10; i++) {
+        sprintf(name, "L%u", (unsigned) i);
+        bulk(fleet, name);
+        bulk(fleet, "5:0:999990000");
+    }
+
+    bulk(fleet, "A");
+    bulk(fleet, "5:0:999999900");
+
+    gate_reply(buf, "ok", "closed", "5", fleet, 22);
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.replicas == 1
+       && gr.fleet.nlost == NGX_HTTP_DYNAMO_RL_FLEET_LOST
+       && gr.fleet.lost_total == 10 && !gr.fleet.drained,
+       "fleet: ten lost, eight named");
+
+    {
+        static const char  *bad[] = {
+            "5:0", "5:0:x", "a:0:1", "5::1", "5:0:1:", ":0:1", "5:0:-1",
+            "5:0:123456789012345678901", NULL
+        };
+
+        for (i = 0; bad[i]; i++) {
+            fleet[0] = '\0';
+            bulk(fleet, "A");
+            bulk(fleet, bad[i]);
+            gate_reply(buf, "ok", "closed", "5", fleet, 2);
+            snprintf(name, sizeof(name), "fleet: bad report \"%s\"", bad[i]);
+            ok(gate(buf, 500, &gr) == NGX_ERROR, name);
+        }
+    }
+
+    fleet[0] = '\0';
+    bulk(fleet, "");
+    bulk(fleet, "5:0:1");
+    gate_reply(buf, "ok", "closed", "5", fleet, 2);
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "fleet: empty replica name");
+
+    gate_reply(buf, "ok", "closed", "5", ":1\r\n:2\r\n", 2);
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "fleet: integers");
+
+    /* record */
+
+    ok(record("*9\r\n" NIL NIL NIL NIL NIL NIL NIL NIL NIL, &rec) == NGX_OK
+       && !rec.found, "record: all nil is none");
+
+    ok(record("*9\r\n$1\r\nu\r\n$3\r\n200\r\n$1\r\n1\r\n$4\r\n1234\r\n"
+              "$13\r\n1733100000000\r\n$13\r\n1733100000500\r\n$3\r\nr-1\r\n"
+              "$1\r\nA\r\n" NIL, &rec) == NGX_OK
+       && rec.found && rec.state == NGX_HTTP_DYNAMO_RL_SUCCEEDED
+       && rec.status == 200 && rec.stream == 1 && rec.bytes == 1234
+       && rec.started == 1733100000000ULL && rec.ended == 1733100000500ULL
+       && is(&rec.request_id, "r-1") && is(&rec.replica, "A")
+       && rec.reason == 0, "record: succeeded, every field");
+
+    ok(record("*9\r\n$1\r\na\r\n" NIL NIL NIL "$1\r\n5\r\n" NIL NIL
+              "$1\r\nB\r\n" NIL, &rec) == NGX_OK
+       && rec.state == NGX_HTTP_DYNAMO_RL_ACCEPTED && rec.status == 0
+       && rec.ended == 0 && rec.request_id.len == 0,
+       "record: accepted, only what the claim wrote");
+
+    ok(record("*9\r\n$1\r\nc\r\n" NIL NIL NIL NIL NIL NIL NIL
+              "$2\r\nnf\r\n", &rec) == NGX_OK
+       && rec.state == NGX_HTTP_DYNAMO_RL_CANCELED
+       && rec.reason == NGX_HTTP_DYNAMO_RL_NOT_FORWARDED,
+       "record: never forwarded");
+    ok(record("*9\r\n$1\r\nf\r\n" NIL NIL NIL NIL NIL NIL NIL
+              "$2\r\nwe\r\n", &rec) == NGX_OK
+       && rec.state == NGX_HTTP_DYNAMO_RL_FAILED
+       && rec.reason == NGX_HTTP_DYNAMO_RL_WORKER_EXITED,
+       "record: worker exited");
+    ok(record("*9\r\n$1\r\ns\r\n" NIL NIL NIL NIL NIL NIL NIL
+              "$0\r\n\r\n", &rec) == NGX_OK
+       && rec.state == NGX_HTTP_DYNAMO_RL_STREAMING && rec.reason == 0,
+       "record: streaming, empty rs");
+
+    {
+        static const char  *bad[] = {
+            "*9\r\n$1\r\nx\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
+            "*9\r\n$2\r\nab\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
+            "*9\r\n" NIL "$3\r\n200\r\n" NIL NIL NIL NIL NIL NIL NIL,
+            "*9\r\n$1\r\nu\r\n$3\r\nabc\r\n" NIL NIL NIL NIL NIL NIL NIL,
+            "*9\r\n$1\r\nu\r\n$4\r\n1000\r\n" NIL NIL NIL NIL NIL NIL NIL,
+            "*9\r\n$1\r\nu\r\n" NIL "$1\r\n2\r\n" NIL NIL NIL NIL NIL NIL,
+            "*9\r\n$1\r\nu\r\n" NIL NIL "$2\r\n-1\r\n" NIL NIL NIL NIL NIL,
+            "*9\r\n$1\r\nu\r\n" NIL NIL NIL "$1\r\n \r\n" NIL NIL NIL NIL,
+            "*9\r\n$1\r\nu\r\n" NIL NIL NIL NIL NIL NIL NIL "$2\r\nzz\r\n",
+            "*9\r\n$1\r\nu\r\n" NIL NIL NIL NIL NIL NIL NIL "$1\r\nn\r\n",
+            "*9\r\n$1\r\nu\r\n:200\r\n" NIL NIL NIL NIL NIL NIL NIL,
+            "*8\r\n$1\r\nu\r\n" NIL NIL NIL NIL NIL NIL NIL,
+            "*10\r\n$1\r\nu\r\n" NIL NIL NIL NIL NIL NIL NIL NIL NIL,
+            "*9\r\n*0\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
+            "-WRONGTYPE Operation against a key\r\n",
+            NIL,
+            NULL
+        };
+
+        for (i = 0; bad[i]; i++) {
+            snprintf(name, sizeof(name), "record: wrong shape %u",
+                     (unsigned) i);
+            ok(record(bad[i], &rec) == NGX_ERROR, name);
+        }
+    }
+
+    /* the reader's bound on an array's elements */
+
+    ok(parse("*65536\r\n", 9) == NULL
+       && parse("*65537\r\n:1\r\n", 13) == NULL,
+       "reader: an array's count is read, a partial array waits");
+
+    {
+        redisReader  *rd;
+        void         *reply;
+
+        rd = ngx_http_dynamo_rl_resp_reader();
+        reply = NULL;
+
+        ok(rd != NULL && redisReaderFeed(rd, "*65537\r\n", 9) == REDIS_OK
+           && redisReaderGetReply(rd, &reply) == REDIS_ERR && reply == NULL,
+           "reader: more than 65536 elements is an error");
+
+        redisReaderFree(rd);
+
+        rd = ngx_http_dynamo_rl_resp_reader();
+        reply = NULL;
+
+        ok(rd != NULL && redisReaderFeed(rd, "*2\r\n*1\r\n:1\r\n$-1\r\n", 19)
+           == REDIS_OK && redisReaderGetReply(rd, &reply) == REDIS_OK
+           && reply != NULL && ((redisReply *) reply)->elements == 2
+           && ((redisReply *) reply)->element[0]->element[0]->integer == 1
+           && ((redisReply *) reply)->element[1]->type == REDIS_REPLY_NIL,
+           "reader: nested arrays and nil through the wrappers");
+
+        if (reply != NULL) {
+            freeReplyObject(reply);
+        }
+
+        redisReaderFree(rd);
+    }
+
+    /* NOSCRIPT */
+
+    ok(noscript("-NOSCRIPT No matching script. Please use EVAL.\r\n")
+       == NGX_OK, "noscript: NOSCRIPT");
+    ok(noscript("-NOSCRIP\r\n") == NGX_DECLINED, "noscript: shorter");
+    ok(noscript("-ERR NOSCRIPT\r\n") == NGX_DECLINED, "noscript: ERR");
+    ok(noscript("$8\r\nNOSCRIPT\r\n") == NGX_DECLINED, "noscript: a string");
+    ok(noscript("+OK\r\n") == NGX_DECLINED, "noscript: a status");
+    ok(ngx_http_dynamo_rl_resp_noscript(NULL) == NGX_DECLINED,
+       "noscript: no reply");
+
+    if (last != NULL) {
+        freeReplyObject(last);
+    }
+
+    return done_testing();
+}
