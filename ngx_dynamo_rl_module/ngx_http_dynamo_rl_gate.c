@@ -27,8 +27,8 @@ static ngx_int_t ngx_http_dynamo_rl_gate_store_send(
     ngx_http_dynamo_rl_store_pt handler, void *data,
     ngx_http_dynamo_rl_store_cmd_t **cmdp);
 static void ngx_http_dynamo_rl_gate_store_apply(
-    ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_gate_reply_t *gr,
-    ngx_log_t *log);
+    ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_store_t *store,
+    ngx_http_dynamo_rl_gate_reply_t *gr, ngx_log_t *log);
 static void ngx_http_dynamo_rl_gate_poll(ngx_event_t *ev);
 static void ngx_http_dynamo_rl_gate_polled(void *data, ngx_int_t rc,
     redisReply *reply);
@@ -57,7 +57,12 @@ typedef struct {
     ngx_uint_t                      polling;
     ngx_uint_t                      beating;
     ngx_uint_t                      beaten;
+    ngx_str_t                       field;
 } ngx_http_dynamo_rl_gate_poller_t;
+
+
+static ngx_uint_t ngx_http_dynamo_rl_gate_own(
+    ngx_http_dynamo_rl_gate_poller_t *gp);
 
 
 /* a call of the gate API on the store, waited for */
@@ -740,12 +745,29 @@ ngx_http_dynamo_rl_gate_store_init_process(ngx_http_dynamo_rl_zone_t *zone,
     /* the first read as soon as the connection is up */
     ngx_add_timer(&gp->poll, 1);
 
-    if (ngx_worker == 0) {
-        gp->beat.handler = ngx_http_dynamo_rl_gate_beat;
-        gp->beat.data = gp;
-        gp->beat.log = cycle->log;
-        gp->beat.cancelable = 1;
+    /*
+     * the instance's field in the fleet: the replica's name and its
+     * master's pid, so that the two instances of a binary upgrade each
+     * report their own requests
+     */
 
+    gp->field.data = ngx_pnalloc(cycle->pool,
+                                 store->replica.len + 1 + NGX_INT64_LEN);
+    if (gp->field.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    gp->field.len = ngx_sprintf(gp->field.data, "%V/%P", &store->replica,
+                                ngx_process == NGX_PROCESS_SINGLE
+                                ? ngx_pid : ngx_parent)
+                    - gp->field.data;
+
+    gp->beat.handler = ngx_http_dynamo_rl_gate_beat;
+    gp->beat.data = gp;
+    gp->beat.log = cycle->log;
+    gp->beat.cancelable = 1;
+
+    if (ngx_worker == 0) {
         ngx_add_timer(&gp->beat, store->heartbeat);
     }
 
@@ -805,7 +827,8 @@ ngx_http_dynamo_rl_gate_store_send(ngx_http_dynamo_rl_store_t *store,
 
 static void
 ngx_http_dynamo_rl_gate_store_apply(ngx_http_dynamo_rl_zone_t *zone,
-    ngx_http_dynamo_rl_gate_reply_t *gr, ngx_log_t *log)
+    ngx_http_dynamo_rl_store_t *store, ngx_http_dynamo_rl_gate_reply_t *gr,
+    ngx_log_t *log)
 {
     uint64_t                     now, left;
     ngx_uint_t                   changed, was;
@@ -822,6 +845,19 @@ ngx_http_dynamo_rl_gate_store_apply(ngx_http_dynamo_rl_zone_t *zone,
     now = ngx_http_dynamo_rl_now();
 
     ngx_shmtx_lock(&zone->shpool->mutex);
+
+    /*
+     * the reads of the worker processes cross: one sent before a change
+     * may land after another's that saw it
+     */
+
+    if (gr->result == NGX_HTTP_DYNAMO_RL_GATE_R_OK && sh->store_known
+        && gr->epoch < sh->gate_epoch
+        && now - sh->store_read < store->gate_stale)
+    {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        return;
+    }
 
     was = sh->gate_closed;
     changed = (sh->gate_epoch != gr->epoch || !sh->store_known);
@@ -885,6 +921,16 @@ ngx_http_dynamo_rl_gate_poll(ngx_event_t *ev)
     ngx_http_dynamo_rl_gate_poller_t *gp = ev->data;
 
     if (ngx_exiting || ngx_quit || ngx_terminate) {
+
+        /*
+         * a worker process that goes on with requests of its own reports
+         * them, whichever it is: the drain holds until they end
+         */
+
+        if (!gp->beat.timer_set && ngx_http_dynamo_rl_gate_own(gp)) {
+            ngx_add_timer(&gp->beat, 1);
+        }
+
         return;
     }
 
@@ -924,7 +970,8 @@ ngx_http_dynamo_rl_gate_polled(void *data, ngx_int_t rc, redisReply *reply)
         return;
     }
 
-    ngx_http_dynamo_rl_gate_store_apply(gp->zone, &gr, gp->poll.log);
+    ngx_http_dynamo_rl_gate_store_apply(gp->zone, gp->store, &gr,
+                                        gp->poll.log);
 
     /* the first report as soon as there is an epoch to acknowledge */
 
@@ -951,7 +998,9 @@ ngx_http_dynamo_rl_gate_beat(ngx_event_t *ev)
     u_char                       seen[NGX_INT_T_LEN];
     u_char                       flight[NGX_INT_T_LEN];
 
-    if (ngx_exiting || ngx_quit || ngx_terminate) {
+    if ((ngx_exiting || ngx_quit || ngx_terminate)
+        && !ngx_http_dynamo_rl_gate_own(gp))
+    {
         return;
     }
 
@@ -961,7 +1010,7 @@ ngx_http_dynamo_rl_gate_beat(ngx_event_t *ev)
         && ngx_http_dynamo_rl_store_ready(gp->store))
     {
         argv[0] = gp->store->fleet_key;
-        argv[1] = gp->store->replica;
+        argv[1] = gp->field;
 
         argv[2].data = seen;
         argv[2].len = ngx_sprintf(seen, "%ui", sh->gate_epoch) - seen;
@@ -983,6 +1032,15 @@ ngx_http_dynamo_rl_gate_beat(ngx_event_t *ev)
     }
 
     ngx_add_timer(ev, gp->store->heartbeat);
+}
+
+
+/* this worker process has requests of its own in flight */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_gate_own(ngx_http_dynamo_rl_gate_poller_t *gp)
+{
+    return gp->zone->sh->slot_requests[ngx_http_dynamo_rl_slot()] != 0;
 }
 
 
@@ -1115,7 +1173,7 @@ ngx_http_dynamo_rl_gate_answered(void *data, ngx_int_t rc, redisReply *reply)
 
     default:
         ngx_http_dynamo_rl_gate_store_apply(ngx_http_dynamo_rl_get_zone(r),
-                                            &gr, c->log);
+                                            store, &gr, c->log);
 
         if (gc->change) {
             ngx_log_error(NGX_LOG_NOTICE, c->log, 0,
@@ -1158,7 +1216,9 @@ static ngx_int_t
 ngx_http_dynamo_rl_gate_unavailable(ngx_http_request_t *r,
     ngx_http_dynamo_rl_store_t *store, ngx_uint_t change)
 {
-    if (!change && store->on_error == NGX_HTTP_DYNAMO_RL_STORE_LOCAL) {
+    if (!change && store->on_error == NGX_HTTP_DYNAMO_RL_STORE_LOCAL
+        && ngx_http_dynamo_rl_get_zone(r)->sh->store_known)
+    {
         return ngx_http_dynamo_rl_gate_fleet_send(r, store, NULL, 1);
     }
 

@@ -37,6 +37,10 @@ static ngx_int_t ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_store_t *store);
 static void ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
     redisReply *reply);
+static void ngx_http_dynamo_rl_ledger_store_settle(
+    ngx_http_dynamo_rl_node_t *lr, ngx_pid_t pid);
+static void ngx_http_dynamo_rl_ledger_failing(ngx_http_request_t *r,
+    redisReply *reply);
 static void ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx,
     char *from, char *to, ngx_msec_t ttl, ngx_str_t *fields, ngx_uint_t n);
 static void ngx_http_dynamo_rl_ledger_stream(ngx_http_request_t *r,
@@ -218,11 +222,29 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     if (drmcf->store != NULL) {
         rc = ngx_http_dynamo_rl_ledger_claim(r, ctx, drmcf->store);
 
+        /*
+         * a claim in the store is also kept in the zone, as this replica
+         * saw it: a worker process that dies leaves its attempts to the
+         * others to end, and on_error=local knows what went through the
+         * store before it failed
+         */
+
+        if (rc == NGX_OK) {
+            goto record;
+        }
+
         if (rc != NGX_DECLINED
             || ctx->verdict != NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE
             || drmcf->store->on_error != NGX_HTTP_DYNAMO_RL_STORE_LOCAL)
         {
             return rc;
+        }
+
+        /* never read the store's gate: it may be closed */
+
+        if (!zone->sh->store_known && drlcf->gate) {
+            ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_UNKNOWN;
+            return NGX_DECLINED;
         }
 
         /* on_error=local: this replica's zone, single use within it */
@@ -243,6 +265,8 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
             return NGX_DECLINED;
         }
     }
+
+record:
 
     hash = ngx_http_dynamo_rl_ledger_hash(zone->sh, &ctx->attempt_id);
     now = ngx_http_dynamo_rl_now();
@@ -279,6 +303,13 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
         {
             zone->sh->duplicates++;
             ngx_shmtx_unlock(&zone->shpool->mutex);
+
+            if (ctx->store_claimed) {
+                /* used here while the store was away, or it lost it */
+                ctx->store_claimed = 0;
+                ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", 1, NULL, 0);
+            }
+
             ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE;
             return NGX_DECLINED;
         }
@@ -298,6 +329,11 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
         if (ngx_http_dynamo_rl_ledger_expire(zone, now, 1) == 0) {
             zone->sh->exhausted++;
             ngx_shmtx_unlock(&zone->shpool->mutex);
+
+            if (ctx->store_claimed) {
+                /* the store has it: only this replica's copy is missing */
+                return NGX_OK;
+            }
 
             ngx_log_error(NGX_LOG_CRIT, r->connection->log, 0,
                           "attempt ledger is full in dynamo_rl zone \"%V\", "
@@ -328,10 +364,10 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
 
     ngx_memcpy(lr->id, ctx->attempt_id.data, ctx->attempt_id.len);
 
-    lr->request_id = 0;
+    lr->request_id = ctx->store_claimed ? NGX_HTTP_DYNAMO_RL_NODE_STORE : 0;
 
     if (ctx->request_id.data != ctx->attempt_id.data) {
-        lr->request_id = 1;
+        lr->request_id |= NGX_HTTP_DYNAMO_RL_NODE_REQUEST_ID;
         ngx_http_dynamo_rl_uuid_pack(lr->id + lr->len, ctx->request_id.data);
     }
 
@@ -499,11 +535,18 @@ ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
         if (ctx->verdict != NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE) {
             zone = ngx_http_dynamo_rl_get_zone(r);
             zone->sh->store_fallback = 0;
+
+            if (zone->sh->store_failing
+                && ngx_atomic_cmp_set(&zone->sh->store_failing, 1, 0))
+            {
+                ngx_log_error(NGX_LOG_NOTICE, c->log, 0,
+                              "dynamo rl store: the claims are accepted "
+                              "again");
+            }
         }
 
     } else if (rc == NGX_OK) {
-        ngx_log_error(NGX_LOG_ERR, c->log, 0,
-                      "dynamo rl store: unexpected reply to the claim");
+        ngx_http_dynamo_rl_ledger_failing(r, reply);
 
     } else if (rc == NGX_AGAIN) {
         ngx_log_error(NGX_LOG_WARN, c->log, 0,
@@ -518,6 +561,10 @@ ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
         ngx_log_error(NGX_LOG_INFO, c->log, 0,
                       "dynamo rl store: connection lost before the claim's "
                       "answer");
+
+        /* the claim may have run: the release is sent on reconnecting */
+
+        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", 1, NULL, 0);
     }
 
     if (c->error && ctx->store_claimed) {
@@ -534,6 +581,46 @@ ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
     }
 
     ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * a reply the claim cannot use, typically an error reply (-OOM, -READONLY,
+ * -NOPERM): the store is there but refuses; one error line per outage,
+ * with the store's words
+ */
+
+static void
+ngx_http_dynamo_rl_ledger_failing(ngx_http_request_t *r, redisReply *reply)
+{
+    size_t                      len;
+    u_char                     *p;
+    ngx_http_dynamo_rl_zone_t  *zone;
+    u_char                      text[128];
+
+    zone = ngx_http_dynamo_rl_get_zone(r);
+
+    if (!ngx_atomic_cmp_set(&zone->sh->store_failing, 0, 1)) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl store: the claim was refused");
+        return;
+    }
+
+    len = 0;
+
+    if (reply->type == REDIS_REPLY_ERROR || reply->type == REDIS_REPLY_STATUS)
+    {
+        len = ngx_min((size_t) reply->len, 60);
+    }
+
+    /* the store's text is not trusted for the log */
+
+    p = ngx_http_dynamo_rl_escape_log(text, text + sizeof(text),
+                                      (u_char *) reply->str, len);
+
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "dynamo rl store: the claims are refused: \"%*s\"",
+                  p - text, text);
 }
 
 
@@ -639,8 +726,11 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
     reason = (r->upstream != NULL && r->upstream->request_sent)
              ? 0 : NGX_HTTP_DYNAMO_RL_NOT_FORWARDED;
 
-    if (lr == NULL) {
+    if (ctx->store_claimed) {
         ngx_http_dynamo_rl_ledger_store_end(ctx, state, status, sent, reason);
+    }
+
+    if (lr == NULL) {
         return;
     }
 
@@ -714,6 +804,63 @@ ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
 
         ngx_http_dynamo_rl_ledger_move(ctx, "as", to, ctx->ttl, fields, 10);
     }
+}
+
+
+/*
+ * under the mutex: the store's record of an attempt of a worker process
+ * that died ends as it does in the zone; its owner is known up to the
+ * process, which the move script takes as a prefix
+ */
+
+static void
+ngx_http_dynamo_rl_ledger_store_settle(ngx_http_dynamo_rl_node_t *lr,
+    ngx_pid_t pid)
+{
+    u_char                          *p;
+    ngx_str_t                        argv[9];
+    ngx_http_dynamo_rl_store_t      *store;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+    u_char                           key[256], owner[128];
+    u_char                           ttl[NGX_INT64_LEN], t1[NGX_INT64_LEN];
+
+    drmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                                ngx_http_dynamo_rl_module);
+    store = drmcf->store;
+
+    if (store == NULL
+        || store->attempt_key.len + lr->len > sizeof(key)
+        || store->replica.len + NGX_INT64_LEN + 3 > sizeof(owner))
+    {
+        return;
+    }
+
+    p = ngx_cpymem(key, store->attempt_key.data, store->attempt_key.len);
+    p = ngx_cpymem(p, lr->id, lr->len);
+
+    argv[0].data = key;
+    argv[0].len = p - key;
+
+    argv[1].data = owner;
+    argv[1].len = ngx_sprintf(owner, "%V/%P/*", &store->replica, pid) - owner;
+
+    ngx_str_set(&argv[2], "as");
+    ngx_str_set(&argv[3], "f");
+
+    /* still in flight: "expires" holds the TTL it gets as it ends */
+
+    argv[4].data = ttl;
+    argv[4].len = ngx_sprintf(ttl, "%uL", lr->expires) - ttl;
+
+    ngx_str_set(&argv[5], "rs");
+    ngx_str_set(&argv[6], "we");
+    ngx_str_set(&argv[7], "t1");
+
+    argv[8].data = t1;
+    argv[8].len = ngx_sprintf(t1, "%uL", ngx_http_dynamo_rl_wall()) - t1;
+
+    (void) ngx_http_dynamo_rl_store_eval(store, NGX_HTTP_DYNAMO_RL_SCRIPT_MOVE,
+                                         1, 9, argv, NULL, NULL, NULL);
 }
 
 
@@ -878,6 +1025,10 @@ ngx_http_dynamo_rl_ledger_settle(ngx_http_dynamo_rl_zone_t *zone,
 
         if (lr->pid != pid) {
             continue;
+        }
+
+        if (lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_STORE) {
+            ngx_http_dynamo_rl_ledger_store_settle(lr, pid);
         }
 
         ngx_http_dynamo_rl_ledger_end(zone, lr, NGX_HTTP_DYNAMO_RL_FAILED,
@@ -1170,7 +1321,7 @@ ngx_http_dynamo_rl_attempts_local(ngx_http_request_t *r, ngx_str_t *id,
         duration = rec.ended ? rec.ended - rec.started
                              : ngx_http_dynamo_rl_ledger_elapsed(lr, now);
 
-        if (lr->request_id) {
+        if (lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_REQUEST_ID) {
             p = ngx_http_dynamo_rl_uuid_unpack(request_id, lr->id + lr->len);
             rec.request_id.data = request_id;
             rec.request_id.len = p - request_id;
@@ -1178,6 +1329,20 @@ ngx_http_dynamo_rl_attempts_local(ngx_http_request_t *r, ngx_str_t *id,
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (!found && local) {
+        /* the store may have it: a 404 would invite a resubmit */
+
+        if (ngx_http_dynamo_rl_retry_after(r, 1) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_dynamo_rl_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                        "store_unavailable",
+                                        "the shared store does not answer "
+                                        "and this replica has no record of "
+                                        "the attempt, retry later");
+    }
 
     if (!found) {
         return ngx_http_dynamo_rl_error(r, NGX_HTTP_NOT_FOUND,

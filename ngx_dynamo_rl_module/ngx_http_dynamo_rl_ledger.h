@@ -22,6 +22,10 @@
 #define NGX_HTTP_DYNAMO_RL_VERDICT_UNKNOWN      5
 #define NGX_HTTP_DYNAMO_RL_VERDICT_LOST         6
 
+/* the flags of a record's "request_id" */
+#define NGX_HTTP_DYNAMO_RL_NODE_REQUEST_ID  1   /* 16 bytes follow the id */
+#define NGX_HTTP_DYNAMO_RL_NODE_STORE       2   /* claimed in the store */
+
 /* why a record ended as it did, when its state alone does not say */
 #define NGX_HTTP_DYNAMO_RL_WORKER_EXITED  1
 #define NGX_HTTP_DYNAMO_RL_NOT_FORWARDED  2

@@ -32,6 +32,8 @@ static char *ngx_http_dynamo_rl_methods(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_dynamo_rl_header_name(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+static ngx_int_t ngx_http_dynamo_rl_merge_names(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_loc_conf_t *prev, ngx_http_dynamo_rl_loc_conf_t *conf);
 
 static void ngx_http_dynamo_rl_cleanup(void *data);
 static ngx_int_t ngx_http_dynamo_rl_log_handler(ngx_http_request_t *r);
@@ -842,6 +844,10 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                                                   sizeof("x-request-id") - 1);
     }
 
+    if (ngx_http_dynamo_rl_merge_names(cf, prev, conf) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     ngx_conf_merge_value(conf->strip_routing_headers,
                          prev->strip_routing_headers, 1);
     ngx_conf_merge_value(conf->accel_buffering, prev->accel_buffering, 0);
@@ -1152,6 +1158,80 @@ ngx_http_dynamo_rl_header_name(ngx_conf_t *cf, ngx_command_t *cmd,
 }
 
 
+/*
+ * what the request plane would otherwise work out for every request: the
+ * id headers' names in lower case (their lowcase_key upstream), and
+ * whether the upstream name is another header, x-request-id, or none
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_merge_names(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_loc_conf_t *prev, ngx_http_dynamo_rl_loc_conf_t *conf)
+{
+    u_char      *lc;
+    ngx_str_t   *name;
+    ngx_uint_t   i, n;
+
+    static ngx_str_t  request_id = ngx_string("request-id");
+
+    for (n = 0; n < 2; n++) {
+        name = n ? &conf->attempt_upstream_header : &conf->attempt_header;
+
+        if (name->data == (n ? prev->attempt_upstream_header.data
+                              : prev->attempt_header.data))
+        {
+            lc = n ? prev->attempt_upstream_header_lc
+                   : prev->attempt_header_lc;
+
+        } else {
+            lc = NULL;
+        }
+
+        if (lc == NULL) {
+            lc = ngx_pnalloc(cf->pool, name->len + 1);
+            if (lc == NULL) {
+                return NGX_ERROR;
+            }
+
+            for (i = 0; i < name->len; i++) {
+                lc[i] = ngx_tolower(name->data[i]);
+            }
+
+            lc[i] = '\0';
+        }
+
+        if (n) {
+            conf->attempt_upstream_header_lc = lc;
+
+        } else {
+            conf->attempt_header_lc = lc;
+        }
+    }
+
+    name = &conf->attempt_upstream_header;
+    lc = conf->attempt_upstream_header_lc;
+
+    if (name->len == 0
+        || (name->len == conf->attempt_header.len
+            && ngx_strncmp(lc, conf->attempt_header_lc, name->len) == 0))
+    {
+        conf->attempt_upstream = NGX_HTTP_DYNAMO_RL_UPSTREAM_NONE;
+
+    } else if (name->len == sizeof("x-request-id") - 1
+               && ngx_strncmp(lc, "x-request-id", name->len) == 0)
+    {
+        conf->attempt_upstream = NGX_HTTP_DYNAMO_RL_UPSTREAM_XRID;
+
+    } else {
+        conf->attempt_upstream = NGX_HTTP_DYNAMO_RL_UPSTREAM_OTHER;
+    }
+
+    conf->request_id_hash = ngx_hash_key(request_id.data, request_id.len);
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_dynamo_rl_add_handler(ngx_http_core_main_conf_t *cmcf,
     ngx_uint_t phase, ngx_http_handler_pt handler, ngx_uint_t first)
@@ -1296,20 +1376,10 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
 
     drmcf->rand_pos = NGX_HTTP_DYNAMO_RL_RAND_SIZE;
 
-    if (drmcf->shm_zone != NULL) {
-        /* first the ledger ends a dead predecessor's attempts */
-        ngx_http_dynamo_rl_ledger_init_process(drmcf->shm_zone->data);
-        ngx_http_dynamo_rl_gate_init_process(drmcf->shm_zone->data);
-
-        if (ngx_http_dynamo_rl_state_init_process(cycle,
-                                                  drmcf->shm_zone->data)
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-    }
-
-    /* the store's connection: worker processes only */
+    /*
+     * the store's connection, worker processes only: first, so that the
+     * ledger's ends of a dead predecessor's attempts are queued for it
+     */
 
     if (drmcf->store != NULL
         && (ngx_process == NGX_PROCESS_WORKER
@@ -1323,6 +1393,19 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
             || ngx_http_dynamo_rl_gate_store_init_process(zone, drmcf->store,
                                                           cycle)
                != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (drmcf->shm_zone != NULL) {
+        /* first the ledger ends a dead predecessor's attempts */
+        ngx_http_dynamo_rl_ledger_init_process(drmcf->shm_zone->data);
+        ngx_http_dynamo_rl_gate_init_process(drmcf->shm_zone->data);
+
+        if (ngx_http_dynamo_rl_state_init_process(cycle,
+                                                  drmcf->shm_zone->data)
+            != NGX_OK)
         {
             return NGX_ERROR;
         }

@@ -88,10 +88,20 @@ static u_char  ngx_http_dynamo_rl_lua_claim[] =
     "return {'ok', e}\n";
 
 
+/*
+ * an owner ending in "*" names every owner it begins: a worker process
+ * that settles the records of one that died knows its pid, not its
+ * requests
+ */
+
 static u_char  ngx_http_dynamo_rl_lua_move[] =
     "local r = redis.call('HMGET', KEYS[1], 'st', 'ow')\n"
     "if not r[1] then return 0 end\n"
-    "if r[2] ~= ARGV[1] then return -1 end\n"
+    "local o = ARGV[1]\n"
+    "if string.sub(o, -1) == '*' then\n"
+    "  if string.sub(r[2] or '', 1, #o - 1) ~= string.sub(o, 1, -2) then"
+    " return -1 end\n"
+    "elseif r[2] ~= o then return -1 end\n"
     "if not string.find(ARGV[2], r[1], 1, true) then return -2 end\n"
     "if ARGV[3] == 'x' then\n"
     "  redis.call('DEL', KEYS[1])\n"
@@ -439,7 +449,7 @@ static ngx_int_t
 ngx_http_dynamo_rl_resp_fleet(redisReply *r, uint64_t heartbeat,
     ngx_http_dynamo_rl_gate_reply_t *gr)
 {
-    size_t                       i;
+    size_t                       i, j;
     uint64_t                     seen, in_flight, ts, age, alive;
     ngx_str_t                    name, value;
     ngx_http_dynamo_rl_fleet_t  *fl;
@@ -480,6 +490,15 @@ ngx_http_dynamo_rl_resp_fleet(redisReply *r, uint64_t heartbeat,
         }
 
         if (age < NGX_HTTP_DYNAMO_RL_FLEET_FORGET) {
+
+            /* an instance's field is "replica/pid of its master" */
+
+            for (j = 0; j < name.len; j++) {
+                if (name.data[j] == '/') {
+                    name.len = j;
+                    break;
+                }
+            }
 
             if (fl->nlost < NGX_HTTP_DYNAMO_RL_FLEET_LOST) {
                 fl->lost[fl->nlost++] = name;

@@ -153,6 +153,7 @@ typedef struct {
     uint64_t                        store_changed;  /* the store's ms */
     ngx_uint_t                      store_known;
     ngx_atomic_t                    store_fallback;
+    ngx_atomic_t                    store_failing;
     ngx_http_dynamo_rl_store_stats_t  store;
 } ngx_http_dynamo_rl_shctx_t;
 
