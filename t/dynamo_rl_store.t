@@ -132,9 +132,14 @@ is($redis->hgetall(store_key('gate'))->{state}, 'open',
 	'start: the gate record in the store');
 my $fleet = $redis->hgetall(store_key('fleet'));
 
-is_deeply([ sort keys %$fleet ], [ 'A', 'B' ],
-	'start: the fleet record names both replicas');
-like($fleet->{A} // '', qr/^$e:0:\d{13}$/,
+# a field per instance: the replica's name and its master's pid
+
+my $IA = 'A/' . $t->master();
+my $IB = 'B/' . $tb->master();
+
+is_deeply([ sort keys %$fleet ], [ $IA, $IB ],
+	'start: the fleet record names both instances');
+like($fleet->{$IA} // '', qr/^$e:0:\d{13}$/,
 	'start: A\'s heartbeat, seen_epoch:in_flight:ts_ms');
 
 # B's clock is ahead, when libfaketime is there

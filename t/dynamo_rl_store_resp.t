@@ -10,8 +10,9 @@
 # half-way through the reply, or sends bytes that are not RESP; then it
 # accepts connections and never answers at all.  Each fault gives 503
 # store_unavailable with nothing forwarded, one "dynamo rl store:" error
-# line, and no crash; F recovers by itself.  A stalled claim is released
-# once the store is reachable again.
+# line, and no crash; F recovers by itself.  A claim whose answer was
+# lost (stalled, or cut off) is released once the store is reachable
+# again, so that its id is not used up.
 #
 # Replica L has on_error=local and its own Redis, killed by its pid: the
 # zone takes over (single use within the replica, the attempts API with
@@ -38,7 +39,7 @@ use Test::DynamoRL::Redis qw/ admit gen reason replica_conf resp_proxy
 
 time_limit(Test::DynamoRL::scale(240));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(59 + 2);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(62 + 2);
 my $tl = Test::DynamoRL->new()->check_at_end();
 
 my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
@@ -106,14 +107,19 @@ for my $kind (qw/ stall close garbage /) {
 	is(join(' ', $t->worker_pids()), "@pids", "$kind: no crash");
 }
 
-# the stalled claim was released: the id passes
+# the claims whose answers were lost were released: the ids pass
 
-ok(Test::DynamoRL::wait_for(sub { !$redis->has_key(store_key('a:fault-stall-1', 'f')) },
-	10), 'stall: the claim released');
+for my $kind (qw/ stall close /) {
+	my $id = "fault-$kind-1";
 
-$r = gen(\%F, 'fault-stall-1');
-is($r->{status}, 200, 'stall: the same id passes afterwards');
-is(forwarded($t, 'fault-stall-1'), 1, 'stall: forwarded once');
+	ok(Test::DynamoRL::wait_for(sub {
+		!$redis->has_key(store_key("a:$id", 'f')) }, 10),
+		"$kind: the claim released");
+
+	$r = gen(\%F, $id);
+	is($r->{status}, 200, "$kind: the same id passes afterwards");
+	is(forwarded($t, $id), 1, "$kind: forwarded once");
+}
 
 # a server that accepts and never answers
 
