@@ -28,7 +28,8 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call raw read_until resp rl_conf /;
+use Test::DynamoRL::Fixture qw/ call parse_labels promtool promtool_check raw
+	read_until resp rl_conf samples /;
 
 ###############################################################################
 
@@ -331,7 +332,7 @@ my $promtool = promtool();
 ok($promtool, 'promtool installed (Debian package prometheus)')
 	or diag('apt-get install -y prometheus');
 
-my ($rc, $out) = promtool_check($promtool, $text);
+my ($rc, $out) = promtool_check($t, $text);
 
 is($rc, 0, 'promtool check metrics: passes') or diag($out);
 
@@ -458,7 +459,7 @@ is(scalar(grep { $_->{admin_result} eq 'ok' } @lines), 20,
 cmp_ok(scalar keys %pids, '>=', 2,
 	'concurrent: both processes called workers');
 
-($rc, $out) = promtool_check($promtool, $text);
+($rc, $out) = promtool_check($t, $text);
 
 is($rc, 0, 'concurrent: promtool check metrics passes') or diag($out);
 
@@ -553,41 +554,6 @@ sub settled {
 	}, 10);
 
 	return $text;
-}
-
-# name{labels} => value, labels sorted
-
-sub samples {
-	my ($text) = @_;
-
-	my %m;
-
-	for my $line (split /\n/, $text // '') {
-		next if $line =~ /^#/ || $line !~ /\S/;
-
-		my ($name, $labels, $value) =
-			$line =~ /^([a-z_]+)(?:\{(.*)\})? (\S+)$/ or next;
-
-		my %l = parse_labels($labels // '');
-		my $key = $name . (%l ? '{' . join(',', map { "$_=$l{$_}" }
-			sort keys %l) . '}' : '');
-
-		$m{$key} = $value;
-	}
-
-	return \%m;
-}
-
-sub parse_labels {
-	my ($s) = @_;
-
-	my %l;
-
-	while ($s =~ /\G([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)",?/gc) {
-		$l{$1} = $2;
-	}
-
-	return %l;
 }
 
 # every sample of a series declared a counter, and the histogram counts
@@ -709,28 +675,6 @@ sub histogram_ok {
 
 	is(join('; ', @bad), '', "$name: histogram _count is the requests"
 		. ' of each plane');
-}
-
-sub promtool {
-	for my $dir (split /:/, $ENV{PATH} // '/usr/bin') {
-		return "$dir/promtool" if -x "$dir/promtool";
-	}
-
-	return undef;
-}
-
-# exit code and output of "promtool check metrics" on the text
-
-sub promtool_check {
-	my ($bin, $text) = @_;
-
-	return (-1, 'promtool is not installed') unless $bin;
-
-	my $file = $t->testdir() . '/metrics.txt';
-	$t->write_file('metrics.txt', $text);
-
-	my $out = `$bin check metrics < $file 2>&1`;
-	return ($? >> 8, $out);
 }
 
 sub access_log {

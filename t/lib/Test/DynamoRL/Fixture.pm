@@ -66,6 +66,12 @@ package Test::DynamoRL::Fixture;
 #     json_error($r)        "<status> <error of the JSON body>"
 #     api($id, port => N)   GET /rl/attempts/<id> on 8070, with "json"
 #     metrics($port)        the samples of GET /metrics: name => value
+#     samples($text)        the samples of an exposition, labels and all:
+#                           name{label=value,...} => value, labels sorted
+#     parse_labels($s)      the labels of a sample: name => value
+#     promtool()            the path of promtool, undef if not installed
+#     promtool_check($t, $text)  the exit code and output of "promtool
+#                           check metrics" on $text; -1 without promtool
 #     concurrent($port, @paths)  POST {} to every path at once, then
 #                           read the answers
 #     read_until($sock, $re, $seconds)  reads until $re matches, the
@@ -92,12 +98,38 @@ package Test::DynamoRL::Fixture;
 #     frontend_records($t)  what the fake frontend received
 #     frontend_requests($t) how many requests (not events) it received
 #     forwarded($t, $id)    how many of them had X-Request-Id $id
+#     record_with($t, $name, $value)  the first request the fake
+#                           frontend received with header $name $value
 #     listener_fetches($t)  how many requests the fake listener answered
 #     worker_counts($t) / worker_records_since($t, $counts)
 #                           what the fake workers received since
 #     admin_call($t, $method, $path, %o)  an admin-plane call with its
 #                           access-log entry, error-log lines and the
 #                           worker records it caused (see below)
+#
+# nginx's wall clock (libfaketime):
+#
+#     faketime($t)          runs nginx with libfaketime, which reads an
+#                           offset from the real time in the test
+#                           directory on every call; the wall clock only,
+#                           the monotonic one stays; nginx.conf needs
+#                           "env FAKETIME_TIMESTAMP_FILE; env
+#                           FAKETIME_NO_CACHE; env
+#                           FAKETIME_DONT_FAKE_MONOTONIC;"
+#     set_clock($t, $offset)  sets the offset ("+7200", "-60")
+#     clock_is($offset, port => N)  waits until nginx's wall clock, as
+#                           /rl/status on N shows it, is the real time
+#                           plus $offset seconds (within 5 s)
+#
+# Processes of a test's own:
+#
+#     refresh_start($t, proxy => $url, @args)  examples/rl-refresh with
+#                           @args in the background (python3, or
+#                           TEST_PYTHON), its output in a file; every
+#                           proxy variable of its environment set to $url,
+#                           or unset without one; returns the run
+#     refresh_finish($run)  waits for it (60 s, then kills it); returns
+#                           { rc => exit code or -1, out => its output }
 #
 # Servers of a test's own:
 #
@@ -117,8 +149,12 @@ our @EXPORT_OK = qw/ time_limit rl_conf raw call start resp json flat json_error
 	is_true is_false iso_ms api metrics concurrent read_until vllm_routes
 	worker doc json_lines err_since frontend_records frontend_requests
 	forwarded listener_fetches worker_counts worker_records_since
-	admin_call curl_response fork_server /;
+	admin_call curl_response fork_server samples record_with faketime
+	set_clock clock_is refresh_start refresh_finish promtool promtool_check
+	parse_labels /;
 
+use Cwd qw/ abs_path /;
+use File::Basename qw/ dirname /;
 use IO::Select;
 use IO::Socket::INET;
 use JSON::PP;
@@ -363,6 +399,60 @@ sub metrics {
 	return \%m;
 }
 
+sub samples {
+	my ($text) = @_;
+
+	my %m;
+
+	for my $line (split /\n/, $text // '') {
+		next if $line =~ /^#/ || $line !~ /\S/;
+
+		my ($name, $labels, $value) =
+			$line =~ /^([a-z_]+)(?:\{(.*)\})? (\S+)$/ or next;
+
+		my %l = parse_labels($labels // '');
+		my $key = $name . (%l ? '{' . join(',', map { "$_=$l{$_}" }
+			sort keys %l) . '}' : '');
+
+		$m{$key} = $value;
+	}
+
+	return \%m;
+}
+
+sub parse_labels {
+	my ($s) = @_;
+
+	my %l;
+
+	while ($s =~ /\G([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)",?/gc) {
+		$l{$1} = $2;
+	}
+
+	return %l;
+}
+
+sub promtool {
+	my ($bin) = grep { -x } map { "$_/promtool" }
+		split /:/, $ENV{PATH} // '/usr/bin';
+
+	return $bin;
+}
+
+sub promtool_check {
+	my ($t, $text) = @_;
+
+	my $bin = promtool() // return (-1,
+		'promtool is not installed (Debian package prometheus)');
+
+	$t->write_file('metrics.txt', $text);
+
+	my $file = $t->testdir() . '/metrics.txt';
+	my $out = `$bin check metrics < $file 2>&1`;
+
+	return ($? >> 8, $out);
+}
+
 sub concurrent {
 	my ($port, @paths) = @_;
 
@@ -522,6 +612,18 @@ sub forwarded {
 		@{frontend_records($t)};
 }
 
+sub record_with {
+	my ($t, $name, $value) = @_;
+
+	return undef unless defined $value;
+
+	my @r = grep { !exists $_->{event}
+		&& ($_->{headers}{$name} // '') eq $value }
+		@{frontend_records($t)};
+
+	return $r[0];
+}
+
 sub listener_fetches {
 	my ($t) = @_;
 	return scalar @{$t->fake_records('listener')};
@@ -582,6 +684,150 @@ sub admin_call {
 	$res->{fwd} = [ worker_records_since($t, $before) ];
 
 	return $res;
+}
+
+###############################################################################
+
+sub faketime {
+	my ($t) = @_;
+
+	my ($lib) = grep { -f }
+		glob('/usr/lib/*/faketime/libfaketime.so.1'),
+		'/usr/lib/faketime/libfaketime.so.1';
+
+	die "libfaketime is missing: install Debian's faketime"
+		. " (make test-deps)\n" unless defined $lib;
+
+	my $dir = $t->testdir();
+
+	set_clock($t, '+0');
+
+	# under make asan, libfaketime comes before the sanitizer's runtime
+	# in LD_PRELOAD: the other way round, its initialization hangs in
+	# every program (Debian 12's libfaketime 0.9.10 and gcc 12's
+	# libasan), so the sanitizer is told not to insist on being first
+
+	$t->asan_options('verify_asan_link_order=0')
+		if $ENV{TEST_NGINX_PRELOAD};
+
+	$ENV{TEST_NGINX_PRELOAD} = join ' ', grep { defined && length }
+		$lib, $ENV{TEST_NGINX_PRELOAD};
+
+	# the sanitizer's reports of worker processes, which run as "nobody"
+	# when the tests run as root, must be able to land in the test
+	# directory
+
+	chmod(01777, $dir) or die "cannot chmod $dir: $!\n";
+
+	$ENV{FAKETIME_TIMESTAMP_FILE} = "$dir/faketime.rc";
+	$ENV{FAKETIME_NO_CACHE} = 1;
+	$ENV{FAKETIME_DONT_FAKE_MONOTONIC} = 1;
+}
+
+# libfaketime reads the file on every call (FAKETIME_NO_CACHE): it is
+# replaced, never written in place
+
+sub set_clock {
+	my ($t, $offset) = @_;
+
+	my $rc = $t->testdir() . '/faketime.rc';
+
+	open my $fh, '>', "$rc.tmp" or die "cannot create $rc.tmp: $!\n";
+	print $fh "$offset\n";
+	close $fh or die "cannot write $rc.tmp: $!\n";
+	rename("$rc.tmp", $rc) or die "cannot rename $rc.tmp: $!\n";
+}
+
+sub clock_is {
+	my ($offset, %o) = @_;
+
+	return Test::DynamoRL::wait_for(sub {
+		my $j = json(call('GET', '/rl/status', port => $o{port}));
+		my $ms = iso_ms($j->{time} // '') // return;
+		return abs($ms - (time() + $offset) * 1000) < 5000;
+	}, 10);
+}
+
+###############################################################################
+
+my $REFRESH = abs_path(dirname(__FILE__) . '/../../../../examples/rl-refresh');
+my (%REFRESH_PIDS, $REFRESH_RUNS);
+
+sub refresh_start {
+	my ($t, @args) = @_;
+
+	my $proxy;
+	($proxy, @args) = @args[1 .. $#args] if @args && $args[0] eq 'proxy';
+
+	my $file = $t->testdir() . '/refresh.' . ++$REFRESH_RUNS . '.out';
+	my $python = $ENV{TEST_PYTHON} // 'python3';
+
+	my $pid = fork() // die "cannot fork: $!\n";
+
+	if ($pid == 0) {
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>', $file or POSIX::_exit(126);
+		open STDERR, '>&', \*STDOUT;
+
+		for (qw/ http_proxy HTTP_PROXY https_proxy HTTPS_PROXY
+			all_proxy ALL_PROXY /)
+		{
+			if (defined $proxy) {
+				$ENV{$_} = $proxy;
+
+			} else {
+				delete $ENV{$_};
+			}
+		}
+
+		delete $ENV{$_} for qw/ no_proxy NO_PROXY /;
+
+		{ exec $python, $REFRESH, @args; }
+		print STDERR "cannot exec $python: $!\n";
+		POSIX::_exit(127);
+	}
+
+	$REFRESH_PIDS{$pid} = $$;
+
+	return { pid => $pid, file => $file };
+}
+
+sub refresh_finish {
+	my ($run) = @_;
+
+	my $status;
+
+	my $done = Test::DynamoRL::wait_for(sub {
+		waitpid($run->{pid}, WNOHANG) == $run->{pid} or return;
+		$status = $?;
+		return 1;
+	}, 60);
+
+	unless ($done) {
+		kill 'KILL', $run->{pid};
+		waitpid($run->{pid}, 0);
+		$status = -1;
+	}
+
+	delete $REFRESH_PIDS{$run->{pid}};
+
+	my $out = '';
+
+	if (open my $fh, '<', $run->{file}) {
+		local $/;
+		$out = <$fh> // '';
+	}
+
+	return { rc => $status == -1 ? -1 : $status >> 8, out => $out };
+}
+
+# a forked child of the test that ends leaves the test's runs alone
+
+END {
+	for my $pid (grep { $REFRESH_PIDS{$_} == $$ } keys %REFRESH_PIDS) {
+		kill 'KILL', $pid;
+		waitpid($pid, 0);
+	}
 }
 
 ###############################################################################
