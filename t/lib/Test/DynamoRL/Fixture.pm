@@ -123,6 +123,9 @@ package Test::DynamoRL::Fixture;
 #
 # Processes of a test's own:
 #
+#     refresh_python()      the python of examples/rl-refresh: python3,
+#                           or TEST_PYTHON; undef if it is not there or
+#                           older than 3.6
 #     refresh_start($t, proxy => $url, @args)  examples/rl-refresh with
 #                           @args in the background (python3, or
 #                           TEST_PYTHON), its output in a file; every
@@ -150,8 +153,8 @@ our @EXPORT_OK = qw/ time_limit rl_conf raw call start resp json flat json_error
 	worker doc json_lines err_since frontend_records frontend_requests
 	forwarded listener_fetches worker_counts worker_records_since
 	admin_call curl_response fork_server samples record_with faketime
-	set_clock clock_is refresh_start refresh_finish promtool promtool_check
-	parse_labels /;
+	set_clock clock_is refresh_python refresh_start refresh_finish promtool
+	promtool_check parse_labels /;
 
 use Cwd qw/ abs_path /;
 use File::Basename qw/ dirname /;
@@ -752,6 +755,14 @@ sub clock_is {
 
 my $REFRESH = abs_path(dirname(__FILE__) . '/../../../../examples/rl-refresh');
 my (%REFRESH_PIDS, $REFRESH_RUNS);
+
+sub refresh_python {
+	my $python = $ENV{TEST_PYTHON} // 'python3';
+
+	return system("$python -c 'import sys; "
+		. "sys.exit(sys.version_info < (3, 6))' >/dev/null 2>&1") == 0
+		? $python : undef;
+}
 
 sub refresh_start {
 	my ($t, @args) = @_;
