@@ -37,14 +37,11 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ call raw read_until time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(Test::DynamoRL::scale(300));
+time_limit(Test::DynamoRL::scale(300));
 
 my ($CHROMIUM) = grep { -x } map { "$_/chromium" }
 	split /:/, $ENV{PATH} // '/usr/bin';
@@ -376,53 +373,6 @@ sub serve_once {
 	print $c "$head\r\n$page->{body}";
 	close $c;
 	close $l;
-}
-
-sub raw {
-	my ($method, $uri, %o) = @_;
-
-	my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\n";
-
-	my @h = @{$o{headers} // []};
-
-	while (my ($name, $value) = splice(@h, 0, 2)) {
-		$req .= "$name: $value\r\n";
-	}
-
-	if (defined $o{body}) {
-		$req .= "Content-Type: application/json\r\n"
-			. 'Content-Length: ' . length($o{body}) . "\r\n";
-	}
-
-	return "$req\r\n" . ($o{body} // '');
-}
-
-sub call {
-	my ($method, $uri, %o) = @_;
-
-	my $port = delete $o{port} // 8080;
-	my $raw = http(raw($method, $uri, %o),
-		PeerAddr => '127.0.0.1:' . port($port));
-
-	return (length($raw // '') ? parse_response($raw) : undef)
-		// { headers => {}, body => '' };
-}
-
-sub read_until {
-	my ($s, $re, $seconds) = @_;
-
-	my $sel = IO::Select->new($s);
-	my $deadline = time() + $seconds;
-	my $buf = '';
-
-	while ($buf !~ $re) {
-		my $left = $deadline - time();
-		last if $left <= 0 || !$sel->can_read($left);
-		last unless sysread($s, $buf, 65536, length $buf);
-	}
-
-	return $buf;
 }
 
 ###############################################################################
