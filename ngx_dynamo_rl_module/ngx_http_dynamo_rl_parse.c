@@ -15,6 +15,8 @@ static ngx_int_t ngx_http_dynamo_rl_state_token(u_char **pos, u_char *end,
     ngx_str_t *tok, u_char sep);
 static ngx_int_t ngx_http_dynamo_rl_state_u64(u_char **pos, u_char *end,
     uint64_t *n, ngx_uint_t dash, u_char sep);
+static ngx_int_t ngx_http_dynamo_rl_routes_word(u_char **pos, u_char *last,
+    ngx_str_t *word);
 static ngx_int_t ngx_http_dynamo_rl_state_hex(ngx_str_t *tok, u_char *dst,
     size_t size, size_t *len);
 
@@ -1522,25 +1524,15 @@ ngx_http_dynamo_rl_scope_name(u_char *p, size_t len)
 ngx_int_t
 ngx_http_dynamo_rl_parse_routes(u_char *p, size_t len, ngx_uint_t *n)
 {
-    u_char  *last, *start;
+    u_char     *last;
+    ngx_str_t   word;
 
     last = p + len;
     *n = 0;
 
-    while (p < last) {
+    while (ngx_http_dynamo_rl_routes_word(&p, last, &word) == NGX_OK) {
 
-        if (NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
-            p++;
-            continue;
-        }
-
-        start = p;
-
-        while (p < last && !NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
-            p++;
-        }
-
-        if (ngx_http_dynamo_rl_route_valid(start, p - start) != NGX_OK) {
+        if (ngx_http_dynamo_rl_route_valid(word.data, word.len) != NGX_OK) {
             return NGX_DECLINED;
         }
 
@@ -1556,31 +1548,50 @@ ngx_http_dynamo_rl_parse_routes(u_char *p, size_t len, ngx_uint_t *n)
 ngx_int_t
 ngx_http_dynamo_rl_routes_find(u_char *p, size_t len, ngx_str_t *route)
 {
-    u_char  *last, *start;
+    u_char     *last;
+    ngx_str_t   word;
 
     last = p + len;
 
-    while (p < last) {
+    while (ngx_http_dynamo_rl_routes_word(&p, last, &word) == NGX_OK) {
 
-        if (NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
-            p++;
-            continue;
-        }
-
-        start = p;
-
-        while (p < last && !NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
-            p++;
-        }
-
-        if ((size_t) (p - start) == route->len
-            && ngx_memcmp(start, route->data, route->len) == 0)
+        if (word.len == route->len
+            && ngx_memcmp(word.data, route->data, route->len) == 0)
         {
             return NGX_OK;
         }
     }
 
     return NGX_DECLINED;
+}
+
+
+/* the next word of a route list from *pos, NGX_DONE after the last */
+
+static ngx_int_t
+ngx_http_dynamo_rl_routes_word(u_char **pos, u_char *last, ngx_str_t *word)
+{
+    u_char  *p;
+
+    for (p = *pos; p < last && NGX_HTTP_DYNAMO_RL_SPACE(*p); p++) {
+        /* void */
+    }
+
+    if (p == last) {
+        *pos = p;
+        return NGX_DONE;
+    }
+
+    word->data = p;
+
+    while (p < last && !NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
+        p++;
+    }
+
+    word->len = p - word->data;
+    *pos = p;
+
+    return NGX_OK;
 }
 
 
