@@ -8,6 +8,8 @@
 
 
 static ngx_int_t ngx_http_dynamo_rl_host_valid(u_char *p, u_char *last);
+static u_char *ngx_http_dynamo_rl_url_scheme(u_char *p, size_t len);
+static u_char *ngx_http_dynamo_rl_url_host_end(u_char *p, u_char *last);
 static void ngx_http_dynamo_rl_sse_line(ngx_http_dynamo_rl_sse_t *sse);
 static ngx_inline uint64_t ngx_http_dynamo_rl_le64(u_char *p);
 static ngx_int_t ngx_http_dynamo_rl_caseeq(u_char *a, u_char *b, size_t n);
@@ -257,34 +259,20 @@ ngx_http_dynamo_rl_system_url_valid(u_char *p, size_t len)
 
     last = p + len;
 
-    if (len > 7 && ngx_strncmp(p, "http://", 7) == 0) {
-        p += 7;
-
-    } else if (len > 8 && ngx_strncmp(p, "https://", 8) == 0) {
-        p += 8;
-
-    } else {
+    host = ngx_http_dynamo_rl_url_scheme(p, len);
+    if (host == NULL) {
         return NGX_DECLINED;
     }
 
-    if (last > p && last[-1] == '/') {
+    if (last > host && last[-1] == '/') {
         last--;
     }
 
-    host = p;
+    /* a "/" left in the host stops it there, and is refused below */
 
-    if (p < last && *p == '[') {
-        p = ngx_strlchr(p, last, ']');
-        if (p == NULL) {
-            return NGX_DECLINED;
-        }
-
-        p++;
-
-    } else {
-        while (p < last && *p != ':') {
-            p++;
-        }
+    p = ngx_http_dynamo_rl_url_host_end(host, last);
+    if (p == NULL) {
+        return NGX_DECLINED;
     }
 
     if (ngx_http_dynamo_rl_host_valid(host, p) != NGX_OK) {
@@ -980,35 +968,57 @@ ngx_http_dynamo_rl_system_url_host(u_char *p, size_t len, ngx_str_t *host)
 
     last = p + len;
 
-    if (len > 7 && ngx_strncmp(p, "http://", 7) == 0) {
-        p += 7;
-
-    } else if (len > 8 && ngx_strncmp(p, "https://", 8) == 0) {
-        p += 8;
-
-    } else {
+    host->data = ngx_http_dynamo_rl_url_scheme(p, len);
+    if (host->data == NULL) {
         return NGX_DECLINED;
     }
 
-    host->data = p;
-
-    if (p < last && *p == '[') {
-        p = ngx_strlchr(p, last, ']');
-        if (p == NULL) {
-            return NGX_DECLINED;
-        }
-
-        p++;
-
-    } else {
-        while (p < last && *p != ':' && *p != '/') {
-            p++;
-        }
+    p = ngx_http_dynamo_rl_url_host_end(host->data, last);
+    if (p == NULL) {
+        return NGX_DECLINED;
     }
 
     host->len = p - host->data;
 
     return host->len ? NGX_OK : NGX_DECLINED;
+}
+
+
+/* what follows "http://" or "https://", NULL without either */
+
+static u_char *
+ngx_http_dynamo_rl_url_scheme(u_char *p, size_t len)
+{
+    if (len > 7 && ngx_strncmp(p, "http://", 7) == 0) {
+        return p + 7;
+    }
+
+    if (len > 8 && ngx_strncmp(p, "https://", 8) == 0) {
+        return p + 8;
+    }
+
+    return NULL;
+}
+
+
+/*
+ * the end of a URL's host: after the "]" of a bracketed IPv6 address,
+ * else at a port, a path or the end; NULL when a "[" is not closed
+ */
+
+static u_char *
+ngx_http_dynamo_rl_url_host_end(u_char *p, u_char *last)
+{
+    if (p < last && *p == '[') {
+        p = ngx_strlchr(p, last, ']');
+        return (p == NULL) ? NULL : p + 1;
+    }
+
+    while (p < last && *p != ':' && *p != '/') {
+        p++;
+    }
+
+    return p;
 }
 
 
