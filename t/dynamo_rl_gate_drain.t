@@ -20,7 +20,7 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ time_limit /;
+use Test::DynamoRL::Fixture qw/ hold time_limit /;
 
 ###############################################################################
 
@@ -124,21 +124,6 @@ is($r->{status}, 503, 'dynamo 503');
 ok(!defined $r->{headers}{'x-dynamo-rl-reason'}, 'dynamo 503: no reason');
 
 ###############################################################################
-
-sub hold {
-	my ($id) = @_;
-
-	my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080))
-		or die "connect: $!\n";
-
-	my $body = '{"prompt":"p"}';
-
-	print $sock "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
-		. "X-Dynamo-Attempt-Id: $id\r\nx-fake-scenario: hang\r\n"
-		. 'Content-Length: ' . length($body) . "\r\n\r\n$body";
-
-	return $sock;
-}
 
 sub read_response {
 	my ($sock) = @_;

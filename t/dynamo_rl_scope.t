@@ -22,11 +22,11 @@ use strict;
 use Test::More;
 
 use JSON::PP;
-use Math::BigInt;
 use POSIX ();
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ doc worker /;
 
 ###############################################################################
 
@@ -177,13 +177,6 @@ $t->run();
 my $JS = JSON::PP->new->canonical->allow_bignum;
 
 my $W = '/v1/rl/workers';
-
-my @VLLM = sort qw/
-	liveness_probe pause_generation resume_generation flush_cache
-	update_weights_from_disk get_weight_version
-	update_weights_from_distributed init_weights_update_group
-	destroy_weights_update_group update_weights_from_tensor abort_request
-/;
 
 my ($r, @l);
 
@@ -520,37 +513,6 @@ SKIP: {
 }
 
 ###############################################################################
-
-sub worker {
-	my (%o) = @_;
-
-	my $w = delete $o{w} // 0;
-	my $id = delete $o{id};
-
-	my %e = (
-		namespace => 'dynamo',
-		component => 'backend',
-		endpoint => 'rl',
-		instance_id => Math::BigInt->new($id),
-		transport => { tcp => "127.0.0.1:9999/$id/rl" },
-		request_plane_url => 'dyn://dynamo.backend.rl',
-		system_url => 'http://127.0.0.1:' . port(8091 + $w),
-		model => 'Qwen/Qwen3-0.6B',
-		routes => [ @VLLM ],
-		world_size => 1,
-	);
-
-	$e{$_} = $o{$_} for keys %o;
-
-	return \%e;
-}
-
-sub doc {
-	my (@workers) = @_;
-
-	return '{"protocol_version":1,"namespace":"dynamo","workers":['
-		. join(',', map { $JS->encode($_) } @workers) . ']}';
-}
 
 my $SEQ;
 

@@ -57,6 +57,9 @@ package Test::DynamoRL::Fixture;
 #                           hash (status 0 if nothing came) plus
 #                           "raw_body", the body before any de-chunking
 #     start($method, $uri, %o)  sends raw(), returns the socket
+#     hold($id, port => N)  starts a generation under attempt id $id that
+#                           the fake frontend holds open (scenario
+#                           "hang"); returns the socket
 #     resp($raw)            parse_response(), or an empty answer
 #     json($r)              the body of $r decoded, {} if not JSON
 #     flat($r, $code, $type)  true if the body is an OpenAI-style error
@@ -148,8 +151,8 @@ use strict;
 
 use base qw/ Exporter /;
 
-our @EXPORT_OK = qw/ time_limit rl_conf raw call start resp json flat json_error
-	is_true is_false iso_ms api metrics concurrent read_until vllm_routes
+our @EXPORT_OK = qw/ time_limit rl_conf raw call start hold resp json flat
+	json_error is_true is_false iso_ms api metrics concurrent read_until vllm_routes
 	worker doc json_lines err_since frontend_records frontend_requests
 	forwarded listener_fetches worker_counts worker_records_since
 	admin_call curl_response fork_server samples record_with faketime
@@ -325,6 +328,14 @@ sub start {
 
 	return http(raw($method, $uri, %o), start => 1,
 		PeerAddr => '127.0.0.1:' . port($port));
+}
+
+sub hold {
+	my ($id, %o) = @_;
+
+	return start('POST', '/v1/completions', %o, body => '{"prompt":"p"}',
+		headers => [ 'X-Dynamo-Attempt-Id' => $id,
+			'x-fake-scenario' => 'hang' ]);
 }
 
 sub resp {
