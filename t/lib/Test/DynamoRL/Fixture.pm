@@ -152,12 +152,12 @@ use strict;
 use base qw/ Exporter /;
 
 our @EXPORT_OK = qw/ time_limit rl_conf raw call start hold resp json flat
-	json_error is_true is_false iso_ms api metrics concurrent read_until vllm_routes
-	worker doc json_lines err_since frontend_records frontend_requests
-	forwarded listener_fetches worker_counts worker_records_since
-	admin_call curl_response fork_server samples record_with faketime
-	set_clock clock_is refresh_python refresh_start refresh_finish promtool
-	promtool_check parse_labels /;
+	json_error is_true is_false iso_ms api metrics concurrent read_until
+	vllm_routes worker doc json_lines err_since frontend_records
+	frontend_requests forwarded listener_fetches worker_counts
+	worker_records_since admin_call curl_response fork_server samples
+	record_with faketime set_clock clock_is refresh_python refresh_start
+	refresh_finish promtool promtool_check parse_labels /;
 
 use Cwd qw/ abs_path /;
 use File::Basename qw/ dirname /;
