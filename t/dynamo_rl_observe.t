@@ -39,7 +39,7 @@ use YAML::XS ();
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ call clock_is faketime promtool_check raw
-	read_until samples set_clock time_limit /;
+	read_until rl_conf samples set_clock time_limit /;
 
 ###############################################################################
 
@@ -53,7 +53,7 @@ my $EXAMPLES = dirname(__FILE__) . '/../examples';
 
 faketime($t);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -67,62 +67,24 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-    }
-
-    upstream rl_listener {
-        server 127.0.0.1:8082;
-    }
-
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
-    proxy_buffering off;
+    %%RL_FRONTEND%%
+    %%RL_LISTENER%%
+    %%RL_PROXY_KEEPALIVE unbuffered%%
 
     server {
         listen       127.0.0.1:8080;
         server_name  localhost;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            proxy_pass http://frontend;
-        }
+        %%RL_REQUEST_PLANE%%
     }
 
     server {
         listen       127.0.0.1:8070;
         server_name  localhost;
 
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://rl_listener;
-        }
-
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=1h;
-
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
-
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
-
-        location = /rl/status {
-            dynamo_rl_status;
-        }
-
-        location = /metrics {
-            dynamo_rl_metrics;
-        }
+        %%RL_DISCOVERY_PLANE%%
+        %%RL_ADMIN_PLANE valid=1h%%
+        %%RL_APIS gate status metrics%%
     }
 
     # a snapshot that is never fresh: every admin call refreshes
@@ -131,19 +93,7 @@ http {
         listen       127.0.0.1:8071;
         server_name  localhost;
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=1ms;
-
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
+        %%RL_ADMIN_PLANE valid=1ms%%
     }
 }
 

@@ -36,6 +36,12 @@ package Test::DynamoRL::Fixture;
 #                                 timeout)
 #         %%RL_FRONTEND [n]%%     upstream "frontend": the fake frontend
 #                                 (8081), with "keepalive n" if given
+#         %%RL_LISTENER%%         upstream "rl_listener": the fake RL
+#                                 listener (8082)
+#         %%RL_PROXY_KEEPALIVE [unbuffered]%%  HTTP/1.1 with an empty
+#                                 Connection to upstreams, for their
+#                                 keepalive; "unbuffered" adds
+#                                 proxy_buffering off
 #         %%RL_NOT_FOUND [json]%% location / answering 404, with
 #                                 "json" the frontend's JSON error body
 #         %%RL_DISCOVERY_PLANE%%  location = /v1/rl/workers, proxied to
@@ -217,6 +223,20 @@ my %CONF = (
 		return 'upstream frontend { server 127.0.0.1:8081;'
 			. (defined $keepalive ? " keepalive $keepalive;" : '')
 			. ' }';
+	},
+
+	RL_LISTENER => sub {
+		return 'upstream rl_listener { server 127.0.0.1:8082; }';
+	},
+
+	RL_PROXY_KEEPALIVE => sub {
+		my (@args) = @_;
+
+		my %opt = (unbuffered => ' proxy_buffering off;');
+
+		return 'proxy_http_version 1.1; proxy_set_header Connection "";'
+			. join('', map { $opt{$_} // die "no option \"$_\"\n" }
+				@args);
 	},
 
 	RL_NOT_FOUND => sub {
