@@ -50,9 +50,7 @@ $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
-env FAKETIME_TIMESTAMP_FILE;
-env FAKETIME_NO_CACHE;
-env FAKETIME_DONT_FAKE_MONOTONIC;
+%%RL_FAKETIME%%
 
 events {
 }

@@ -37,7 +37,7 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call raw read_until time_limit /;
+use Test::DynamoRL::Fixture qw/ call raw read_until slurp time_limit /;
 
 ###############################################################################
 
@@ -275,16 +275,9 @@ sub chromium {
 
 	waitpid($pid, 0);
 
-	return { dom => slurp($out), log => slurp($log) };
+	return { dom => slurp($out) // '', log => slurp($log) // '' };
 }
 
-sub slurp {
-	my ($path) = @_;
-
-	open my $fh, '<', $path or return '';
-	local $/;
-	return scalar <$fh>;
-}
 
 sub console {
 	my ($log) = @_;

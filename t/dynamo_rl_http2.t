@@ -32,7 +32,7 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ frontend_records record_with rl_conf /;
+use Test::DynamoRL::Fixture qw/ frontend_records record_with rl_conf slurp /;
 
 ###############################################################################
 
@@ -558,14 +558,6 @@ sub sse_text {
 	return $text;
 }
 
-sub slurp {
-	my ($path) = @_;
-
-	open my $fh, '<', $path or return undef;
-	binmode $fh;
-	local $/;
-	return <$fh>;
-}
 
 
 sub requests {

@@ -28,8 +28,9 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call parse_labels promtool promtool_check raw
-	read_until resp rl_conf samples /;
+use Test::DynamoRL::Fixture qw/ call duration_buckets parse_labels
+	plane_reasons promtool promtool_check raw read_until resp rl_conf
+	samples /;
 
 ###############################################################################
 
@@ -146,20 +147,8 @@ my @REASONS = qw/ method bad_path bad_attempt_id duplicate_attempt
 
 # the reasons each plane can give: no series for the others
 
-my %PLANE_REASONS = (
-	request => [ qw/ method bad_path bad_attempt_id duplicate_attempt
-		ledger_full gate_closed redirected bad_body unsupported_encoding
-		metadata_upload_denied rid_mismatch / ],
-	discovery => [ qw/ method bad_path discovery_invalid redirected
-		caller_scope / ],
-	admin => [ qw/ method bad_path discovery_unavailable unknown_worker
-		ambiguous_worker worker_invalid worker_error no_system_url
-		route_not_advertised redirected cross_origin caller_scope / ],
-);
-
-my @LE = qw/ 0.005 0.010 0.025 0.050 0.100 0.250 0.500 1.000 2.500 5.000
-	10.000 30.000 60.000 120.000 300.000 600.000 1800.000 3600.000
-	+Inf /;
+my %PLANE_REASONS = plane_reasons();
+my @LE = duration_buckets();
 
 # what the sequence below must leave in the counters
 

@@ -38,8 +38,9 @@ use YAML::XS ();
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call clock_is faketime promtool_check raw
-	read_until rl_conf samples set_clock time_limit /;
+use Test::DynamoRL::Fixture qw/ call clock_is duration_buckets faketime
+	plane_reasons promtool_check raw read_until rl_conf samples set_clock
+	slurp time_limit /;
 
 ###############################################################################
 
@@ -57,9 +58,7 @@ $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
-env FAKETIME_TIMESTAMP_FILE;
-env FAKETIME_NO_CACHE;
-env FAKETIME_DONT_FAKE_MONOTONIC;
+%%RL_FAKETIME%%
 
 events {
 }
@@ -112,20 +111,8 @@ my $ID1 = '9007199254740993';
 
 my $W = '/v1/rl/workers';
 
-my %PLANE_REASONS = (
-	request => [ qw/ method bad_path bad_attempt_id duplicate_attempt
-		ledger_full gate_closed redirected bad_body unsupported_encoding
-		metadata_upload_denied rid_mismatch / ],
-	discovery => [ qw/ method bad_path discovery_invalid redirected
-		caller_scope / ],
-	admin => [ qw/ method bad_path discovery_unavailable unknown_worker
-		ambiguous_worker worker_invalid worker_error no_system_url
-		route_not_advertised redirected cross_origin caller_scope / ],
-);
-
-my @LE = qw/ 0.005 0.010 0.025 0.050 0.100 0.250 0.500 1.000 2.500 5.000
-	10.000 30.000 60.000 120.000 300.000 600.000 1800.000 3600.000
-	+Inf /;
+my %PLANE_REASONS = plane_reasons();
+my @LE = duration_buckets();
 
 my $r;
 
@@ -429,14 +416,6 @@ sub unknown_metrics {
 	}
 
 	return @bad;
-}
-
-sub slurp {
-	my ($path) = @_;
-
-	open my $fh, '<', $path or die "cannot open $path: $!\n";
-	local $/;
-	return scalar <$fh>;
 }
 
 sub admin {

@@ -42,6 +42,8 @@ package Test::DynamoRL::Fixture;
 #                                 Connection to upstreams, for their
 #                                 keepalive; "unbuffered" adds
 #                                 proxy_buffering off
+#         %%RL_FAKETIME%%         the environment that faketime() sets,
+#                                 passed to the worker processes
 #         %%RL_NOT_FOUND [json]%% location / answering 404, with
 #                                 "json" the frontend's JSON error body
 #         %%RL_DISCOVERY_PLANE%%  location = /v1/rl/workers, proxied to
@@ -75,6 +77,9 @@ package Test::DynamoRL::Fixture;
 #     json_error($r)        "<status> <error of the JSON body>"
 #     api($id, port => N)   GET /rl/attempts/<id> on 8070, with "json"
 #     metrics($port)        the samples of GET /metrics: name => value
+#     plane_reasons()       the reasons of dynamo_rl_denials_total that
+#                           each plane can give: plane => [ reasons ]
+#     duration_buckets()    the "le" of every duration histogram
 #     samples($text)        the samples of an exposition, labels and all:
 #                           name{label=value,...} => value, labels sorted
 #     parse_labels($s)      the labels of a sample: name => value
@@ -101,6 +106,7 @@ package Test::DynamoRL::Fixture;
 #
 # Files of a test:
 #
+#     slurp($path)          the content of a file, undef if unreadable
 #     json_lines($path, bytes => 1)  the JSON lines of a file, decoded
 #                           (from UTF-8, or as bytes)
 #     err_since($t, $off)   the lines of error.log from byte $off
@@ -163,7 +169,8 @@ our @EXPORT_OK = qw/ time_limit rl_conf raw call start hold resp json flat
 	frontend_requests forwarded listener_fetches worker_counts
 	worker_records_since admin_call curl_response fork_server samples
 	record_with faketime set_clock clock_is refresh_python refresh_start
-	refresh_finish promtool promtool_check parse_labels /;
+	refresh_finish promtool promtool_check parse_labels plane_reasons
+	duration_buckets slurp /;
 
 use Cwd qw/ abs_path /;
 use File::Basename qw/ dirname /;
@@ -237,6 +244,11 @@ my %CONF = (
 		return 'proxy_http_version 1.1; proxy_set_header Connection "";'
 			. join('', map { $opt{$_} // die "no option \"$_\"\n" }
 				@args);
+	},
+
+	RL_FAKETIME => sub {
+		return 'env FAKETIME_TIMESTAMP_FILE; env FAKETIME_NO_CACHE;'
+			. ' env FAKETIME_DONT_FAKE_MONOTONIC;';
 	},
 
 	RL_NOT_FOUND => sub {
@@ -433,6 +445,26 @@ sub metrics {
 	return \%m;
 }
 
+sub plane_reasons {
+	return (
+		request => [ qw/ method bad_path bad_attempt_id duplicate_attempt
+			ledger_full gate_closed redirected bad_body
+			unsupported_encoding metadata_upload_denied rid_mismatch / ],
+		discovery => [ qw/ method bad_path discovery_invalid redirected
+			caller_scope / ],
+		admin => [ qw/ method bad_path discovery_unavailable
+			unknown_worker ambiguous_worker worker_invalid worker_error
+			no_system_url route_not_advertised redirected cross_origin
+			caller_scope / ],
+	);
+}
+
+sub duration_buckets {
+	return qw/ 0.005 0.010 0.025 0.050 0.100 0.250 0.500 1.000 2.500
+		5.000 10.000 30.000 60.000 120.000 300.000 600.000 1800.000
+		3600.000 +Inf /;
+}
+
 sub samples {
 	my ($text) = @_;
 
@@ -586,6 +618,14 @@ sub doc {
 }
 
 ###############################################################################
+
+sub slurp {
+	my ($path) = @_;
+
+	open my $fh, '<', $path or return undef;
+	local $/;
+	return scalar <$fh>;
+}
 
 sub json_lines {
 	my ($path, %o) = @_;
