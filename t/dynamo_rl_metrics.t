@@ -65,18 +65,9 @@ http {
 
     access_log %%TESTDIR%%/rl.log rl;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
-
-    upstream rl_listener {
-        server 127.0.0.1:8082;
-    }
-
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
-    proxy_buffering off;
+    %%RL_FRONTEND 8%%
+    %%RL_LISTENER%%
+    %%RL_PROXY_KEEPALIVE unbuffered%%
 
     # rollout clients; on 8073 the kernel spreads the connections over
     # both worker processes
@@ -87,10 +78,7 @@ http {
         server_name  localhost;
 
         %%RL_REQUEST_PLANE%%
-
-        location / {
-            return 404;
-        }
+        %%RL_NOT_FOUND%%
     }
 
     # trusted network; 8074 spreads as 8073 does
