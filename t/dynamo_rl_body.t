@@ -20,7 +20,7 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ record_with /;
+use Test::DynamoRL::Fixture qw/ record_with rl_conf /;
 
 ###############################################################################
 
@@ -32,7 +32,7 @@ alarm(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy http_v2/)->plan(133);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -42,10 +42,7 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
+    %%RL_FRONTEND 8%%
 
     client_max_body_size 8m;
 
@@ -126,9 +123,7 @@ http {
         listen       127.0.0.1:8086;
         server_name  localhost;
 
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
+        %%RL_APIS attempts%%
     }
 }
 

@@ -20,7 +20,7 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ hold time_limit /;
+use Test::DynamoRL::Fixture qw/ hold rl_conf time_limit /;
 
 ###############################################################################
 
@@ -28,7 +28,7 @@ time_limit(90);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(15);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -48,9 +48,7 @@ http {
             proxy_pass http://127.0.0.1:8081;
         }
 
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
+        %%RL_APIS gate%%
     }
 }
 

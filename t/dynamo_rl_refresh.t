@@ -30,7 +30,7 @@ use Socket qw/ getaddrinfo getnameinfo SOCK_STREAM NI_NUMERICHOST
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ refresh_finish refresh_python refresh_start
-	time_limit /;
+	rl_conf time_limit /;
 
 ###############################################################################
 
@@ -560,7 +560,7 @@ is(join('', $t2->log_lines('error.log', qr/\[(?:alert|emerg)\]|exited on signal/
 sub nginx_conf {
 	my ($rollout, $trusted, $extra) = @_;
 
-	return <<"EOF";
+	return rl_conf(<<"EOF");
 
 %%TEST_GLOBALS%%
 
@@ -583,18 +583,14 @@ http {
 
     access_log %%TESTDIR%%/rl.log rl;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
+    %%RL_FRONTEND 8%%
 
     upstream rl_listener {
         server 127.0.0.1:8082;
         keepalive 4;
     }
 
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
+    %%RL_PROXY_KEEPALIVE%%
 
     # rollout clients
 
@@ -617,10 +613,7 @@ http {
     server {
         listen 127.0.0.1:$trusted;
 
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://rl_listener;
-        }
+        %%RL_DISCOVERY_PLANE%%
 
         location /v1/rl/workers/ {
             dynamo_rl_plane admin;
@@ -635,9 +628,7 @@ http {
             subrequest_output_buffer_size 4m;
         }
 
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
+        %%RL_APIS gate%%
 
         # the refresh's check that generation works, while the gates
         # are still closed

@@ -22,7 +22,7 @@ use JSON::PP;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ refresh_finish refresh_python refresh_start
-	time_limit /;
+	rl_conf time_limit /;
 
 ###############################################################################
 
@@ -32,7 +32,7 @@ plan(skip_all => 'no python3 (or TEST_PYTHON)') unless refresh_python();
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(25);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -46,24 +46,16 @@ http {
 
     dynamo_rl_zone zone=rl:5m;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-    }
+    %%RL_FRONTEND%%
 
-    upstream rl_listener {
-        server 127.0.0.1:8082;
-    }
+    %%RL_LISTENER%%
 
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
+    %%RL_PROXY_KEEPALIVE%%
 
     server {
         listen 127.0.0.1:8080;
 
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://rl_listener;
-        }
+        %%RL_DISCOVERY_PLANE%%
 
         location /v1/rl/workers/ {
             dynamo_rl_plane admin;
@@ -77,9 +69,7 @@ http {
             proxy_pass http://rl_listener/v1/rl/workers;
         }
 
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
+        %%RL_APIS gate%%
 
         # the generation check while the gate is closed
 

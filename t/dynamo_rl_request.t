@@ -48,10 +48,7 @@ http {
                               '"outcome":"$dynamo_rl_outcome",'
                               '"status":"$status","uri":"$request_uri"}';
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
+    %%RL_FRONTEND 8%%
 
     # the same frontend twice: a failed GET goes on to the "next" server
 

@@ -20,7 +20,7 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ record_with /;
+use Test::DynamoRL::Fixture qw/ record_with rl_conf /;
 
 ###############################################################################
 
@@ -32,7 +32,7 @@ alarm(120);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(33);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -42,10 +42,7 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
+    %%RL_FRONTEND 8%%
 
     server {
         listen       127.0.0.1:8080;
@@ -78,9 +75,7 @@ http {
         listen       127.0.0.1:8086;
         server_name  localhost;
 
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
+        %%RL_APIS attempts%%
     }
 }
 

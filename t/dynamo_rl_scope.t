@@ -26,7 +26,7 @@ use POSIX ();
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ doc worker /;
+use Test::DynamoRL::Fixture qw/ doc rl_conf worker /;
 
 ###############################################################################
 
@@ -38,7 +38,7 @@ alarm(Test::DynamoRL::scale(240));
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy map http_v2/)->plan(150);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -60,9 +60,7 @@ http {
 
     access_log %%TESTDIR%%/rl.log rl;
 
-    upstream rl_listener {
-        server 127.0.0.1:8082;
-    }
+    %%RL_LISTENER%%
 
     # the caller, as auth_request or a client certificate would say it
 
@@ -92,8 +90,7 @@ http {
         default   $rl_ns;
     }
 
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
+    %%RL_PROXY_KEEPALIVE%%
 
     server {
         listen       127.0.0.1:8080;
@@ -121,17 +118,13 @@ http {
             proxy_pass http://rl_listener/v1/rl/workers;
         }
 
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
+        %%RL_APIS gate%%
 
         location = /rl/gate/view {
             dynamo_rl_gate_api read_only;
         }
 
-        location = /metrics {
-            dynamo_rl_metrics;
-        }
+        %%RL_APIS metrics%%
     }
 
     # inherited into a nested location; the two-argument form
@@ -161,9 +154,7 @@ http {
 
         # a caller's scope is per request: the status lists no worker
 
-        location = /rl/status {
-            dynamo_rl_status;
-        }
+        %%RL_APIS status%%
     }
 }
 

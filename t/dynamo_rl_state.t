@@ -23,7 +23,7 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ slurp time_limit /;
+use Test::DynamoRL::Fixture qw/ rl_conf slurp time_limit /;
 
 ###############################################################################
 
@@ -347,7 +347,7 @@ sub nginx_conf {
 
 	my $request = $extra + 10;
 
-	return <<"EOF";
+	return rl_conf(<<"EOF");
 
 %%TEST_GLOBALS%%
 
@@ -365,19 +365,14 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m $state;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-    }
+    %%RL_FRONTEND%%
 
     server {
         listen       127.0.0.1:8080;
         listen       127.0.0.1:$request;
         server_name  localhost;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            proxy_pass http://frontend;
-        }
+        %%RL_REQUEST_PLANE%%
     }
 
     server {
@@ -385,13 +380,7 @@ http {
         listen       127.0.0.1:$extra;
         server_name  localhost;
 
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
-
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
+        %%RL_APIS gate attempts%%
     }
 }
 
