@@ -20,15 +20,11 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ record_with rl_conf /;
+use Test::DynamoRL::Fixture qw/ record_with rl_conf time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(300);
+time_limit(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy http_v2/)->plan(133);
 

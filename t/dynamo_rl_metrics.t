@@ -29,16 +29,12 @@ use Time::HiRes qw/ time /;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ call duration_buckets parse_labels
-	plane_reasons promtool promtool_check raw read_until resp rl_conf
-	samples /;
+	plane_reasons promtool promtool_check raw read_until resp rl_conf samples
+	time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(300);
+time_limit(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(58);
 

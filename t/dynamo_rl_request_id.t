@@ -20,15 +20,11 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ record_with rl_conf /;
+use Test::DynamoRL::Fixture qw/ record_with rl_conf time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(120);
+time_limit(120);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(33);
 

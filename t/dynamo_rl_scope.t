@@ -26,15 +26,11 @@ use POSIX ();
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ doc rl_conf worker /;
+use Test::DynamoRL::Fixture qw/ doc rl_conf time_limit worker /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(Test::DynamoRL::scale(240));
+time_limit(Test::DynamoRL::scale(240));
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy map http_v2/)->plan(150);
 

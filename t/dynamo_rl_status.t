@@ -30,16 +30,12 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call doc iso_ms rl_conf vllm_routes
+use Test::DynamoRL::Fixture qw/ call doc iso_ms rl_conf time_limit vllm_routes
 	worker /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(300);
+time_limit(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(128);
 
