@@ -75,6 +75,10 @@ $t->allow_log(qr/exited on signal 9/);
 
 ###############################################################################
 
+# under valgrind the second worker process may still be starting
+
+$t->wait_for(sub { $t->worker_pids() == 2 }, 10);
+
 my @workers = $t->worker_pids();
 is(scalar @workers, 2, 'two worker processes');
 
