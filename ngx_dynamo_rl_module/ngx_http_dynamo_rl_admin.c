@@ -530,26 +530,14 @@ ngx_http_dynamo_rl_admin_header_filter(ngx_http_request_t *r)
 static void
 ngx_http_dynamo_rl_admin_headers_clear(ngx_http_request_t *r)
 {
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *header;
+    ngx_table_elt_t                 *h;
+    ngx_http_dynamo_rl_list_iter_t   it;
 
-    part = &r->headers_out.headers.part;
-    header = part->elts;
-
-    for (i = 0; /* void */ ; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            header = part->elts;
-            i = 0;
-        }
-
-        header[i].hash = 0;
+    for (h = ngx_http_dynamo_rl_list_first(&r->headers_out.headers, &it);
+         h != NULL;
+         h = ngx_http_dynamo_rl_list_next(&it))
+    {
+        h->hash = 0;
     }
 
     r->headers_out.content_type.len = 0;

@@ -233,36 +233,24 @@ ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_dynamo_rl_body_encoding(ngx_http_request_t *r)
 {
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h;
+    ngx_table_elt_t                 *h;
+    ngx_http_dynamo_rl_list_iter_t   it;
 
-    part = &r->headers_in.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */ ; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].key.len != sizeof("Content-Encoding") - 1
-            || ngx_strncasecmp(h[i].key.data, (u_char *) "Content-Encoding",
-                               h[i].key.len)
+    for (h = ngx_http_dynamo_rl_list_first(&r->headers_in.headers, &it);
+         h != NULL;
+         h = ngx_http_dynamo_rl_list_next(&it))
+    {
+        if (h->key.len != sizeof("Content-Encoding") - 1
+            || ngx_strncasecmp(h->key.data, (u_char *) "Content-Encoding",
+                               h->key.len)
                != 0)
         {
             continue;
         }
 
-        if (h[i].value.len != sizeof("identity") - 1
-            || ngx_strncasecmp(h[i].value.data, (u_char *) "identity",
-                               h[i].value.len)
+        if (h->value.len != sizeof("identity") - 1
+            || ngx_strncasecmp(h->value.data, (u_char *) "identity",
+                               h->value.len)
                != 0)
         {
             return NGX_DECLINED;

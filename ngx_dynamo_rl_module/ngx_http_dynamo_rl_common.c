@@ -508,11 +508,11 @@ ngx_http_dynamo_rl_read_only(ngx_http_request_t *r)
 ngx_int_t
 ngx_http_dynamo_rl_cross_origin(ngx_http_request_t *r)
 {
-    ngx_str_t                       origin, *site, *host;
-    ngx_uint_t                      i, n, https;
-    ngx_list_part_t                *part;
-    ngx_table_elt_t                *header;
-    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+    ngx_str_t                        origin, *site, *host;
+    ngx_uint_t                       n, https;
+    ngx_table_elt_t                 *h;
+    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
+    ngx_http_dynamo_rl_list_iter_t   it;
 
     static ngx_str_t  origin_name = ngx_string("Origin");
     static ngx_str_t  site_name = ngx_string("Sec-Fetch-Site");
@@ -521,29 +521,16 @@ ngx_http_dynamo_rl_cross_origin(ngx_http_request_t *r)
     site = NULL;
     ngx_str_null(&origin);
 
-    part = &r->headers_in.headers.part;
-    header = part->elts;
-
-    for (i = 0; /* void */ ; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            header = part->elts;
-            i = 0;
-        }
-
-        if (ngx_http_dynamo_rl_header_is(&header[i], &origin_name) == NGX_OK) {
-            origin = header[i].value;
+    for (h = ngx_http_dynamo_rl_list_first(&r->headers_in.headers, &it);
+         h != NULL;
+         h = ngx_http_dynamo_rl_list_next(&it))
+    {
+        if (ngx_http_dynamo_rl_header_is(h, &origin_name) == NGX_OK) {
+            origin = h->value;
             n++;
 
-        } else if (ngx_http_dynamo_rl_header_is(&header[i], &site_name)
-                   == NGX_OK)
-        {
-            site = &header[i].value;
+        } else if (ngx_http_dynamo_rl_header_is(h, &site_name) == NGX_OK) {
+            site = &h->value;
         }
     }
 
@@ -583,6 +570,40 @@ ngx_http_dynamo_rl_header_is(ngx_table_elt_t *h, ngx_str_t *name)
     }
 
     return NGX_DECLINED;
+}
+
+
+/*
+ * the walk of an ngx_list_t that core writes out at every use: the first
+ * element, then the next one, NULL after the last
+ */
+
+void *
+ngx_http_dynamo_rl_list_first(ngx_list_t *list,
+    ngx_http_dynamo_rl_list_iter_t *it)
+{
+    it->list = list;
+    it->part = &list->part;
+    it->i = 0;
+
+    return ngx_http_dynamo_rl_list_next(it);
+}
+
+
+void *
+ngx_http_dynamo_rl_list_next(ngx_http_dynamo_rl_list_iter_t *it)
+{
+    while (it->i >= it->part->nelts) {
+
+        if (it->part->next == NULL) {
+            return NULL;
+        }
+
+        it->part = it->part->next;
+        it->i = 0;
+    }
+
+    return (u_char *) it->part->elts + it->list->size * it->i++;
 }
 
 

@@ -214,6 +214,15 @@ typedef struct {
 } ngx_http_dynamo_rl_ctx_t;
 
 
+/* a walk of an ngx_list_t (headers, shared memory zones), part by part */
+
+typedef struct {
+    ngx_list_t                     *list;
+    ngx_list_part_t                *part;
+    ngx_uint_t                      i;
+} ngx_http_dynamo_rl_list_iter_t;
+
+
 extern ngx_module_t  ngx_http_dynamo_rl_module;
 
 
@@ -240,6 +249,9 @@ ngx_int_t ngx_http_dynamo_rl_read_only(ngx_http_request_t *r);
 ngx_int_t ngx_http_dynamo_rl_cross_origin(ngx_http_request_t *r);
 ngx_int_t ngx_http_dynamo_rl_header_is(ngx_table_elt_t *h,
     ngx_str_t *name);
+void *ngx_http_dynamo_rl_list_first(ngx_list_t *list,
+    ngx_http_dynamo_rl_list_iter_t *it);
+void *ngx_http_dynamo_rl_list_next(ngx_http_dynamo_rl_list_iter_t *it);
 void ngx_http_dynamo_rl_drain_enter(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 void ngx_http_dynamo_rl_drain_leave(ngx_http_dynamo_rl_ctx_t *ctx);

@@ -8,6 +8,8 @@
 
 
 static ngx_int_t ngx_http_dynamo_rl_host_valid(u_char *p, u_char *last);
+static u_char *ngx_http_dynamo_rl_url_scheme(u_char *p, size_t len);
+static u_char *ngx_http_dynamo_rl_url_host_end(u_char *p, u_char *last);
 static void ngx_http_dynamo_rl_sse_line(ngx_http_dynamo_rl_sse_t *sse);
 static ngx_inline uint64_t ngx_http_dynamo_rl_le64(u_char *p);
 static ngx_int_t ngx_http_dynamo_rl_caseeq(u_char *a, u_char *b, size_t n);
@@ -15,6 +17,8 @@ static ngx_int_t ngx_http_dynamo_rl_state_token(u_char **pos, u_char *end,
     ngx_str_t *tok, u_char sep);
 static ngx_int_t ngx_http_dynamo_rl_state_u64(u_char **pos, u_char *end,
     uint64_t *n, ngx_uint_t dash, u_char sep);
+static ngx_int_t ngx_http_dynamo_rl_routes_word(u_char **pos, u_char *last,
+    ngx_str_t *word);
 static ngx_int_t ngx_http_dynamo_rl_state_hex(ngx_str_t *tok, u_char *dst,
     size_t size, size_t *len);
 
@@ -263,34 +267,20 @@ ngx_http_dynamo_rl_system_url_valid(u_char *p, size_t len)
 
     last = p + len;
 
-    if (len > 7 && ngx_strncmp(p, "http://", 7) == 0) {
-        p += 7;
-
-    } else if (len > 8 && ngx_strncmp(p, "https://", 8) == 0) {
-        p += 8;
-
-    } else {
+    host = ngx_http_dynamo_rl_url_scheme(p, len);
+    if (host == NULL) {
         return NGX_DECLINED;
     }
 
-    if (last > p && last[-1] == '/') {
+    if (last > host && last[-1] == '/') {
         last--;
     }
 
-    host = p;
+    /* a "/" left in the host stops it there, and is refused below */
 
-    if (p < last && *p == '[') {
-        p = ngx_strlchr(p, last, ']');
-        if (p == NULL) {
-            return NGX_DECLINED;
-        }
-
-        p++;
-
-    } else {
-        while (p < last && *p != ':') {
-            p++;
-        }
+    p = ngx_http_dynamo_rl_url_host_end(host, last);
+    if (p == NULL) {
+        return NGX_DECLINED;
     }
 
     if (ngx_http_dynamo_rl_host_valid(host, p) != NGX_OK) {
@@ -986,35 +976,57 @@ ngx_http_dynamo_rl_system_url_host(u_char *p, size_t len, ngx_str_t *host)
 
     last = p + len;
 
-    if (len > 7 && ngx_strncmp(p, "http://", 7) == 0) {
-        p += 7;
-
-    } else if (len > 8 && ngx_strncmp(p, "https://", 8) == 0) {
-        p += 8;
-
-    } else {
+    host->data = ngx_http_dynamo_rl_url_scheme(p, len);
+    if (host->data == NULL) {
         return NGX_DECLINED;
     }
 
-    host->data = p;
-
-    if (p < last && *p == '[') {
-        p = ngx_strlchr(p, last, ']');
-        if (p == NULL) {
-            return NGX_DECLINED;
-        }
-
-        p++;
-
-    } else {
-        while (p < last && *p != ':' && *p != '/') {
-            p++;
-        }
+    p = ngx_http_dynamo_rl_url_host_end(host->data, last);
+    if (p == NULL) {
+        return NGX_DECLINED;
     }
 
     host->len = p - host->data;
 
     return host->len ? NGX_OK : NGX_DECLINED;
+}
+
+
+/* what follows "http://" or "https://", NULL without either */
+
+static u_char *
+ngx_http_dynamo_rl_url_scheme(u_char *p, size_t len)
+{
+    if (len > 7 && ngx_strncmp(p, "http://", 7) == 0) {
+        return p + 7;
+    }
+
+    if (len > 8 && ngx_strncmp(p, "https://", 8) == 0) {
+        return p + 8;
+    }
+
+    return NULL;
+}
+
+
+/*
+ * the end of a URL's host: after the "]" of a bracketed IPv6 address,
+ * else at a port, a path or the end; NULL when a "[" is not closed
+ */
+
+static u_char *
+ngx_http_dynamo_rl_url_host_end(u_char *p, u_char *last)
+{
+    if (p < last && *p == '[') {
+        p = ngx_strlchr(p, last, ']');
+        return (p == NULL) ? NULL : p + 1;
+    }
+
+    while (p < last && *p != ':' && *p != '/') {
+        p++;
+    }
+
+    return p;
 }
 
 
@@ -1530,25 +1542,15 @@ ngx_http_dynamo_rl_scope_name(u_char *p, size_t len)
 ngx_int_t
 ngx_http_dynamo_rl_parse_routes(u_char *p, size_t len, ngx_uint_t *n)
 {
-    u_char  *last, *start;
+    u_char     *last;
+    ngx_str_t   word;
 
     last = p + len;
     *n = 0;
 
-    while (p < last) {
+    while (ngx_http_dynamo_rl_routes_word(&p, last, &word) == NGX_OK) {
 
-        if (NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
-            p++;
-            continue;
-        }
-
-        start = p;
-
-        while (p < last && !NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
-            p++;
-        }
-
-        if (ngx_http_dynamo_rl_route_valid(start, p - start) != NGX_OK) {
+        if (ngx_http_dynamo_rl_route_valid(word.data, word.len) != NGX_OK) {
             return NGX_DECLINED;
         }
 
@@ -1564,31 +1566,50 @@ ngx_http_dynamo_rl_parse_routes(u_char *p, size_t len, ngx_uint_t *n)
 ngx_int_t
 ngx_http_dynamo_rl_routes_find(u_char *p, size_t len, ngx_str_t *route)
 {
-    u_char  *last, *start;
+    u_char     *last;
+    ngx_str_t   word;
 
     last = p + len;
 
-    while (p < last) {
+    while (ngx_http_dynamo_rl_routes_word(&p, last, &word) == NGX_OK) {
 
-        if (NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
-            p++;
-            continue;
-        }
-
-        start = p;
-
-        while (p < last && !NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
-            p++;
-        }
-
-        if ((size_t) (p - start) == route->len
-            && ngx_memcmp(start, route->data, route->len) == 0)
+        if (word.len == route->len
+            && ngx_memcmp(word.data, route->data, route->len) == 0)
         {
             return NGX_OK;
         }
     }
 
     return NGX_DECLINED;
+}
+
+
+/* the next word of a route list from *pos, NGX_DONE after the last */
+
+static ngx_int_t
+ngx_http_dynamo_rl_routes_word(u_char **pos, u_char *last, ngx_str_t *word)
+{
+    u_char  *p;
+
+    for (p = *pos; p < last && NGX_HTTP_DYNAMO_RL_SPACE(*p); p++) {
+        /* void */
+    }
+
+    if (p == last) {
+        *pos = p;
+        return NGX_DONE;
+    }
+
+    word->data = p;
+
+    while (p < last && !NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
+        p++;
+    }
+
+    word->len = p - word->data;
+    *pos = p;
+
+    return NGX_OK;
 }
 
 

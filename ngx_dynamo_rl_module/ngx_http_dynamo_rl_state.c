@@ -137,38 +137,33 @@ static void
 ngx_http_dynamo_rl_state_inherit(ngx_http_dynamo_rl_zone_t *zone,
     ngx_log_t *log)
 {
-    ngx_uint_t                    i;
-    ngx_list_part_t              *part;
-    ngx_shm_zone_t               *shm_zone;
-    ngx_http_dynamo_rl_zone_t    *old;
-    ngx_http_dynamo_rl_inherit_t  in;
+    ngx_list_t                      *list;
+    ngx_shm_zone_t                  *shm_zone;
+    ngx_http_dynamo_rl_zone_t       *old;
+    ngx_http_dynamo_rl_inherit_t     in;
+    ngx_http_dynamo_rl_list_iter_t   it;
 
     /* during a reload, ngx_cycle is still the cycle being replaced */
 
-    part = (ngx_list_part_t *) &ngx_cycle->shared_memory.part;
-    shm_zone = part->elts;
+    list = (ngx_list_t *) &ngx_cycle->shared_memory;
 
-    for (i = 0; /* void */ ; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                return;
-            }
-
-            part = part->next;
-            shm_zone = part->elts;
-            i = 0;
-        }
-
-        if (shm_zone[i].tag == &ngx_http_dynamo_rl_module
-            && shm_zone[i].data != NULL
-            && shm_zone[i].data != zone)
+    for (shm_zone = ngx_http_dynamo_rl_list_first(list, &it);
+         shm_zone != NULL;
+         shm_zone = ngx_http_dynamo_rl_list_next(&it))
+    {
+        if (shm_zone->tag == &ngx_http_dynamo_rl_module
+            && shm_zone->data != NULL
+            && shm_zone->data != zone)
         {
             break;
         }
     }
 
-    old = shm_zone[i].data;
+    if (shm_zone == NULL) {
+        return;
+    }
+
+    old = shm_zone->data;
 
     if (old->sh == NULL || old->sh == zone->sh) {
         return;

@@ -61,9 +61,7 @@ http {
 
         %%RL_DISCOVERY_FETCH%%
 
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
+        %%RL_APIS attempts%%
     }
 }
 

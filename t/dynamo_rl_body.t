@@ -20,18 +20,15 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ record_with rl_conf time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(300);
+time_limit(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy http_v2/)->plan(133);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -41,10 +38,7 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
+    %%RL_FRONTEND 8%%
 
     client_max_body_size 8m;
 
@@ -125,9 +119,7 @@ http {
         listen       127.0.0.1:8086;
         server_name  localhost;
 
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
+        %%RL_APIS attempts%%
     }
 }
 
@@ -136,7 +128,6 @@ EOF
 $t->run_fake_dynamo();
 $t->run();
 
-my $FRONTEND_LOG = $t->fake_dir() . '/frontend.log';
 my $JSON = JSON::PP->new->canonical;
 
 ###############################################################################
@@ -171,7 +162,7 @@ for my $bad (@BAD) {
 
 	is($r->{status}, 400, "$name: 400");
 	is($r->{headers}{'x-dynamo-rl-reason'}, 'bad_body', "$name: reason");
-	ok(!record_with('x-dynamo-attempt-id', $id), "$name: not forwarded");
+	ok(!record_with($t, 'x-dynamo-attempt-id', $id), "$name: not forwarded");
 }
 
 my $e = json($r);
@@ -211,7 +202,7 @@ $r = call('POST', '/v1/completions', body => "\x1f\x8b\x08\x00",
 is($r->{status}, 415, 'gzip: 415');
 is($r->{headers}{'x-dynamo-rl-reason'}, 'unsupported_encoding',
 	'gzip: reason');
-ok(!record_with('x-dynamo-attempt-id', 'gz-1'), 'gzip: not forwarded');
+ok(!record_with($t, 'x-dynamo-attempt-id', 'gz-1'), 'gzip: not forwarded');
 
 $r = call('POST', '/v1/completions', body => '{"prompt":"x"}',
 	headers => [ 'Content-Encoding' => 'Identity' ]);
@@ -247,11 +238,11 @@ for my $name (sort keys %UPLOAD) {
 	if ($status == 403) {
 		is($r->{headers}{'x-dynamo-rl-reason'}, 'metadata_upload_denied',
 			"upload $name: reason");
-		ok(!record_with('x-dynamo-attempt-id', $id),
+		ok(!record_with($t, 'x-dynamo-attempt-id', $id),
 			"upload $name: not forwarded");
 
 	} else {
-		$rec = record_with('x-dynamo-attempt-id', $id);
+		$rec = record_with($t, 'x-dynamo-attempt-id', $id);
 		is($rec && $rec->{body}, $body, "upload $name: forwarded as is");
 	}
 }
@@ -283,7 +274,7 @@ my $STRIPPED = '{"model":"m", "nvext": {'
 $r = call('POST', '/v1/completions', body => $PINNED,
 	headers => [ 'X-Dynamo-Attempt-Id' => 'pins-1' ]);
 is($r->{status}, 200, 'pins: 200');
-$rec = record_with('x-dynamo-attempt-id', 'pins-1');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'pins-1');
 is($rec && $rec->{body}, $STRIPPED, 'pins: removed byte for byte');
 is($rec && $rec->{headers}{'content-length'}, length $STRIPPED,
 	'pins: Content-Length set');
@@ -291,13 +282,13 @@ is($rec && $rec->{headers}{'content-length'}, length $STRIPPED,
 $r = call('POST', '/v1/chat/completions', body => $PINNED,
 	headers => [ 'X-Dynamo-Attempt-Id' => 'pins-kept' ],
 	port => port(8083));
-$rec = record_with('x-dynamo-attempt-id', 'pins-kept');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'pins-kept');
 is($rec && $rec->{body}, $PINNED, 'pins kept with strip off');
 
 $r = call('POST', '/v1/completions', body => '{"x":',
 	headers => [ 'X-Dynamo-Attempt-Id' => 'policy-off' ],
 	port => port(8083));
-ok(record_with('x-dynamo-attempt-id', 'policy-off'),
+ok(record_with($t, 'x-dynamo-attempt-id', 'policy-off'),
 	'policy off: forwarded unread');
 
 # chunked bodies: a denied member split across chunks, pins removed
@@ -308,13 +299,13 @@ my $DENIED = '{"prompt":"x","nvext":{"metadata_upload":'
 $r = chunked('/v1/completions', [ split_at($DENIED, 30, 33, 40) ],
 	'chunk-denied');
 is($r->{status}, 403, 'chunked: denied across chunks');
-ok(!record_with('x-dynamo-attempt-id', 'chunk-denied'),
+ok(!record_with($t, 'x-dynamo-attempt-id', 'chunk-denied'),
 	'chunked: not forwarded');
 
 $r = chunked('/v1/completions', [ split_at($PINNED, 10, 40, 41, 90) ],
 	'chunk-pins');
 is($r->{status}, 200, 'chunked: 200');
-$rec = record_with('x-dynamo-attempt-id', 'chunk-pins');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'chunk-pins');
 is($rec && $rec->{body}, $STRIPPED, 'chunked: pins removed');
 is($rec && $rec->{headers}{'content-length'}, length $STRIPPED,
 	'chunked: Content-Length');
@@ -329,7 +320,7 @@ ok(length $BIG > 2_000_000, 'big: over 2 MB');
 $r = call('POST', '/v1/completions', body => $BIG,
 	headers => [ 'X-Dynamo-Attempt-Id' => 'big-1' ]);
 is($r->{status}, 200, 'big: 200');
-$rec = record_with('x-dynamo-attempt-id', 'big-1');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'big-1');
 ok($rec && $rec->{body} eq $BIG, 'big: forwarded byte-identical');
 
 (my $BIG_PINNED = $BIG) =~ s/"max_tokens":1/"max_tokens":1,"nvext":{"dp_rank":3}/;
@@ -337,7 +328,7 @@ ok($rec && $rec->{body} eq $BIG, 'big: forwarded byte-identical');
 
 $r = call('POST', '/v1/completions', body => $BIG_PINNED,
 	headers => [ 'X-Dynamo-Attempt-Id' => 'big-pins' ]);
-$rec = record_with('x-dynamo-attempt-id', 'big-pins');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'big-pins');
 ok($rec && $rec->{body} eq $BIG_STRIPPED, 'big: pins removed from a file');
 
 (my $BIG_DENIED = $BIG) =~ s/"max_tokens":1/"max_tokens":1,"nvext":{"metadata_upload":{"url":"s3:\/\/x"}}/;
@@ -351,18 +342,18 @@ is($r->{status}, 403, 'big: denied at the end of a file');
 $r = call('POST', '/v1/completions', body => $BIG,
 	headers => [ 'X-Dynamo-Attempt-Id' => 'nobuf-big' ],
 	port => port(8084));
-$rec = record_with('x-dynamo-attempt-id', 'nobuf-big');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'nobuf-big');
 ok($rec && $rec->{body} eq $BIG, 'unbuffered: big body forwarded');
 
 $r = chunked('/v1/completions', [ split_at($PINNED, 10, 40) ],
 	'nobuf-pins', port(8084));
-$rec = record_with('x-dynamo-attempt-id', 'nobuf-pins');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'nobuf-pins');
 is($rec && $rec->{body}, $STRIPPED, 'unbuffered: chunked pins removed');
 
 $r = chunked('/v1/completions', [ split_at($DENIED, 30, 33) ],
 	'nobuf-denied', port(8084));
 is($r->{status}, 403, 'unbuffered: denied');
-ok(!record_with('x-dynamo-attempt-id', 'nobuf-denied'),
+ok(!record_with($t, 'x-dynamo-attempt-id', 'nobuf-denied'),
 	'unbuffered: not forwarded');
 
 # HTTP/2: the body in several DATA frames
@@ -379,12 +370,12 @@ SKIP: {
 	is($status, 403, 'h2: denied across DATA frames');
 	like($head, qr/x-dynamo-rl-reason: metadata_upload_denied/i,
 		'h2: reason');
-	ok(!record_with('x-dynamo-attempt-id', 'h2-denied'),
+	ok(!record_with($t, 'x-dynamo-attempt-id', 'h2-denied'),
 		'h2: not forwarded');
 
 	($status) = curl_h2('/v1/completions', $h2_pinned, 'h2-pins');
 	is($status, 200, 'h2: 200');
-	$rec = record_with('x-dynamo-attempt-id', 'h2-pins');
+	$rec = record_with($t, 'x-dynamo-attempt-id', 'h2-pins');
 	ok($rec && $rec->{body} eq $h2_stripped, 'h2: pins removed');
 }
 
@@ -396,7 +387,7 @@ my $GEN = '{"rid":"slime-7","input_ids":[1,2,3],'
 $r = call('POST', '/generate', body => $GEN);
 is($r->{status}, 200, 'rid: 200');
 is($r->{headers}{'x-dynamo-attempt-id'}, 'slime-7', 'rid: the attempt id');
-$rec = record_with('x-dynamo-attempt-id', 'slime-7');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'slime-7');
 ok($rec, 'rid: upstream attempt header');
 is($rec && $rec->{headers}{'x-request-id'}, 'slime-7',
 	'rid: upstream x-request-id');
@@ -409,7 +400,7 @@ $r = call('POST', '/generate', body => '{"rid":"slime-8","input_ids":[1]}',
 	headers => [ 'X-Dynamo-Attempt-Id' => 'other-8' ]);
 is($r->{status}, 400, 'rid mismatch: 400');
 is($r->{headers}{'x-dynamo-rl-reason'}, 'rid_mismatch', 'rid mismatch: reason');
-ok(!record_with('x-dynamo-attempt-id', 'other-8'),
+ok(!record_with($t, 'x-dynamo-attempt-id', 'other-8'),
 	'rid mismatch: not forwarded');
 
 $r = call('POST', '/generate', body => '{"rid":"same-9","input_ids":[1]}',
@@ -543,21 +534,5 @@ sub json {
 	return eval { decode_json($r->{body}) };
 }
 
-sub record_with {
-	my ($name, $value) = @_;
-
-	open my $fh, '<', $FRONTEND_LOG or return undef;
-
-	while (my $line = <$fh>) {
-		next unless index($line, $value) >= 0;
-
-		my $rec = eval { JSON::PP->new->decode($line) } or next;
-		my $v = $rec->{headers}{$name} // next;
-
-		return $rec if $v eq $value;
-	}
-
-	return undef;
-}
 
 ###############################################################################

@@ -43,7 +43,7 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ fork_server /;
+use Test::DynamoRL::Fixture qw/ fork_server rl_conf /;
 
 ###############################################################################
 
@@ -67,7 +67,7 @@ $t->plan(87);
 
 my $DIR = $t->testdir();
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -265,9 +265,7 @@ http {
             proxy_pass http://127.0.0.1:8071/scoped;
         }
 
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
+        %%RL_APIS attempts%%
     }
 }
 

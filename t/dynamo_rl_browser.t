@@ -118,21 +118,7 @@ http {
 
         %%RL_DISCOVERY_FETCH%%
 
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
-
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
-
-        location = /rl/status {
-            dynamo_rl_status;
-        }
-
-        location = /metrics {
-            dynamo_rl_metrics;
-        }
+        %%RL_APIS gate attempts status metrics%%
     }
 }
 

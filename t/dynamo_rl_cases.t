@@ -1742,14 +1742,9 @@ $extra
 
     access_log %%TESTDIR%%/cases.log cases;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
+    %%RL_FRONTEND 8%%
 
-    upstream rl_listener {
-        server 127.0.0.1:8082;
-    }
+    %%RL_LISTENER%%
 
     upstream chaos_front {
         server 127.0.0.1:8070;
@@ -1767,8 +1762,7 @@ $extra
         server 127.0.0.1:8091;
     }
 
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
+    %%RL_PROXY_KEEPALIVE%%
 
     # every plane in one server: a target that normalises into another
     # plane must not get there (G8, G9), and the admin plane sits next to
@@ -1800,13 +1794,7 @@ $extra
 
         %%RL_DISCOVERY_FETCH rl_listener%%
 
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
-
-        location = /rl/status {
-            dynamo_rl_status;
-        }
+        %%RL_APIS attempts status%%
 
         location /secret {
             return 200 "SECRET";
@@ -1901,9 +1889,7 @@ $extra
             proxy_pass http://fast_listener/v1/rl/workers;
         }
 
-        location = /rl/status {
-            dynamo_rl_status;
-        }
+        %%RL_APIS status%%
     }
 
     # valid=60s, and a short client_header_timeout (L3, L5)
@@ -1924,9 +1910,7 @@ $extra
 
         %%RL_DISCOVERY_FETCH rl_listener%%
 
-        location = /rl/status {
-            dynamo_rl_status;
-        }
+        %%RL_APIS status%%
     }
 }
 
@@ -2427,8 +2411,7 @@ http {
 
     dynamo_rl_zone zone=rl:96k;
 
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
+    %%RL_PROXY_KEEPALIVE%%
 
     server {
         listen       127.0.0.1:8088;

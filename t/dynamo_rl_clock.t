@@ -32,53 +32,25 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call iso_ms json raw rl_conf time_limit /;
+use Test::DynamoRL::Fixture qw/ call clock_is faketime iso_ms json raw rl_conf
+	set_clock time_limit /;
 
 ###############################################################################
 
 time_limit(Test::DynamoRL::scale(120));
 
-my ($FAKETIME) = grep { -f }
-	glob('/usr/lib/*/faketime/libfaketime.so.1'),
-	'/usr/lib/faketime/libfaketime.so.1';
-
-die "libfaketime is missing: install Debian's faketime (make test-deps)\n"
-	unless defined $FAKETIME;
-
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(24);
 
-my $DIR = $t->testdir();
-my $RC = "$DIR/faketime.rc";
-
 # nginx's wall clock only; nginx passes the FAKETIME_* variables to its
-# worker processes through "env".  Under make asan, libfaketime comes
-# before the sanitizer's runtime in LD_PRELOAD: the other way round, its
-# initialization hangs in every program (Debian 12's libfaketime 0.9.10
-# and gcc 12's libasan), so the sanitizer is told not to insist on being
-# first.
+# worker processes through "env"
 
-set_clock('+0');
-
-$t->asan_options('verify_asan_link_order=0') if $ENV{TEST_NGINX_PRELOAD};
-
-$ENV{TEST_NGINX_PRELOAD} = join ' ', grep { defined && length }
-	$FAKETIME, $ENV{TEST_NGINX_PRELOAD};
-
-# the sanitizer's reports of worker processes, which run as "nobody" when
-# the tests run as root, must be able to land in the test directory
-
-chmod(01777, $DIR) or die "cannot chmod $DIR: $!\n";
-$ENV{FAKETIME_TIMESTAMP_FILE} = $RC;
-$ENV{FAKETIME_NO_CACHE} = 1;
-$ENV{FAKETIME_DONT_FAKE_MONOTONIC} = 1;
+faketime($t);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
-env FAKETIME_TIMESTAMP_FILE;
-env FAKETIME_NO_CACHE;
-env FAKETIME_DONT_FAKE_MONOTONIC;
+%%RL_FAKETIME%%
 
 events {
 }
@@ -87,10 +59,7 @@ http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
 
     %%RL_FRONTEND%%
-
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
-    proxy_buffering off;
+    %%RL_PROXY_KEEPALIVE unbuffered%%
 
     server {
         listen       127.0.0.1:8080;
@@ -132,7 +101,7 @@ $t->run();
 
 my $ISO = qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 
-ok(clock_is(0), 'nginx wall clock: real time to begin with');
+ok(clock_is(0, port => 8083), 'nginx wall clock: real time to begin with');
 
 # an attempt, finished, within its 10m ttl
 
@@ -153,8 +122,8 @@ my $lease_expires = $g->{lease_expires} // 'none';
 
 # 11 minutes forward
 
-set_clock('+660');
-ok(clock_is(660), 'nginx wall clock: 11 minutes ahead');
+set_clock($t, '+660');
+ok(clock_is(660, port => 8083), 'nginx wall clock: 11 minutes ahead');
 
 $g = gate();
 is(join(',', $g->{state} // '', $g->{expired} ? 'expired' : 'running'),
@@ -196,8 +165,8 @@ $g = gate_post({ action => 'close', reason => 'clock', lease => '3s' });
 my $lease_start = time();
 is($g->{state}, 'closed', 'gate: closed with a 3 s lease');
 
-set_clock('-3600');
-ok(clock_is(-3600), 'nginx wall clock: an hour behind');
+set_clock($t, '-3600');
+ok(clock_is(-3600, port => 8083), 'nginx wall clock: an hour behind');
 
 $r = parse_response(http_end($s));
 my $real = time() - $t0;
@@ -234,31 +203,6 @@ $r = complete('short-1', port => 8084);
 is($r->{status}, 200, 'short ttl: the id is free again');
 
 ###############################################################################
-
-# the file libfaketime reads on every call (FAKETIME_NO_CACHE): an offset
-# from the real time, in seconds
-
-sub set_clock {
-	my ($offset) = @_;
-
-	open my $fh, '>', "$RC.tmp" or die "cannot create $RC.tmp: $!\n";
-	print $fh "$offset\n";
-	close $fh or die "cannot write $RC.tmp: $!\n";
-	rename("$RC.tmp", $RC) or die "cannot rename $RC.tmp: $!\n";
-}
-
-# nginx's wall clock, as /rl/status shows it, is the real time plus
-# $offset seconds (within 5 s)
-
-sub clock_is {
-	my ($offset) = @_;
-
-	return Test::DynamoRL::wait_for(sub {
-		my $j = json(call('GET', '/rl/status', port => 8083));
-		my $ms = iso_ms($j->{time} // '') // return;
-		return abs($ms - (time() + $offset) * 1000) < 5000;
-	}, 10);
-}
 
 sub complete {
 	my ($id, %o) = @_;

@@ -37,14 +37,11 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ call raw read_until rl_conf slurp time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(Test::DynamoRL::scale(300));
+time_limit(Test::DynamoRL::scale(300));
 
 my ($CHROMIUM) = grep { -x } map { "$_/chromium" }
 	split /:/, $ENV{PATH} // '/usr/bin';
@@ -56,7 +53,7 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(32);
 
 my $DIR = $t->testdir();
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -66,36 +63,21 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 4;
-    }
-
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
-    proxy_buffering off;
+    %%RL_FRONTEND 4%%
+    %%RL_PROXY_KEEPALIVE unbuffered%%
 
     server {
         listen       127.0.0.1:8080;
         server_name  localhost;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            proxy_pass http://frontend;
-        }
+        %%RL_REQUEST_PLANE%%
     }
 
     server {
         listen       127.0.0.1:8070;
         server_name  localhost;
 
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
-
-        location = /rl/status {
-            dynamo_rl_status;
-        }
+        %%RL_APIS gate status%%
     }
 }
 
@@ -278,16 +260,9 @@ sub chromium {
 
 	waitpid($pid, 0);
 
-	return { dom => slurp($out), log => slurp($log) };
+	return { dom => slurp($out) // '', log => slurp($log) // '' };
 }
 
-sub slurp {
-	my ($path) = @_;
-
-	open my $fh, '<', $path or return '';
-	local $/;
-	return scalar <$fh>;
-}
 
 sub console {
 	my ($log) = @_;
@@ -376,53 +351,6 @@ sub serve_once {
 	print $c "$head\r\n$page->{body}";
 	close $c;
 	close $l;
-}
-
-sub raw {
-	my ($method, $uri, %o) = @_;
-
-	my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\n";
-
-	my @h = @{$o{headers} // []};
-
-	while (my ($name, $value) = splice(@h, 0, 2)) {
-		$req .= "$name: $value\r\n";
-	}
-
-	if (defined $o{body}) {
-		$req .= "Content-Type: application/json\r\n"
-			. 'Content-Length: ' . length($o{body}) . "\r\n";
-	}
-
-	return "$req\r\n" . ($o{body} // '');
-}
-
-sub call {
-	my ($method, $uri, %o) = @_;
-
-	my $port = delete $o{port} // 8080;
-	my $raw = http(raw($method, $uri, %o),
-		PeerAddr => '127.0.0.1:' . port($port));
-
-	return (length($raw // '') ? parse_response($raw) : undef)
-		// { headers => {}, body => '' };
-}
-
-sub read_until {
-	my ($s, $re, $seconds) = @_;
-
-	my $sel = IO::Select->new($s);
-	my $deadline = time() + $seconds;
-	my $buf = '';
-
-	while ($buf !~ $re) {
-		my $left = $deadline - time();
-		last if $left <= 0 || !$sel->can_read($left);
-		last unless sysread($s, $buf, 65536, length $buf);
-	}
-
-	return $buf;
 }
 
 ###############################################################################

@@ -26,6 +26,9 @@ use File::Basename qw/ dirname /;
 use File::Temp qw/ tempdir /;
 use POSIX ();
 
+use lib 't/lib';
+use Test::DynamoRL::Fixture qw/ slurp /;
+
 ###############################################################################
 
 select STDERR; $| = 1;
@@ -188,7 +191,8 @@ sub purge {
 }
 
 sub module_version {
-	my $h = slurp("$REPO/ngx_dynamo_rl_module/ngx_http_dynamo_rl_common.h");
+	my $h = slurp("$REPO/ngx_dynamo_rl_module/ngx_http_dynamo_rl_common.h")
+		// '';
 
 	$h =~ /^#define\s+NGX_HTTP_DYNAMO_RL_VERSION\s+"([^"]+)"/m
 		or die "NGX_HTTP_DYNAMO_RL_VERSION not found\n";
@@ -199,7 +203,7 @@ sub module_version {
 sub example {
 	my ($load) = @_;
 
-	my $conf = slurp("$REPO/examples/dynamo-rl.conf");
+	my $conf = slurp("$REPO/examples/dynamo-rl.conf") // '';
 
 	$conf =~ s/^load_module\s+\@MODULE\@;$/$load/m
 		or die "no \"load_module \@MODULE\@;\" in the example\n";
@@ -310,14 +314,6 @@ sub run {
 	close $fh;
 
 	return ($? >> 8, $out);
-}
-
-sub slurp {
-	my ($file) = @_;
-
-	open my $fh, '<', $file or die "cannot read $file: $!\n";
-	local $/;
-	return scalar <$fh>;
 }
 
 ###############################################################################

@@ -32,14 +32,11 @@ use POSIX qw/ WNOHANG /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(120);
+time_limit(120);
 
 my $REPO = abs_path(dirname(__FILE__) . '/..');
 

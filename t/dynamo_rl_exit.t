@@ -15,13 +15,12 @@ use strict;
 
 use Test::More;
 
-use IO::Socket::INET;
 use JSON::PP;
 use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ rl_conf time_limit /;
+use Test::DynamoRL::Fixture qw/ hold rl_conf time_limit /;
 
 ###############################################################################
 
@@ -75,6 +74,10 @@ $t->run();
 $t->allow_log(qr/exited on signal 9/);
 
 ###############################################################################
+
+# under valgrind the second worker process may still be starting
+
+$t->wait_for(sub { $t->worker_pids() == 2 }, 10);
 
 my @workers = $t->worker_pids();
 is(scalar @workers, 2, 'two worker processes');
@@ -153,22 +156,6 @@ ok($t->wait_for(sub { status()->{ledger}{in_flight} == 0 }, 10),
 	'the rest end when their clients go');
 
 ###############################################################################
-
-sub hold {
-	my ($id) = @_;
-
-	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080))
-		or die "connect: $!\n";
-
-	my $body = '{"prompt":"p"}';
-
-	print $s "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
-		. "X-Dynamo-Attempt-Id: $id\r\nx-fake-scenario: hang\r\n"
-		. "Content-Type: application/json\r\n"
-		. 'Content-Length: ' . length($body) . "\r\n\r\n$body";
-
-	return $s;
-}
 
 sub get8085 {
 	my ($uri) = @_;

@@ -55,14 +55,9 @@ http {
                               '"status":"$status","pid":"$pid",'
                               '"port":"$server_port","uri":"$request_uri"}';
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
+    %%RL_FRONTEND 8%%
 
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
-    proxy_buffering off;
+    %%RL_PROXY_KEEPALIVE unbuffered%%
 
     # rollout clients; on 8073 the kernel spreads the connections over
     # both worker processes

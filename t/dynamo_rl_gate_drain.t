@@ -20,7 +20,7 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ time_limit /;
+use Test::DynamoRL::Fixture qw/ hold rl_conf time_limit /;
 
 ###############################################################################
 
@@ -28,7 +28,7 @@ time_limit(90);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(15);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -48,9 +48,7 @@ http {
             proxy_pass http://127.0.0.1:8081;
         }
 
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
+        %%RL_APIS gate%%
     }
 }
 
@@ -124,21 +122,6 @@ is($r->{status}, 503, 'dynamo 503');
 ok(!defined $r->{headers}{'x-dynamo-rl-reason'}, 'dynamo 503: no reason');
 
 ###############################################################################
-
-sub hold {
-	my ($id) = @_;
-
-	my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080))
-		or die "connect: $!\n";
-
-	my $body = '{"prompt":"p"}';
-
-	print $sock "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
-		. "X-Dynamo-Attempt-Id: $id\r\nx-fake-scenario: hang\r\n"
-		. 'Content-Length: ' . length($body) . "\r\n\r\n$body";
-
-	return $sock;
-}
 
 sub read_response {
 	my ($sock) = @_;

@@ -32,7 +32,7 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ rl_conf /;
+use Test::DynamoRL::Fixture qw/ frontend_records record_with rl_conf slurp /;
 
 ###############################################################################
 
@@ -100,7 +100,6 @@ EOF
 $t->run_fake_dynamo();
 $t->run();
 
-my $FRONTEND_LOG = $t->fake_dir() . '/frontend.log';
 my $DIR = $t->testdir();
 my $BASE = 'http://127.0.0.1:' . port(8080);
 
@@ -130,7 +129,7 @@ is($r->{headers}{'x-request-id'}, $id, 'curl: x-request-id echoed');
 is((eval { decode_json($r->{body}) } // {})->{choices}[0]{text}, $TEXT,
 	'curl: completion text');
 
-$rec = record_with($id);
+$rec = record_with($t, 'x-request-id', $id);
 is($rec && $rec->{uri}, '/v1/completions', 'curl: frontend request');
 is($rec && $rec->{headers}{'x-dynamo-attempt-id'}, $id,
 	'curl: frontend x-dynamo-attempt-id');
@@ -159,7 +158,7 @@ is(sse_text($r->{body}), $TEXT, 'curl sse: text');
 $a = wait_done($id);
 is($a->{state}, 'succeeded', 'curl sse: attempt succeeded');
 ok($a->{stream}, 'curl sse: attempt is a stream');
-ok(record_with($id), 'curl sse: id at the frontend');
+ok(record_with($t, 'x-request-id', $id), 'curl sse: id at the frontend');
 
 # SSE unbuffered over HTTP/2: the first event before the others exist
 
@@ -362,7 +361,8 @@ ok(wait_closed('h2-rst-1'), 'rst: frontend recorded client_closed');
 my $s5 = $h2->request('/v1/completions', $COMPLETION,
 	'x-fake-scenario' => 'hang', 'x-dynamo-attempt-id' => 'h2-rst-5');
 
-ok(Test::DynamoRL::wait_for(sub { record_with('h2-rst-5') }, 10),
+ok(Test::DynamoRL::wait_for(sub {
+	record_with($t, 'x-request-id', 'h2-rst-5') }, 10),
 	'rst before the header: request at the frontend');
 
 $h2->rst($s5, 0x8);
@@ -558,41 +558,19 @@ sub sse_text {
 	return $text;
 }
 
-sub slurp {
-	my ($path) = @_;
 
-	open my $fh, '<', $path or return undef;
-	binmode $fh;
-	local $/;
-	return <$fh>;
-}
-
-sub frontend_records {
-	open my $fh, '<', $FRONTEND_LOG or return ();
-
-	my $json = JSON::PP->new->utf8->allow_bignum;
-	return map { $json->decode($_) } grep { /\S/ } <$fh>;
-}
 
 sub requests {
-	return grep { !exists $_->{event} } frontend_records();
+	return grep { !exists $_->{event} } @{frontend_records($t)};
 }
 
-sub record_with {
-	my ($id) = @_;
-
-	return undef unless defined $id;
-
-	my @r = grep { ($_->{headers}{'x-request-id'} // '') eq $id } requests();
-	return $r[0];
-}
 
 sub wait_closed {
 	my ($id) = @_;
 
 	return Test::DynamoRL::wait_for(sub {
 		scalar grep { ($_->{event} // '') eq 'client_closed'
-			&& ($_->{'x-request-id'} // '') eq $id } frontend_records();
+			&& ($_->{'x-request-id'} // '') eq $id } @{frontend_records($t)};
 	}, 10);
 }
 

@@ -58,10 +58,7 @@ http {
                               '"body_bytes":"$body_bytes_sent",'
                               '"pid":"$pid","uri":"$request_uri"}';
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
+    %%RL_FRONTEND 8%%
 
     # rollout clients, over HTTP/1.1 and HTTP/2 (prior knowledge)
 
@@ -140,9 +137,7 @@ http {
         listen       127.0.0.1:8070;
         server_name  localhost;
 
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
+        %%RL_APIS attempts%%
     }
 }
 
@@ -686,10 +681,7 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:48k;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 4;
-    }
+    %%RL_FRONTEND 4%%
 
     server {
         listen       127.0.0.1:8074;
@@ -697,9 +689,7 @@ http {
 
         %%RL_REQUEST_PLANE keepalive unbuffered%%
 
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
+        %%RL_APIS attempts%%
     }
 }
 

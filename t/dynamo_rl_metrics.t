@@ -28,15 +28,13 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call raw read_until resp rl_conf /;
+use Test::DynamoRL::Fixture qw/ call duration_buckets parse_labels
+	plane_reasons promtool promtool_check raw read_until resp rl_conf samples
+	time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(300);
+time_limit(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(58);
 
@@ -63,18 +61,9 @@ http {
 
     access_log %%TESTDIR%%/rl.log rl;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
-
-    upstream rl_listener {
-        server 127.0.0.1:8082;
-    }
-
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
-    proxy_buffering off;
+    %%RL_FRONTEND 8%%
+    %%RL_LISTENER%%
+    %%RL_PROXY_KEEPALIVE unbuffered%%
 
     # rollout clients; on 8073 the kernel spreads the connections over
     # both worker processes
@@ -85,10 +74,7 @@ http {
         server_name  localhost;
 
         %%RL_REQUEST_PLANE%%
-
-        location / {
-            return 404;
-        }
+        %%RL_NOT_FOUND%%
     }
 
     # trusted network; 8074 spreads as 8073 does
@@ -145,20 +131,8 @@ my @REASONS = qw/ method bad_path bad_attempt_id duplicate_attempt
 
 # the reasons each plane can give: no series for the others
 
-my %PLANE_REASONS = (
-	request => [ qw/ method bad_path bad_attempt_id duplicate_attempt
-		ledger_full gate_closed redirected bad_body unsupported_encoding
-		metadata_upload_denied rid_mismatch / ],
-	discovery => [ qw/ method bad_path discovery_invalid redirected
-		caller_scope / ],
-	admin => [ qw/ method bad_path discovery_unavailable unknown_worker
-		ambiguous_worker worker_invalid worker_error no_system_url
-		route_not_advertised redirected cross_origin caller_scope / ],
-);
-
-my @LE = qw/ 0.005 0.010 0.025 0.050 0.100 0.250 0.500 1.000 2.500 5.000
-	10.000 30.000 60.000 120.000 300.000 600.000 1800.000 3600.000
-	+Inf /;
+my %PLANE_REASONS = plane_reasons();
+my @LE = duration_buckets();
 
 # what the sequence below must leave in the counters
 
@@ -331,7 +305,7 @@ my $promtool = promtool();
 ok($promtool, 'promtool installed (Debian package prometheus)')
 	or diag('apt-get install -y prometheus');
 
-my ($rc, $out) = promtool_check($promtool, $text);
+my ($rc, $out) = promtool_check($t, $text);
 
 is($rc, 0, 'promtool check metrics: passes') or diag($out);
 
@@ -458,7 +432,7 @@ is(scalar(grep { $_->{admin_result} eq 'ok' } @lines), 20,
 cmp_ok(scalar keys %pids, '>=', 2,
 	'concurrent: both processes called workers');
 
-($rc, $out) = promtool_check($promtool, $text);
+($rc, $out) = promtool_check($t, $text);
 
 is($rc, 0, 'concurrent: promtool check metrics passes') or diag($out);
 
@@ -553,41 +527,6 @@ sub settled {
 	}, 10);
 
 	return $text;
-}
-
-# name{labels} => value, labels sorted
-
-sub samples {
-	my ($text) = @_;
-
-	my %m;
-
-	for my $line (split /\n/, $text // '') {
-		next if $line =~ /^#/ || $line !~ /\S/;
-
-		my ($name, $labels, $value) =
-			$line =~ /^([a-z_]+)(?:\{(.*)\})? (\S+)$/ or next;
-
-		my %l = parse_labels($labels // '');
-		my $key = $name . (%l ? '{' . join(',', map { "$_=$l{$_}" }
-			sort keys %l) . '}' : '');
-
-		$m{$key} = $value;
-	}
-
-	return \%m;
-}
-
-sub parse_labels {
-	my ($s) = @_;
-
-	my %l;
-
-	while ($s =~ /\G([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)",?/gc) {
-		$l{$1} = $2;
-	}
-
-	return %l;
 }
 
 # every sample of a series declared a counter, and the histogram counts
@@ -709,28 +648,6 @@ sub histogram_ok {
 
 	is(join('; ', @bad), '', "$name: histogram _count is the requests"
 		. ' of each plane');
-}
-
-sub promtool {
-	for my $dir (split /:/, $ENV{PATH} // '/usr/bin') {
-		return "$dir/promtool" if -x "$dir/promtool";
-	}
-
-	return undef;
-}
-
-# exit code and output of "promtool check metrics" on the text
-
-sub promtool_check {
-	my ($bin, $text) = @_;
-
-	return (-1, 'promtool is not installed') unless $bin;
-
-	my $file = $t->testdir() . '/metrics.txt';
-	$t->write_file('metrics.txt', $text);
-
-	my $out = `$bin check metrics < $file 2>&1`;
-	return ($? >> 8, $out);
 }
 
 sub access_log {

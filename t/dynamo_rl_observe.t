@@ -31,7 +31,6 @@ use strict;
 
 use Test::More;
 
-use IO::Select;
 use File::Basename qw/ dirname /;
 use JSON::PP;
 use Time::HiRes qw/ time /;
@@ -39,50 +38,27 @@ use YAML::XS ();
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ call clock_is duration_buckets faketime
+	plane_reasons promtool_check raw read_until rl_conf samples set_clock
+	slurp time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(Test::DynamoRL::scale(180));
-
-my ($FAKETIME) = grep { -f }
-	glob('/usr/lib/*/faketime/libfaketime.so.1'),
-	'/usr/lib/faketime/libfaketime.so.1';
-
-die "libfaketime is missing: install Debian's faketime (make test-deps)\n"
-	unless defined $FAKETIME;
+time_limit(Test::DynamoRL::scale(180));
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(48);
 
-my $DIR = $t->testdir();
 my $EXAMPLES = dirname(__FILE__) . '/../examples';
-my $RC = "$DIR/faketime.rc";
 
-# nginx's wall clock only, as in dynamo_rl_clock.t (which says why the
-# sanitizer is told not to insist on being first in LD_PRELOAD)
+# nginx's wall clock only, as in dynamo_rl_clock.t
 
-set_clock('+0');
+faketime($t);
 
-$t->asan_options('verify_asan_link_order=0') if $ENV{TEST_NGINX_PRELOAD};
-
-$ENV{TEST_NGINX_PRELOAD} = join ' ', grep { defined && length }
-	$FAKETIME, $ENV{TEST_NGINX_PRELOAD};
-
-chmod(01777, $DIR) or die "cannot chmod $DIR: $!\n";
-$ENV{FAKETIME_TIMESTAMP_FILE} = $RC;
-$ENV{FAKETIME_NO_CACHE} = 1;
-$ENV{FAKETIME_DONT_FAKE_MONOTONIC} = 1;
-
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
-env FAKETIME_TIMESTAMP_FILE;
-env FAKETIME_NO_CACHE;
-env FAKETIME_DONT_FAKE_MONOTONIC;
+%%RL_FAKETIME%%
 
 events {
 }
@@ -90,62 +66,24 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-    }
-
-    upstream rl_listener {
-        server 127.0.0.1:8082;
-    }
-
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
-    proxy_buffering off;
+    %%RL_FRONTEND%%
+    %%RL_LISTENER%%
+    %%RL_PROXY_KEEPALIVE unbuffered%%
 
     server {
         listen       127.0.0.1:8080;
         server_name  localhost;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            proxy_pass http://frontend;
-        }
+        %%RL_REQUEST_PLANE%%
     }
 
     server {
         listen       127.0.0.1:8070;
         server_name  localhost;
 
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://rl_listener;
-        }
-
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=1h;
-
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
-
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
-
-        location = /rl/status {
-            dynamo_rl_status;
-        }
-
-        location = /metrics {
-            dynamo_rl_metrics;
-        }
+        %%RL_DISCOVERY_PLANE%%
+        %%RL_ADMIN_PLANE valid=1h%%
+        %%RL_APIS gate status metrics%%
     }
 
     # a snapshot that is never fresh: every admin call refreshes
@@ -154,19 +92,7 @@ http {
         listen       127.0.0.1:8071;
         server_name  localhost;
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=1ms;
-
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
+        %%RL_ADMIN_PLANE valid=1ms%%
     }
 }
 
@@ -185,20 +111,8 @@ my $ID1 = '9007199254740993';
 
 my $W = '/v1/rl/workers';
 
-my %PLANE_REASONS = (
-	request => [ qw/ method bad_path bad_attempt_id duplicate_attempt
-		ledger_full gate_closed redirected bad_body unsupported_encoding
-		metadata_upload_denied rid_mismatch / ],
-	discovery => [ qw/ method bad_path discovery_invalid redirected
-		caller_scope / ],
-	admin => [ qw/ method bad_path discovery_unavailable unknown_worker
-		ambiguous_worker worker_invalid worker_error no_system_url
-		route_not_advertised redirected cross_origin caller_scope / ],
-);
-
-my @LE = qw/ 0.005 0.010 0.025 0.050 0.100 0.250 0.500 1.000 2.500 5.000
-	10.000 30.000 60.000 120.000 300.000 600.000 1800.000 3600.000
-	+Inf /;
+my %PLANE_REASONS = plane_reasons();
+my @LE = duration_buckets();
 
 my $r;
 
@@ -254,14 +168,15 @@ $s = http(raw('POST', '/v1/chat/completions', body => $CHAT,
 		'X-Dynamo-Attempt-Id' => 'clock-1' ]), start => 1);
 my $head = read_until($s, qr/data: \{/, 10);
 
-set_clock('+7200');
-ok(clock_is(7200), 'wall clock: 2 hours ahead during the stream');
+set_clock($t, '+7200');
+ok(clock_is(7200, port => 8070),
+	'wall clock: 2 hours ahead during the stream');
 
 my $rest = read_until($s, qr/data: \[DONE\]/, 10);
 close $s;
 like($head . $rest, qr/data: \[DONE\]/, 'stream across the step: complete');
 
-set_clock('+0');
+set_clock($t, '+0');
 
 # the admin plane: the first call refreshes the snapshot from a listener
 # that takes 300 ms; a call a worker takes 200 ms over; an error; four
@@ -316,7 +231,7 @@ my $m = samples($text);
 
 # promtool
 
-my ($rc, $out) = promtool_check($text);
+my ($rc, $out) = promtool_check($t, $text);
 
 is($rc, 0, 'promtool check metrics: passes') or diag($out);
 is(join('', grep { !/dynamo_rl_gate_epoch counter metrics should have/ }
@@ -503,71 +418,6 @@ sub unknown_metrics {
 	return @bad;
 }
 
-sub slurp {
-	my ($path) = @_;
-
-	open my $fh, '<', $path or die "cannot open $path: $!\n";
-	local $/;
-	return scalar <$fh>;
-}
-
-sub set_clock {
-	my ($offset) = @_;
-
-	open my $fh, '>', "$RC.tmp" or die "cannot create $RC.tmp: $!\n";
-	print $fh "$offset\n";
-	close $fh or die "cannot write $RC.tmp: $!\n";
-	rename("$RC.tmp", $RC) or die "cannot rename $RC.tmp: $!\n";
-}
-
-# nginx's wall clock, as /rl/status shows it, is the real time plus
-# $offset seconds (within 5 s)
-
-sub clock_is {
-	my ($offset) = @_;
-
-	return Test::DynamoRL::wait_for(sub {
-		my $j = eval { decode_json(call('GET', '/rl/status',
-			port => 8070)->{body}) } // {};
-		my ($y, $mo, $d, $h, $mi, $sec) = ($j->{time} // '')
-			=~ /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)/ or return;
-		require Time::Local;
-		my $t = Time::Local::timegm($sec, $mi, $h, $d, $mo - 1, $y);
-		return abs($t - (time() + $offset)) < 5;
-	}, 10);
-}
-
-sub raw {
-	my ($method, $uri, %o) = @_;
-
-	my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\n";
-
-	my @h = @{$o{headers} // []};
-
-	while (my ($name, $value) = splice(@h, 0, 2)) {
-		$req .= "$name: $value\r\n";
-	}
-
-	if (defined $o{body}) {
-		$req .= "Content-Type: application/json\r\n"
-			. 'Content-Length: ' . length($o{body}) . "\r\n";
-	}
-
-	return "$req\r\n" . ($o{body} // '');
-}
-
-sub call {
-	my ($method, $uri, %o) = @_;
-
-	my $port = delete $o{port} // 8080;
-	my $raw = http(raw($method, $uri, %o),
-		PeerAddr => '127.0.0.1:' . port($port));
-
-	return (length($raw // '') ? parse_response($raw) : undef)
-		// { headers => {}, body => '' };
-}
-
 sub admin {
 	my ($path, %o) = @_;
 
@@ -576,22 +426,6 @@ sub admin {
 	return call($method, $path, port => $o{port} // 8070,
 		$method eq 'POST' ? (body => '{}') : (),
 		headers => $o{headers} // []);
-}
-
-sub read_until {
-	my ($s, $re, $seconds) = @_;
-
-	my $sel = IO::Select->new($s);
-	my $deadline = time() + $seconds;
-	my $buf = '';
-
-	while ($buf !~ $re) {
-		my $left = $deadline - time();
-		last if $left <= 0 || !$sel->can_read($left);
-		last unless sysread($s, $buf, 65536, length $buf);
-	}
-
-	return $buf;
 }
 
 # the exposition once the request plane and the admin plane have counted
@@ -619,35 +453,6 @@ sub settled {
 	}, 10);
 
 	return $text;
-}
-
-# name{labels} => value, labels sorted
-
-sub samples {
-	my ($text) = @_;
-
-	my %m;
-
-	for my $line (split /\n/, $text // '') {
-		next if $line =~ /^#/ || $line !~ /\S/;
-
-		my ($name, $labels, $value) =
-			$line =~ /^([a-z_]+)(?:\{(.*)\})? (\S+)$/ or next;
-
-		my %l;
-
-		while (($labels // '') =~ /\G([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)",?/gc)
-		{
-			$l{$1} = $2;
-		}
-
-		my $key = $name . (%l ? '{' . join(',', map { "$_=$l{$_}" }
-			sort keys %l) . '}' : '');
-
-		$m{$key} = $value;
-	}
-
-	return \%m;
 }
 
 sub labels {
@@ -698,23 +503,6 @@ sub histogram_bad {
 		if $buckets != @LE * @$series;
 
 	return @bad;
-}
-
-sub promtool_check {
-	my ($text) = @_;
-
-	my ($bin) = grep { -x } map { "$_/promtool" }
-		split /:/, $ENV{PATH} // '/usr/bin';
-
-	return (-1, 'promtool is not installed (Debian package prometheus)')
-		unless $bin;
-
-	$t->write_file('metrics.txt', $text);
-
-	my $file = $t->testdir() . '/metrics.txt';
-	my $out = `$bin check metrics < $file 2>&1`;
-
-	return ($? >> 8, $out);
 }
 
 ###############################################################################

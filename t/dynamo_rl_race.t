@@ -194,12 +194,9 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:16m;
 
-    upstream rl_listener {
-        server 127.0.0.1:8082;
-    }
+    %%RL_LISTENER%%
 
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
+    %%RL_PROXY_KEEPALIVE%%
 
     server {
         listen       127.0.0.1:8070;
@@ -209,10 +206,7 @@ http {
 
         dynamo_rl_discovery /_rl_discovery valid=0 max_size=2m;
 
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://rl_listener;
-        }
+        %%RL_DISCOVERY_PLANE%%
 
         location /v1/rl/workers/ {
             dynamo_rl_plane admin;
@@ -221,9 +215,7 @@ http {
 
         %%RL_DISCOVERY_FETCH rl_listener%%
 
-        location = /rl/status {
-            dynamo_rl_status;
-        }
+        %%RL_APIS status%%
 
         location = /version {
             return 200 $version;

@@ -23,27 +23,20 @@ use strict;
 
 use Test::More;
 
-use Cwd qw/ abs_path /;
-use File::Basename qw/ dirname /;
 use JSON::PP;
-use POSIX qw/ WNOHANG /;
 use Socket qw/ getaddrinfo getnameinfo SOCK_STREAM NI_NUMERICHOST
 	NIx_NOSERV /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ time_limit /;
+use Test::DynamoRL::Fixture qw/ refresh_finish refresh_python refresh_start
+	rl_conf time_limit /;
 
 ###############################################################################
 
 time_limit(300);
 
-my $CLIENT = abs_path(dirname(__FILE__) . '/../examples/rl-refresh');
-my $PYTHON = $ENV{TEST_PYTHON} // 'python3';
-
-plan(skip_all => "no $PYTHON")
-	unless system("$PYTHON -c 'import sys; "
-		. "sys.exit(sys.version_info < (3, 6))' >/dev/null 2>&1") == 0;
+plan(skip_all => 'no python3 (or TEST_PYTHON)') unless refresh_python();
 
 # two gateway replicas: their rollout listeners, their trusted listeners;
 # a server that answers 500 to everything, inside replica 2's nginx; a
@@ -98,7 +91,7 @@ my $GD = 'http://127.0.0.1:' . port($DEAD);
 
 my $VERIFY = "$G1/v1/completions";
 
-my (%pids, $res, $out, $mark, $v, $s);
+my ($res, $out, $mark, $v, $s);
 my $version = 0;
 
 ###############################################################################
@@ -236,7 +229,7 @@ for my $p ($R1, $R2) {
 my $stream = parse_response(http_end($s));
 like($stream->{body}, qr/data: \[DONE\]/, 'drain: stream completed');
 
-$res = finish_refresh($run);
+$res = refresh_finish($run);
 $out = $res->{out};
 
 is($res->{rc}, 0, 'drain: exit 0') or diag($out);
@@ -444,7 +437,7 @@ ok(Test::DynamoRL::wait_for(sub {
 
 gate_post($T2, { action => 'open' });
 
-$res = finish_refresh($run);
+$res = refresh_finish($run);
 
 is($res->{rc}, 13, 'reopened: exit 13') or diag($res->{out});
 like($res->{out}, qr/^rl-refresh: FAILED at step 2\/9 drain, replica \Q$G2\E: the gate was reopened by someone else/m,
@@ -476,7 +469,7 @@ ok(Test::DynamoRL::wait_for(sub {
 
 kill 'TERM', $run->{pid};
 
-$res = finish_refresh($run);
+$res = refresh_finish($run);
 
 is($res->{rc}, 130, 'term: exit 130') or diag($res->{out});
 like($res->{out}, qr/^rl-refresh: interrupted\nrl-refresh: no gate is reopened after a failure; gates now: \Q$G1\E CLOSED, \Q$G2\E CLOSED$/m,
@@ -545,7 +538,8 @@ for my $bad ([ 'no gateway', [ '--model-path', 'p', '--weight-version', 'x' ] ],
 	[ 'long reason', [ '--gateway', $G1, '--model-path', 'p',
 		'--weight-version', 'x', '--reason', 'r' x 129 ] ])
 {
-	$res = finish_refresh(spawn(@{$bad->[1]}));
+	$res = refresh_finish(refresh_start($t1, proxy => $GD,
+		@{$bad->[1]}));
 	is($res->{rc}, 2, "usage: $bad->[0]") or diag($res->{out});
 }
 
@@ -566,7 +560,7 @@ is(join('', $t2->log_lines('error.log', qr/\[(?:alert|emerg)\]|exited on signal/
 sub nginx_conf {
 	my ($rollout, $trusted, $extra) = @_;
 
-	return <<"EOF";
+	return rl_conf(<<"EOF");
 
 %%TEST_GLOBALS%%
 
@@ -589,18 +583,14 @@ http {
 
     access_log %%TESTDIR%%/rl.log rl;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
+    %%RL_FRONTEND 8%%
 
     upstream rl_listener {
         server 127.0.0.1:8082;
         keepalive 4;
     }
 
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
+    %%RL_PROXY_KEEPALIVE%%
 
     # rollout clients
 
@@ -623,10 +613,7 @@ http {
     server {
         listen 127.0.0.1:$trusted;
 
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://rl_listener;
-        }
+        %%RL_DISCOVERY_PLANE%%
 
         location /v1/rl/workers/ {
             dynamo_rl_plane admin;
@@ -641,9 +628,7 @@ http {
             subrequest_output_buffer_size 4m;
         }
 
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
+        %%RL_APIS gate%%
 
         # the refresh's check that generation works, while the gates
         # are still closed
@@ -668,7 +653,7 @@ EOF
 # one refresh; a hash as the last argument replaces the replicas
 
 sub refresh {
-	return finish_refresh(start_refresh(@_));
+	return refresh_finish(start_refresh(@_));
 }
 
 sub start_refresh {
@@ -677,69 +662,12 @@ sub start_refresh {
 	my $o = ref $args[-1] eq 'HASH' ? pop @args : {};
 	my $replicas = $o->{replicas} // [ '--gateway', $G1, '--gateway', $G2 ];
 
-	return spawn(@$replicas, '--model-path', "/models/policy-$ver",
+	# the client's proxies point where nothing listens
+
+	return refresh_start($t1, proxy => $GD, @$replicas,
+		'--model-path', "/models/policy-$ver",
 		'--weight-version', $ver, '--lease', '30s', '--timeout', '10',
 		'--drain-timeout', '10', '--poll-interval', '0.05', @args);
-}
-
-# the client runs in the background, its output in a file; proxies in its
-# environment point where nothing listens
-
-my $RUNS;
-
-sub spawn {
-	my (@args) = @_;
-
-	my $file = $t1->testdir() . '/refresh.' . ++$RUNS . '.out';
-
-	my $pid = fork() // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-		open STDIN, '<', '/dev/null';
-		open STDOUT, '>', $file or POSIX::_exit(126);
-		open STDERR, '>&', \*STDOUT;
-
-		$ENV{$_} = "http://127.0.0.1:" . port($DEAD) for qw/ http_proxy
-			HTTP_PROXY https_proxy HTTPS_PROXY all_proxy ALL_PROXY /;
-		delete $ENV{$_} for qw/ no_proxy NO_PROXY /;
-
-		{ exec $PYTHON, $CLIENT, @args; }
-		print STDERR "cannot exec $PYTHON: $!\n";
-		POSIX::_exit(127);
-	}
-
-	$pids{$pid} = 1;
-
-	return { pid => $pid, file => $file };
-}
-
-sub finish_refresh {
-	my ($run) = @_;
-
-	my $status;
-
-	my $done = Test::DynamoRL::wait_for(sub {
-		waitpid($run->{pid}, WNOHANG) == $run->{pid} or return;
-		$status = $?;
-		return 1;
-	}, 60);
-
-	unless ($done) {
-		kill 'KILL', $run->{pid};
-		waitpid($run->{pid}, 0);
-		$status = -1;
-	}
-
-	delete $pids{$run->{pid}};
-
-	my $out = '';
-
-	if (open my $fh, '<', $run->{file}) {
-		local $/;
-		$out = <$fh> // '';
-	}
-
-	return { rc => $status == -1 ? -1 : $status >> 8, out => $out };
 }
 
 # one injected failure, checked in full: exit status, the step and the
@@ -975,13 +903,6 @@ sub max {
 	my $m = shift;
 	for (@_) { $m = $_ if $_ > $m }
 	return $m;
-}
-
-END {
-	for my $pid (keys %pids) {
-		kill 'KILL', $pid;
-		waitpid($pid, 0);
-	}
 }
 
 ###############################################################################

@@ -17,32 +17,22 @@ use strict;
 
 use Test::More;
 
-use Cwd qw/ abs_path /;
-use File::Basename qw/ dirname /;
 use JSON::PP;
-use POSIX qw/ WNOHANG /;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ refresh_finish refresh_python refresh_start
+	rl_conf time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
+time_limit(300);
 
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(300);
-
-my $CLIENT = abs_path(dirname(__FILE__) . '/../examples/rl-refresh');
-my $PYTHON = $ENV{TEST_PYTHON} // 'python3';
-
-plan(skip_all => "no $PYTHON")
-	unless system("$PYTHON -c 'import sys; "
-		. "sys.exit(sys.version_info < (3, 6))' >/dev/null 2>&1") == 0;
+plan(skip_all => 'no python3 (or TEST_PYTHON)') unless refresh_python();
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(25);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -56,24 +46,16 @@ http {
 
     dynamo_rl_zone zone=rl:5m;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-    }
+    %%RL_FRONTEND%%
 
-    upstream rl_listener {
-        server 127.0.0.1:8082;
-    }
+    %%RL_LISTENER%%
 
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
+    %%RL_PROXY_KEEPALIVE%%
 
     server {
         listen 127.0.0.1:8080;
 
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://rl_listener;
-        }
+        %%RL_DISCOVERY_PLANE%%
 
         location /v1/rl/workers/ {
             dynamo_rl_plane admin;
@@ -87,9 +69,7 @@ http {
             proxy_pass http://rl_listener/v1/rl/workers;
         }
 
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
+        %%RL_APIS gate%%
 
         # the generation check while the gate is closed
 
@@ -193,7 +173,7 @@ ok(Test::DynamoRL::wait_for(sub { calls_n($m, 0) >= 2 }, 10),
 
 $t->fake_unset('worker-0.respond.json');
 
-$res = finish_refresh($run);
+$res = refresh_finish($run);
 
 is($res->{rc}, 0, 'starting: exit 0 once the worker answers')
 	or diag($res->{out});
@@ -236,7 +216,7 @@ ok(Test::DynamoRL::wait_for(sub { calls_n($m, 0) >= 1 }, 10),
 $t->fake_set('discovery.json', doc([ 0, @VLLM ], [ 1, @VLLM ], [ 2, @VLLM ],
 	[ 2, 4242, @VLLM ]));
 
-$res = finish_refresh($run);
+$res = refresh_finish($run);
 
 is($res->{rc}, 14, 'joined: exit 14') or diag($res->{out});
 like($res->{out}, qr/^rl-refresh: FAILED at step 9\/9 members, replica \Q$G\E: the fleet changed during the refresh \(joined: 4242 at http:\/\/127\.0\.0\.1:\d+; left: none\)/m,
@@ -276,63 +256,17 @@ sub doc {
 }
 
 sub refresh {
-	return finish_refresh(start_refresh(@_));
+	return refresh_finish(start_refresh(@_));
 }
-
-my (%pids, $RUNS);
 
 sub start_refresh {
 	my ($ver, @args) = @_;
 
-	my $file = $t->testdir() . '/refresh.' . ++$RUNS . '.out';
-
-	my $pid = fork() // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-		open STDIN, '<', '/dev/null';
-		open STDOUT, '>', $file or POSIX::_exit(126);
-		open STDERR, '>&', \*STDOUT;
-
-		delete $ENV{$_} for qw/ http_proxy HTTP_PROXY https_proxy
-			HTTPS_PROXY all_proxy ALL_PROXY /;
-
-		{ exec $PYTHON, $CLIENT, '--gateway', $G,
-			'--model-path', "/models/policy-$ver",
-			'--weight-version', $ver, '--lease', '30s',
-			'--timeout', '10', '--drain-timeout', '10',
-			'--poll-interval', '0.05', @args; }
-		POSIX::_exit(127);
-	}
-
-	$pids{$pid} = 1;
-
-	return { pid => $pid, file => $file };
-}
-
-sub finish_refresh {
-	my ($run) = @_;
-
-	my $status;
-
-	my $done = Test::DynamoRL::wait_for(sub {
-		waitpid($run->{pid}, WNOHANG) == $run->{pid} or return;
-		$status = $?;
-		return 1;
-	}, 60);
-
-	unless ($done) {
-		kill 'KILL', $run->{pid};
-		waitpid($run->{pid}, 0);
-		$status = -1;
-	}
-
-	delete $pids{$run->{pid}};
-
-	open my $fh, '<', $run->{file};
-	local $/;
-	my $out = $fh ? <$fh> // '' : '';
-
-	return { rc => $status == -1 ? -1 : $status >> 8, out => $out };
+	return refresh_start($t, '--gateway', $G,
+		'--model-path', "/models/policy-$ver",
+		'--weight-version', $ver, '--lease', '30s',
+		'--timeout', '10', '--drain-timeout', '10',
+		'--poll-interval', '0.05', @args);
 }
 
 sub mark {
@@ -383,11 +317,5 @@ sub reset_all {
 	http_json('/rl/gate', json => { action => 'open' });
 }
 
-END {
-	for my $pid (keys %pids) {
-		kill 'KILL', $pid;
-		waitpid($pid, 0);
-	}
-}
 
 ###############################################################################

@@ -152,12 +152,9 @@ http {
 
     access_log %%TESTDIR%%/rl.log rl;
 
-    upstream rl_listener {
-        server 127.0.0.1:8082;
-    }
+    %%RL_LISTENER%%
 
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
+    %%RL_PROXY_KEEPALIVE%%
 
     server {
         listen       127.0.0.1:8080;

@@ -346,10 +346,7 @@ http {
 
     access_log %%TESTDIR%%/rl.log rl;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
+    %%RL_FRONTEND 8%%
 
     # the rollout listener
 
@@ -398,17 +395,7 @@ http {
             proxy_read_timeout 30s;
         }
 
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
-
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
-
-        location = /rl/status {
-            dynamo_rl_status;
-        }
+        %%RL_APIS gate attempts status%%
     }
 }
 

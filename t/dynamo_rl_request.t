@@ -24,7 +24,7 @@ use Time::HiRes qw/ time /;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ call flat frontend_records frontend_requests
-	json raw read_until rl_conf time_limit /;
+	json raw read_until record_with rl_conf time_limit /;
 
 ###############################################################################
 
@@ -48,10 +48,7 @@ http {
                               '"outcome":"$dynamo_rl_outcome",'
                               '"status":"$status","uri":"$request_uri"}';
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
+    %%RL_FRONTEND 8%%
 
     # the same frontend twice: a failed GET goes on to the "next" server
 
@@ -204,7 +201,7 @@ $id = $r->{headers}{'x-dynamo-attempt-id'};
 like($id, $UUID7, 'minted: UUIDv7 on the response');
 is($r->{headers}{'x-request-id'}, $id, 'minted: frontend echoed x-request-id');
 
-$rec = record_with('x-dynamo-attempt-id', $id);
+$rec = record_with($t, 'x-dynamo-attempt-id', $id);
 ok($rec, 'minted: frontend received x-dynamo-attempt-id');
 is($rec->{headers}{'x-request-id'}, $id, 'minted: frontend x-request-id');
 is($rec->{uri}, '/v1/completions', 'minted: frontend uri');
@@ -252,7 +249,7 @@ for my $cid ('abc.DEF_1:2-3', 'a', 'Z' x 128, '0.1:2_3-' x 16) {
 	is($r->{status}, 200, "$name: status");
 	is($r->{headers}{'x-dynamo-attempt-id'}, $cid, "$name: returned");
 
-	$rec = record_with('x-dynamo-attempt-id', $cid);
+	$rec = record_with($t, 'x-dynamo-attempt-id', $cid);
 	ok($rec, "$name: forwarded unchanged");
 	is($rec && $rec->{headers}{'x-request-id'}, $cid,
 		"$name: forwarded as x-request-id");
@@ -264,7 +261,7 @@ $r = call('POST', '/v1/completions', body => $BODY,
 	headers => [ 'x-DYNAMO-attempt-ID' => 'lower-case-1' ]);
 is($r->{headers}{'x-dynamo-attempt-id'}, 'lower-case-1',
 	'client id: header name in any case');
-ok(record_with('x-request-id', 'lower-case-1'),
+ok(record_with($t, 'x-request-id', 'lower-case-1'),
 	'client id: any case, forwarded');
 
 # bad client ids: 400 in the flat shape, a minted id, one info line, and
@@ -324,7 +321,7 @@ $r = call('POST', '/v1/completions?case=lf', body => $BODY,
 	headers => [ 'X-Dynamo-Attempt-Id' => "lf-id\nInjected: 1" ]);
 
 is($r->{status}, 200, 'bare LF: a header line of its own');
-$rec = record_with('x-dynamo-attempt-id', 'lf-id');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'lf-id');
 ok($rec, 'bare LF: the id before the LF');
 ok(!grep({ /[\r\n]/ } map { ref $_ ? @$_ : $_ } values %{$rec->{headers}}),
 	'bare LF: no CR or LF forwarded in a value');
@@ -338,7 +335,7 @@ is(scalar(grep { grep { /[\r\n]/ } map { ref $_ ? @$_ : $_ }
 $r = call('POST', '/v1/completions', body => $BODY,
 	headers => [ 'X-Request-Id' => 'evil', 'x-request-id' => 'evil2' ]);
 $id = $r->{headers}{'x-dynamo-attempt-id'};
-$rec = record_with('x-dynamo-attempt-id', $id);
+$rec = record_with($t, 'x-dynamo-attempt-id', $id);
 
 is($rec && $rec->{headers}{'x-request-id'}, $id,
 	'client x-request-id: replaced by the attempt id');
@@ -347,7 +344,7 @@ is($r->{headers}{'x-request-id'}, $id, 'client x-request-id: echo is the id');
 $r = call('POST', '/v1/completions', body => $BODY,
 	headers => [ 'X-Dynamo-Attempt-Id' => 'with-rid-1',
 		'X-Request-Id' => 'evil' ]);
-$rec = record_with('x-dynamo-attempt-id', 'with-rid-1');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'with-rid-1');
 is($rec && $rec->{headers}{'x-request-id'}, 'with-rid-1',
 	'client x-request-id: replaced by the client attempt id');
 
@@ -361,7 +358,7 @@ like($id, $UUID7, 'X-Trace-Id: id on the response');
 ok(!exists $r->{headers}{'x-dynamo-attempt-id'},
 	'X-Trace-Id: no X-Dynamo-Attempt-Id on the response');
 
-$rec = record_with('x-trace-id', $id);
+$rec = record_with($t, 'x-trace-id', $id);
 ok($rec, 'X-Trace-Id: forwarded');
 ok($rec && !exists $rec->{headers}{'x-dynamo-attempt-id'},
 	'X-Trace-Id: no x-dynamo-attempt-id upstream');
@@ -371,7 +368,7 @@ ok($rec && !exists $rec->{headers}{'x-request-id'},
 $r = call('POST', '/v1/completions', body => $BODY, port => 8083,
 	headers => [ 'X-Trace-Id' => 'trace-1' ]);
 is($r->{headers}{'x-trace-id'}, 'trace-1', 'X-Trace-Id: client id returned');
-ok(record_with('x-trace-id', 'trace-1'), 'X-Trace-Id: client id forwarded');
+ok(record_with($t, 'x-trace-id', 'trace-1'), 'X-Trace-Id: client id forwarded');
 
 $n = frontend_requests($t);
 $r = call('POST', '/v1/completions', body => $BODY, port => 8083,
@@ -382,7 +379,7 @@ is(frontend_requests($t), $n, 'X-Trace-Id: bad id not forwarded');
 
 $r = call('POST', '/v1/chat/completions', body => $BODY, port => 8083);
 $id = $r->{headers}{'x-trace-id'};
-$rec = record_with('x-trace-id', $id);
+$rec = record_with($t, 'x-trace-id', $id);
 
 like($id, $UUID7, 'X-Upstream-Id: id on the response as X-Trace-Id');
 is($rec && $rec->{headers}{'x-upstream-id'}, $id,
@@ -395,7 +392,7 @@ ok($rec && !exists $rec->{headers}{'x-request-id'},
 
 $r = call('GET', '/v1/models', port => 8083);
 $id = $r->{headers}{'x-request-id'};
-$rec = record_with('x-request-id', $id // '') // { headers => {} };
+$rec = record_with($t, 'x-request-id', $id // '') // { headers => {} };
 
 is($r->{status}, 200, 'X-Request-Id as attempt header: status');
 like($id, $UUID7, 'X-Request-Id as attempt header: one id on the response');
@@ -415,7 +412,7 @@ $r = call('POST', '/v1/completions', body => $BODY,
 		'X-Dp-Rank-Hint' => 'kept',
 		@filler ]);
 $id = $r->{headers}{'x-dynamo-attempt-id'};
-$rec = record_with('x-dynamo-attempt-id', $id) // { headers => {} };
+$rec = record_with($t, 'x-dynamo-attempt-id', $id) // { headers => {} };
 
 is($r->{status}, 200, 'strip: status');
 
@@ -437,7 +434,7 @@ $r = call('POST', '/v1/chat/completions', body => $BODY, port => 8084,
 	headers => [ (map { ($_ => 'pin-2') } @ROUTING),
 		'x-tenant-id' => 'tenant-b' ]);
 $id = $r->{headers}{'x-dynamo-attempt-id'};
-$rec = record_with('x-dynamo-attempt-id', $id) // { headers => {} };
+$rec = record_with($t, 'x-dynamo-attempt-id', $id) // { headers => {} };
 
 is($r->{status}, 200, 'strip off: status');
 is(scalar(grep { ($rec->{headers}{lc $_} // '') eq 'pin-2' } @ROUTING), 9,
@@ -517,7 +514,7 @@ for my $target ('/v1/completions/..%2F..%2Fx', '/v1/completions%2f..%2f..%2fx')
 
 $r = call('POST', '/v1/completions?a=1&b=two', body => $BODY);
 $id = $r->{headers}{'x-dynamo-attempt-id'};
-$rec = record_with('x-dynamo-attempt-id', $id);
+$rec = record_with($t, 'x-dynamo-attempt-id', $id);
 
 is($r->{status}, 200, 'query: status');
 is($rec && $rec->{uri}, '/v1/completions?a=1&b=two', 'query: forwarded');
@@ -526,7 +523,7 @@ is($rec && $rec->{uri}, '/v1/completions?a=1&b=two', 'query: forwarded');
 
 $r = call('POST', 'http://localhost/v1/completions?abs=1', body => $BODY);
 $id = $r->{headers}{'x-dynamo-attempt-id'};
-$rec = record_with('x-dynamo-attempt-id', $id);
+$rec = record_with($t, 'x-dynamo-attempt-id', $id);
 
 is($r->{status}, 200, 'absolute form: status');
 is($rec && $rec->{uri}, '/v1/completions?abs=1', 'absolute form: forwarded');
@@ -560,7 +557,7 @@ like(read_until($s, undef, 10), qr/^HTTP\/1\.1 200 /,
 	'early 400: next request on the connection');
 close $s;
 
-ok(record_with('x-dynamo-attempt-id', 'after-early-400'),
+ok(record_with($t, 'x-dynamo-attempt-id', 'after-early-400'),
 	'early 400: next request forwarded');
 is(scalar(grep { $_->{uri} =~ /case=early/ } @{frontend_records($t)}), 0,
 	'early 400: refused request not forwarded');
@@ -586,7 +583,7 @@ $id = $r->{headers}{'x-dynamo-attempt-id'};
 is($r->{status}, 200, 'GET /v1/models: status');
 is(json($r)->{object}, 'list', 'GET /v1/models: body');
 like($id, $UUID7, 'GET /v1/models: attempt id');
-ok(record_with('x-request-id', $id), 'GET /v1/models: id upstream');
+ok(record_with($t, 'x-request-id', $id), 'GET /v1/models: id upstream');
 
 $r = call('HEAD', '/v1/models');
 $id = $r->{headers}{'x-dynamo-attempt-id'};
@@ -594,7 +591,7 @@ $id = $r->{headers}{'x-dynamo-attempt-id'};
 is($r->{status}, 200, 'HEAD /v1/models: status');
 is($r->{body}, '', 'HEAD /v1/models: no body');
 like($id, $UUID7, 'HEAD /v1/models: attempt id');
-$rec = record_with('x-request-id', $id);
+$rec = record_with($t, 'x-request-id', $id);
 is($rec && $rec->{method}, 'HEAD', 'HEAD /v1/models: forwarded as HEAD');
 
 # X-Accel-* from the frontend do not steer nginx, nor reach the client
@@ -776,17 +773,6 @@ sub records_with {
 		@{frontend_records($t)};
 }
 
-sub record_with {
-	my ($name, $value) = @_;
-
-	return undef unless defined $value;
-
-	my @r = grep { !exists $_->{event}
-		&& ($_->{headers}{$name} // '') eq $value }
-		@{frontend_records($t)};
-
-	return $r[0];
-}
 
 sub wait_record {
 	my ($match) = @_;

@@ -20,18 +20,15 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ record_with rl_conf time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(120);
+time_limit(120);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(33);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -41,10 +38,7 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
+    %%RL_FRONTEND 8%%
 
     server {
         listen       127.0.0.1:8080;
@@ -77,9 +71,7 @@ http {
         listen       127.0.0.1:8086;
         server_name  localhost;
 
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
+        %%RL_APIS attempts%%
     }
 }
 
@@ -88,7 +80,6 @@ EOF
 $t->run_fake_dynamo();
 $t->run();
 
-my $FRONTEND_LOG = $t->fake_dir() . '/frontend.log';
 
 my $UUID7 = qr/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-
 	[0-9a-f]{12}$/x;
@@ -105,7 +96,7 @@ $r = call('/v1/completions', $BODY, 'request-id' => 'client-rid',
 	'X-Dynamo-Request-Id' => '00000000-0000-4000-8000-000000000000');
 my $id = $r->{headers}{'x-dynamo-attempt-id'};
 like($id, $UUID7, 'minted: attempt id');
-$rec = record_with('x-dynamo-attempt-id', $id);
+$rec = record_with($t, 'x-dynamo-attempt-id', $id);
 is($rec && $rec->{headers}{'request-id'}, $id, 'minted: request-id upstream');
 ok($rec && !exists $rec->{headers}{'x-dynamo-request-id'},
 	'minted: client x-dynamo-request-id removed');
@@ -115,7 +106,7 @@ is($a && $a->{request_id}, $id, 'minted: request_id in the attempts API');
 # a client id that is not a UUID: a UUIDv7 minted for it
 
 $r = call('/v1/completions', $BODY, 'X-Dynamo-Attempt-Id' => 'traj-1.turn-2');
-$rec = record_with('x-dynamo-attempt-id', 'traj-1.turn-2');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'traj-1.turn-2');
 my $rid = $rec && $rec->{headers}{'request-id'};
 like($rid, $UUID7, 'client id: a UUIDv7 upstream as request-id');
 isnt($rid, 'traj-1.turn-2', 'client id: not the attempt id');
@@ -142,7 +133,7 @@ like($a && $a->{request_id}, $UUID7, '128-byte id: request_id');
 my $uuid = '0190a0b4-1c2d-7e3f-8a4b-5c6d7e8f9a0b';
 $r = call('/v1/completions', $BODY, 'X-Dynamo-Attempt-Id' => $uuid,
 	'Request-Id' => 'other');
-$rec = record_with('x-dynamo-attempt-id', $uuid);
+$rec = record_with($t, 'x-dynamo-attempt-id', $uuid);
 is($rec && $rec->{headers}{'request-id'}, $uuid, 'UUID id: request-id');
 $a = attempt($uuid);
 is($a && $a->{request_id}, $uuid, 'UUID id: request_id');
@@ -153,7 +144,7 @@ $r = call('/v1/completions', $BODY, 'X-Dynamo-Attempt-Id' => 'turn-3',
 	'X-Request-Id' => 'trajectory-9');
 is($r->{status}, 200, 'x-request-id: not an attempt id');
 is($r->{headers}{'x-dynamo-attempt-id'}, 'turn-3', 'x-request-id: attempt');
-$rec = record_with('x-dynamo-attempt-id', 'turn-3');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'turn-3');
 is($rec && $rec->{headers}{'x-request-id'}, 'turn-3',
 	'x-request-id: the attempt id upstream');
 is($rec && $rec->{headers}{'x-client-request-id'}, 'trajectory-9',
@@ -170,7 +161,7 @@ is($r->{status}, 200, 'x-request-id reused again: 200');
 
 $r = call('/v1/completions', $BODY, 'X-Dynamo-Attempt-Id' => 'turn-4',
 	'X-Request-Id' => 'trajectory-9', port => port(8083));
-$rec = record_with('x-dynamo-attempt-id', 'turn-4');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'turn-4');
 is($rec && $rec->{headers}{'x-request-id'}, 'trajectory-9',
 	'upstream header off: x-request-id as sent');
 ok($rec && !exists $rec->{headers}{'x-client-request-id'},
@@ -182,7 +173,7 @@ like($rec && $rec->{headers}{'request-id'}, $UUID7,
 
 $r = call('/generate', '{"rid":"slime-1","input_ids":[1]}');
 is($r->{headers}{'x-dynamo-attempt-id'}, 'slime-1', 'rid: attempt id');
-$rec = record_with('x-dynamo-attempt-id', 'slime-1');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'slime-1');
 $rid = $rec && $rec->{headers}{'request-id'};
 like($rid, $UUID7, 'rid: request-id is a UUIDv7');
 $a = attempt('slime-1');
@@ -190,7 +181,7 @@ is($a && $a->{request_id}, $rid, 'rid: request_id in the ledger');
 
 my $ruuid = '0190a0b4-1c2d-7e3f-8a4b-000000000001';
 $r = call('/generate', qq({"rid":"$ruuid","input_ids":[1]}));
-$rec = record_with('x-dynamo-attempt-id', $ruuid);
+$rec = record_with($t, 'x-dynamo-attempt-id', $ruuid);
 is($rec && $rec->{headers}{'request-id'}, $ruuid, 'UUID rid: request-id');
 $a = attempt($ruuid);
 is($a && $a->{request_id}, $ruuid, 'UUID rid: request_id');
@@ -199,7 +190,7 @@ is($a && $a->{request_id}, $ruuid, 'UUID rid: request_id');
 
 $r = call('/v1/completions', $BODY, 'X-Dynamo-Attempt-Id' => 'many-1',
 	'request-id' => 'a', 'Request-ID' => 'b', 'x-dynamo-request-id' => 'c');
-$rec = record_with('x-dynamo-attempt-id', 'many-1');
+$rec = record_with($t, 'x-dynamo-attempt-id', 'many-1');
 ok($rec && !ref $rec->{headers}{'request-id'}, 'many: one request-id');
 like($rec && $rec->{headers}{'request-id'}, $UUID7, 'many: ours');
 
@@ -248,21 +239,5 @@ sub attempt {
 	return eval { decode_json($r->{body}) };
 }
 
-sub record_with {
-	my ($name, $value) = @_;
-
-	open my $fh, '<', $FRONTEND_LOG or return undef;
-
-	while (my $line = <$fh>) {
-		next unless index($line, $value) >= 0;
-
-		my $rec = eval { JSON::PP->new->decode($line) } or next;
-		my $v = $rec->{headers}{$name} // next;
-
-		return $rec if $v eq $value;
-	}
-
-	return undef;
-}
 
 ###############################################################################

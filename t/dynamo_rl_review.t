@@ -24,14 +24,11 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ time_limit /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(Test::DynamoRL::scale(300));
+time_limit(Test::DynamoRL::scale(300));
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(11);
 

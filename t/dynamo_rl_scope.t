@@ -22,23 +22,19 @@ use strict;
 use Test::More;
 
 use JSON::PP;
-use Math::BigInt;
 use POSIX ();
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ doc rl_conf time_limit worker /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(Test::DynamoRL::scale(240));
+time_limit(Test::DynamoRL::scale(240));
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy map http_v2/)->plan(150);
 
-$t->write_file_expand('nginx.conf', <<'EOF');
+$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%TEST_GLOBALS%%
 
@@ -60,9 +56,7 @@ http {
 
     access_log %%TESTDIR%%/rl.log rl;
 
-    upstream rl_listener {
-        server 127.0.0.1:8082;
-    }
+    %%RL_LISTENER%%
 
     # the caller, as auth_request or a client certificate would say it
 
@@ -92,8 +86,7 @@ http {
         default   $rl_ns;
     }
 
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
+    %%RL_PROXY_KEEPALIVE%%
 
     server {
         listen       127.0.0.1:8080;
@@ -121,17 +114,13 @@ http {
             proxy_pass http://rl_listener/v1/rl/workers;
         }
 
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
+        %%RL_APIS gate%%
 
         location = /rl/gate/view {
             dynamo_rl_gate_api read_only;
         }
 
-        location = /metrics {
-            dynamo_rl_metrics;
-        }
+        %%RL_APIS metrics%%
     }
 
     # inherited into a nested location; the two-argument form
@@ -161,9 +150,7 @@ http {
 
         # a caller's scope is per request: the status lists no worker
 
-        location = /rl/status {
-            dynamo_rl_status;
-        }
+        %%RL_APIS status%%
     }
 }
 
@@ -177,13 +164,6 @@ $t->run();
 my $JS = JSON::PP->new->canonical->allow_bignum;
 
 my $W = '/v1/rl/workers';
-
-my @VLLM = sort qw/
-	liveness_probe pause_generation resume_generation flush_cache
-	update_weights_from_disk get_weight_version
-	update_weights_from_distributed init_weights_update_group
-	destroy_weights_update_group update_weights_from_tensor abort_request
-/;
 
 my ($r, @l);
 
@@ -520,37 +500,6 @@ SKIP: {
 }
 
 ###############################################################################
-
-sub worker {
-	my (%o) = @_;
-
-	my $w = delete $o{w} // 0;
-	my $id = delete $o{id};
-
-	my %e = (
-		namespace => 'dynamo',
-		component => 'backend',
-		endpoint => 'rl',
-		instance_id => Math::BigInt->new($id),
-		transport => { tcp => "127.0.0.1:9999/$id/rl" },
-		request_plane_url => 'dyn://dynamo.backend.rl',
-		system_url => 'http://127.0.0.1:' . port(8091 + $w),
-		model => 'Qwen/Qwen3-0.6B',
-		routes => [ @VLLM ],
-		world_size => 1,
-	);
-
-	$e{$_} = $o{$_} for keys %o;
-
-	return \%e;
-}
-
-sub doc {
-	my (@workers) = @_;
-
-	return '{"protocol_version":1,"namespace":"dynamo","workers":['
-		. join(',', map { $JS->encode($_) } @workers) . ']}';
-}
 
 my $SEQ;
 

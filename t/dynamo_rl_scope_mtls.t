@@ -25,14 +25,11 @@ use POSIX ();
 
 use lib 't/lib';
 use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ time_limit vllm_routes /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(Test::DynamoRL::scale(120));
+time_limit(Test::DynamoRL::scale(120));
 
 my $REPO = abs_path(dirname(__FILE__) . '/..');
 
@@ -54,13 +51,6 @@ $t->run();
 ###############################################################################
 
 my $W = '/v1/rl/workers';
-
-my @VLLM = sort qw/
-	liveness_probe pause_generation resume_generation flush_cache
-	update_weights_from_disk get_weight_version
-	update_weights_from_distributed init_weights_update_group
-	destroy_weights_update_group update_weights_from_tensor abort_request
-/;
 
 $t->fake_set('discovery.json', '{"protocol_version":1,"namespace":"team",'
 	. '"workers":[' . join(',', worker(101, 0, 'team-a'),
@@ -268,7 +258,7 @@ sub worker {
 		. '"transport":{"tcp":"127.0.0.1:9999/' . $id . '/rl"},'
 		. '"request_plane_url":"dyn://' . $ns . '.backend.rl",'
 		. '"system_url":"http://127.0.0.1:' . port(8091 + $w) . '",'
-		. '"model":"Qwen/Qwen3-0.6B","routes":' . encode_json(\@VLLM)
+		. '"model":"Qwen/Qwen3-0.6B","routes":' . encode_json([ vllm_routes() ])
 		. ',"world_size":1}';
 }
 

@@ -28,7 +28,7 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ rl_conf /;
+use Test::DynamoRL::Fixture qw/ rl_conf slurp /;
 
 ###############################################################################
 
@@ -355,13 +355,6 @@ sub run_node {
 	return ($st, @lines);
 }
 
-sub slurp {
-	my ($path) = @_;
-
-	open my $fh, '<', $path or return undef;
-	local $/;
-	return <$fh>;
-}
 
 # the first lines say what failed, the last where the whole log is
 

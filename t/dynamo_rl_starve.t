@@ -53,8 +53,7 @@ http {
 
     dynamo_rl_body_policy off;
 
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
+    %%RL_PROXY_KEEPALIVE%%
 
     server {
         listen 127.0.0.1:8080;
@@ -94,13 +93,7 @@ http {
 
         %%RL_DISCOVERY_FETCH%%
 
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
-
-        location = /rl/status {
-            dynamo_rl_status;
-        }
+        %%RL_APIS attempts status%%
     }
 }
 
@@ -444,7 +437,7 @@ sub tiny_conf {
 
 	$discovery //= '';
 
-	return <<"EOF";
+	return rl_conf(<<"EOF");
 
 %%TEST_GLOBALS%%
 

@@ -23,7 +23,7 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ time_limit /;
+use Test::DynamoRL::Fixture qw/ rl_conf slurp time_limit /;
 
 ###############################################################################
 
@@ -65,7 +65,7 @@ is(join(' ', $r->{status}, $r->{json}{state}, $r->{json}{epoch}),
 
 # written before the answer
 
-like(slurp($STATE), qr/\Adynamo_rl_state 1\nwritten \d+\ngate closed 1 /,
+like(slurp($STATE) // '', qr/\Adynamo_rl_state 1\nwritten \d+\ngate closed 1 /,
 	'close: in the state file before the answer');
 
 $r = gen('state-closed-1');
@@ -76,7 +76,7 @@ is(join(' ', $r->{status}, $r->{headers}{'x-dynamo-rl-reason'} // ''),
 
 $t->stop_nginx();
 
-like(slurp($STATE), qr/^a state-used-1 3 200 /m,
+like(slurp($STATE) // '', qr/^a state-used-1 3 200 /m,
 	'stop: the used id written on exit');
 
 $t->run();
@@ -219,7 +219,7 @@ is(gate_post({ action => 'open' })->{status}, 200, 'writable again: opened');
 
 $t->stop_nginx();
 
-my $text = slurp($STATE);
+my $text = slurp($STATE) // '';
 like($text, qr/^a state-used-3 /m, 'stop after upgrade: new id written');
 
 (my $bad = $text) =~ s/state-used-3/state-used-X/;
@@ -347,7 +347,7 @@ sub nginx_conf {
 
 	my $request = $extra + 10;
 
-	return <<"EOF";
+	return rl_conf(<<"EOF");
 
 %%TEST_GLOBALS%%
 
@@ -365,19 +365,14 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m $state;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-    }
+    %%RL_FRONTEND%%
 
     server {
         listen       127.0.0.1:8080;
         listen       127.0.0.1:$request;
         server_name  localhost;
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            proxy_pass http://frontend;
-        }
+        %%RL_REQUEST_PLANE%%
     }
 
     server {
@@ -385,13 +380,7 @@ http {
         listen       127.0.0.1:$extra;
         server_name  localhost;
 
-        location = /rl/gate {
-            dynamo_rl_gate_api;
-        }
-
-        location /rl/attempts/ {
-            dynamo_rl_attempts_api;
-        }
+        %%RL_APIS gate attempts%%
     }
 }
 
@@ -433,12 +422,6 @@ sub forwarded {
 		map { $json->decode($_) } grep { /\S/ } <$fh>;
 }
 
-sub slurp {
-	my ($path) = @_;
-	open my $fh, '<', $path or return '';
-	local $/;
-	return <$fh>;
-}
 
 sub spew {
 	my ($path, $content) = @_;

@@ -30,16 +30,12 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call doc iso_ms rl_conf vllm_routes
+use Test::DynamoRL::Fixture qw/ call doc iso_ms rl_conf time_limit vllm_routes
 	worker /;
 
 ###############################################################################
 
-select STDERR; $| = 1;
-select STDOUT; $| = 1;
-
-$SIG{ALRM} = sub { die "test timed out\n" };
-alarm(300);
+time_limit(300);
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(128);
 
@@ -53,18 +49,9 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
 
-    upstream frontend {
-        server 127.0.0.1:8081;
-        keepalive 8;
-    }
-
-    upstream rl_listener {
-        server 127.0.0.1:8082;
-    }
-
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
-    proxy_buffering off;
+    %%RL_FRONTEND 8%%
+    %%RL_LISTENER%%
+    %%RL_PROXY_KEEPALIVE unbuffered%%
 
     server {
         listen       127.0.0.1:8080;

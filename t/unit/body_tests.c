@@ -13,6 +13,8 @@
 
 #include "ngx_http_dynamo_rl_module.h"
 
+#include "tap.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -35,12 +37,6 @@ typedef struct {
     ngx_int_t    rc;
 } url_case_t;
 
-
-static void ok(int cond, const char *name);
-
-
-static int  tests;
-static int  failed;
 
 static ngx_http_dynamo_rl_body_scan_t  bs;
 
@@ -148,19 +144,6 @@ static url_case_t  urls[] = {
     { "", NGX_DECLINED },
     { NULL, 0 }
 };
-
-
-static void
-ok(int cond, const char *name)
-{
-    tests++;
-
-    if (!cond) {
-        failed++;
-    }
-
-    printf("%sok %d - %s\n", cond ? "" : "not ", tests, name);
-}
 
 
 int
@@ -327,7 +310,5 @@ main(void)
            == u->rc, name);
     }
 
-    printf("1..%d\n", tests);
-
-    return failed ? 1 : 0;
+    return done_testing();
 }

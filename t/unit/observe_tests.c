@@ -6,6 +6,8 @@
 
 #include "ngx_http_dynamo_rl_module.h"
 
+#include "tap.h"
+
 #include <stdio.h>
 
 
@@ -28,12 +30,6 @@ typedef struct {
     ngx_uint_t   found;
 } reason_case_t;
 
-
-static void ok(int cond, const char *name);
-
-
-static int  tests;
-static int  failed;
 
 
 static bucket_case_t  buckets[] = {
@@ -69,19 +65,6 @@ static reason_case_t  reasons[] = {
     { "", 0, 0 },
     { NULL, 0, 0 }
 };
-
-
-static void
-ok(int cond, const char *name)
-{
-    tests++;
-
-    if (!cond) {
-        failed++;
-    }
-
-    printf("%sok %d - %s\n", cond ? "" : "not ", tests, name);
-}
 
 
 int
@@ -146,7 +129,5 @@ main(void)
     ok(series == 28, "28 (plane, reason) series");
     ok(stored == 3, "3 more with a store, on the request plane");
 
-    printf("1..%d\n", tests);
-
-    return failed ? 1 : 0;
+    return done_testing();
 }

@@ -36,6 +36,14 @@ package Test::DynamoRL::Fixture;
 #                                 timeout)
 #         %%RL_FRONTEND [n]%%     upstream "frontend": the fake frontend
 #                                 (8081), with "keepalive n" if given
+#         %%RL_LISTENER%%         upstream "rl_listener": the fake RL
+#                                 listener (8082)
+#         %%RL_PROXY_KEEPALIVE [unbuffered]%%  HTTP/1.1 with an empty
+#                                 Connection to upstreams, for their
+#                                 keepalive; "unbuffered" adds
+#                                 proxy_buffering off
+#         %%RL_FAKETIME%%         the environment that faketime() sets,
+#                                 passed to the worker processes
 #         %%RL_NOT_FOUND [json]%% location / answering 404, with
 #                                 "json" the frontend's JSON error body
 #         %%RL_DISCOVERY_PLANE%%  location = /v1/rl/workers, proxied to
@@ -57,6 +65,9 @@ package Test::DynamoRL::Fixture;
 #                           hash (status 0 if nothing came) plus
 #                           "raw_body", the body before any de-chunking
 #     start($method, $uri, %o)  sends raw(), returns the socket
+#     hold($id, port => N)  starts a generation under attempt id $id that
+#                           the fake frontend holds open (scenario
+#                           "hang"); returns the socket
 #     resp($raw)            parse_response(), or an empty answer
 #     json($r)              the body of $r decoded, {} if not JSON
 #     flat($r, $code, $type)  true if the body is an OpenAI-style error
@@ -66,6 +77,15 @@ package Test::DynamoRL::Fixture;
 #     json_error($r)        "<status> <error of the JSON body>"
 #     api($id, port => N)   GET /rl/attempts/<id> on 8070, with "json"
 #     metrics($port)        the samples of GET /metrics: name => value
+#     plane_reasons()       the reasons of dynamo_rl_denials_total that
+#                           each plane can give: plane => [ reasons ]
+#     duration_buckets()    the "le" of every duration histogram
+#     samples($text)        the samples of an exposition, labels and all:
+#                           name{label=value,...} => value, labels sorted
+#     parse_labels($s)      the labels of a sample: name => value
+#     promtool()            the path of promtool, undef if not installed
+#     promtool_check($t, $text)  the exit code and output of "promtool
+#                           check metrics" on $text; -1 without promtool
 #     concurrent($port, @paths)  POST {} to every path at once, then
 #                           read the answers
 #     read_until($sock, $re, $seconds)  reads until $re matches, the
@@ -86,18 +106,48 @@ package Test::DynamoRL::Fixture;
 #
 # Files of a test:
 #
+#     slurp($path)          the content of a file, undef if unreadable
 #     json_lines($path, bytes => 1)  the JSON lines of a file, decoded
 #                           (from UTF-8, or as bytes)
 #     err_since($t, $off)   the lines of error.log from byte $off
 #     frontend_records($t)  what the fake frontend received
 #     frontend_requests($t) how many requests (not events) it received
 #     forwarded($t, $id)    how many of them had X-Request-Id $id
+#     record_with($t, $name, $value)  the first request the fake
+#                           frontend received with header $name $value
 #     listener_fetches($t)  how many requests the fake listener answered
 #     worker_counts($t) / worker_records_since($t, $counts)
 #                           what the fake workers received since
 #     admin_call($t, $method, $path, %o)  an admin-plane call with its
 #                           access-log entry, error-log lines and the
 #                           worker records it caused (see below)
+#
+# nginx's wall clock (libfaketime):
+#
+#     faketime($t)          runs nginx with libfaketime, which reads an
+#                           offset from the real time in the test
+#                           directory on every call; the wall clock only,
+#                           the monotonic one stays; nginx.conf needs
+#                           "env FAKETIME_TIMESTAMP_FILE; env
+#                           FAKETIME_NO_CACHE; env
+#                           FAKETIME_DONT_FAKE_MONOTONIC;"
+#     set_clock($t, $offset)  sets the offset ("+7200", "-60")
+#     clock_is($offset, port => N)  waits until nginx's wall clock, as
+#                           /rl/status on N shows it, is the real time
+#                           plus $offset seconds (within 5 s)
+#
+# Processes of a test's own:
+#
+#     refresh_python()      the python of examples/rl-refresh: python3,
+#                           or TEST_PYTHON; undef if it is not there or
+#                           older than 3.6
+#     refresh_start($t, proxy => $url, @args)  examples/rl-refresh with
+#                           @args in the background (python3, or
+#                           TEST_PYTHON), its output in a file; every
+#                           proxy variable of its environment set to $url,
+#                           or unset without one; returns the run
+#     refresh_finish($run)  waits for it (60 s, then kills it); returns
+#                           { rc => exit code or -1, out => its output }
 #
 # Servers of a test's own:
 #
@@ -113,12 +163,17 @@ use strict;
 
 use base qw/ Exporter /;
 
-our @EXPORT_OK = qw/ time_limit rl_conf raw call start resp json flat json_error
-	is_true is_false iso_ms api metrics concurrent read_until vllm_routes
-	worker doc json_lines err_since frontend_records frontend_requests
-	forwarded listener_fetches worker_counts worker_records_since
-	admin_call curl_response fork_server /;
+our @EXPORT_OK = qw/ time_limit rl_conf raw call start hold resp json flat
+	json_error is_true is_false iso_ms api metrics concurrent read_until
+	vllm_routes worker doc json_lines err_since frontend_records
+	frontend_requests forwarded listener_fetches worker_counts
+	worker_records_since admin_call curl_response fork_server samples
+	record_with faketime set_clock clock_is refresh_python refresh_start
+	refresh_finish promtool promtool_check parse_labels plane_reasons
+	duration_buckets slurp /;
 
+use Cwd qw/ abs_path /;
+use File::Basename qw/ dirname /;
 use IO::Select;
 use IO::Socket::INET;
 use JSON::PP;
@@ -175,6 +230,25 @@ my %CONF = (
 		return 'upstream frontend { server 127.0.0.1:8081;'
 			. (defined $keepalive ? " keepalive $keepalive;" : '')
 			. ' }';
+	},
+
+	RL_LISTENER => sub {
+		return 'upstream rl_listener { server 127.0.0.1:8082; }';
+	},
+
+	RL_PROXY_KEEPALIVE => sub {
+		my (@args) = @_;
+
+		my %opt = (unbuffered => ' proxy_buffering off;');
+
+		return 'proxy_http_version 1.1; proxy_set_header Connection "";'
+			. join('', map { $opt{$_} // die "no option \"$_\"\n" }
+				@args);
+	},
+
+	RL_FAKETIME => sub {
+		return 'env FAKETIME_TIMESTAMP_FILE; env FAKETIME_NO_CACHE;'
+			. ' env FAKETIME_DONT_FAKE_MONOTONIC;';
 	},
 
 	RL_NOT_FOUND => sub {
@@ -288,6 +362,14 @@ sub start {
 		PeerAddr => '127.0.0.1:' . port($port));
 }
 
+sub hold {
+	my ($id, %o) = @_;
+
+	return start('POST', '/v1/completions', %o, body => '{"prompt":"p"}',
+		headers => [ 'X-Dynamo-Attempt-Id' => $id,
+			'x-fake-scenario' => 'hang' ]);
+}
+
 sub resp {
 	my ($raw) = @_;
 
@@ -361,6 +443,80 @@ sub metrics {
 	}
 
 	return \%m;
+}
+
+sub plane_reasons {
+	return (
+		request => [ qw/ method bad_path bad_attempt_id duplicate_attempt
+			ledger_full gate_closed redirected bad_body
+			unsupported_encoding metadata_upload_denied rid_mismatch / ],
+		discovery => [ qw/ method bad_path discovery_invalid redirected
+			caller_scope / ],
+		admin => [ qw/ method bad_path discovery_unavailable
+			unknown_worker ambiguous_worker worker_invalid worker_error
+			no_system_url route_not_advertised redirected cross_origin
+			caller_scope / ],
+	);
+}
+
+sub duration_buckets {
+	return qw/ 0.005 0.010 0.025 0.050 0.100 0.250 0.500 1.000 2.500
+		5.000 10.000 30.000 60.000 120.000 300.000 600.000 1800.000
+		3600.000 +Inf /;
+}
+
+sub samples {
+	my ($text) = @_;
+
+	my %m;
+
+	for my $line (split /\n/, $text // '') {
+		next if $line =~ /^#/ || $line !~ /\S/;
+
+		my ($name, $labels, $value) =
+			$line =~ /^([a-z_]+)(?:\{(.*)\})? (\S+)$/ or next;
+
+		my %l = parse_labels($labels // '');
+		my $key = $name . (%l ? '{' . join(',', map { "$_=$l{$_}" }
+			sort keys %l) . '}' : '');
+
+		$m{$key} = $value;
+	}
+
+	return \%m;
+}
+
+sub parse_labels {
+	my ($s) = @_;
+
+	my %l;
+
+	while ($s =~ /\G([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)",?/gc) {
+		$l{$1} = $2;
+	}
+
+	return %l;
+}
+
+sub promtool {
+	my ($bin) = grep { -x } map { "$_/promtool" }
+		split /:/, $ENV{PATH} // '/usr/bin';
+
+	return $bin;
+}
+
+sub promtool_check {
+	my ($t, $text) = @_;
+
+	my $bin = promtool() // return (-1,
+		'promtool is not installed (Debian package prometheus)');
+
+	$t->write_file('metrics.txt', $text);
+
+	my $file = $t->testdir() . '/metrics.txt';
+	my $out = `$bin check metrics < $file 2>&1`;
+
+	return ($? >> 8, $out);
 }
 
 sub concurrent {
@@ -463,6 +619,14 @@ sub doc {
 
 ###############################################################################
 
+sub slurp {
+	my ($path) = @_;
+
+	open my $fh, '<', $path or return undef;
+	local $/;
+	return scalar <$fh>;
+}
+
 sub json_lines {
 	my ($path, %o) = @_;
 
@@ -520,6 +684,18 @@ sub forwarded {
 	return scalar grep { !exists $_->{event}
 		&& ($_->{headers}{'x-request-id'} // '') eq $id }
 		@{frontend_records($t)};
+}
+
+sub record_with {
+	my ($t, $name, $value) = @_;
+
+	return undef unless defined $value;
+
+	my @r = grep { !exists $_->{event}
+		&& ($_->{headers}{$name} // '') eq $value }
+		@{frontend_records($t)};
+
+	return $r[0];
 }
 
 sub listener_fetches {
@@ -582,6 +758,158 @@ sub admin_call {
 	$res->{fwd} = [ worker_records_since($t, $before) ];
 
 	return $res;
+}
+
+###############################################################################
+
+sub faketime {
+	my ($t) = @_;
+
+	my ($lib) = grep { -f }
+		glob('/usr/lib/*/faketime/libfaketime.so.1'),
+		'/usr/lib/faketime/libfaketime.so.1';
+
+	die "libfaketime is missing: install Debian's faketime"
+		. " (make test-deps)\n" unless defined $lib;
+
+	my $dir = $t->testdir();
+
+	set_clock($t, '+0');
+
+	# under make asan, libfaketime comes before the sanitizer's runtime
+	# in LD_PRELOAD: the other way round, its initialization hangs in
+	# every program (Debian 12's libfaketime 0.9.10 and gcc 12's
+	# libasan), so the sanitizer is told not to insist on being first
+
+	$t->asan_options('verify_asan_link_order=0')
+		if $ENV{TEST_NGINX_PRELOAD};
+
+	$ENV{TEST_NGINX_PRELOAD} = join ' ', grep { defined && length }
+		$lib, $ENV{TEST_NGINX_PRELOAD};
+
+	# the sanitizer's reports of worker processes, which run as "nobody"
+	# when the tests run as root, must be able to land in the test
+	# directory
+
+	chmod(01777, $dir) or die "cannot chmod $dir: $!\n";
+
+	$ENV{FAKETIME_TIMESTAMP_FILE} = "$dir/faketime.rc";
+	$ENV{FAKETIME_NO_CACHE} = 1;
+	$ENV{FAKETIME_DONT_FAKE_MONOTONIC} = 1;
+}
+
+# libfaketime reads the file on every call (FAKETIME_NO_CACHE): it is
+# replaced, never written in place
+
+sub set_clock {
+	my ($t, $offset) = @_;
+
+	my $rc = $t->testdir() . '/faketime.rc';
+
+	open my $fh, '>', "$rc.tmp" or die "cannot create $rc.tmp: $!\n";
+	print $fh "$offset\n";
+	close $fh or die "cannot write $rc.tmp: $!\n";
+	rename("$rc.tmp", $rc) or die "cannot rename $rc.tmp: $!\n";
+}
+
+sub clock_is {
+	my ($offset, %o) = @_;
+
+	return Test::DynamoRL::wait_for(sub {
+		my $j = json(call('GET', '/rl/status', port => $o{port}));
+		my $ms = iso_ms($j->{time} // '') // return;
+		return abs($ms - (time() + $offset) * 1000) < 5000;
+	}, 10);
+}
+
+###############################################################################
+
+my $REFRESH = abs_path(dirname(__FILE__) . '/../../../../examples/rl-refresh');
+my (%REFRESH_PIDS, $REFRESH_RUNS);
+
+sub refresh_python {
+	my $python = $ENV{TEST_PYTHON} // 'python3';
+
+	return system("$python -c 'import sys; "
+		. "sys.exit(sys.version_info < (3, 6))' >/dev/null 2>&1") == 0
+		? $python : undef;
+}
+
+sub refresh_start {
+	my ($t, @args) = @_;
+
+	my $proxy;
+	($proxy, @args) = @args[1 .. $#args] if @args && $args[0] eq 'proxy';
+
+	my $file = $t->testdir() . '/refresh.' . ++$REFRESH_RUNS . '.out';
+	my $python = $ENV{TEST_PYTHON} // 'python3';
+
+	my $pid = fork() // die "cannot fork: $!\n";
+
+	if ($pid == 0) {
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>', $file or POSIX::_exit(126);
+		open STDERR, '>&', \*STDOUT;
+
+		for (qw/ http_proxy HTTP_PROXY https_proxy HTTPS_PROXY
+			all_proxy ALL_PROXY /)
+		{
+			if (defined $proxy) {
+				$ENV{$_} = $proxy;
+
+			} else {
+				delete $ENV{$_};
+			}
+		}
+
+		delete $ENV{$_} for qw/ no_proxy NO_PROXY /;
+
+		{ exec $python, $REFRESH, @args; }
+		print STDERR "cannot exec $python: $!\n";
+		POSIX::_exit(127);
+	}
+
+	$REFRESH_PIDS{$pid} = $$;
+
+	return { pid => $pid, file => $file };
+}
+
+sub refresh_finish {
+	my ($run) = @_;
+
+	my $status;
+
+	my $done = Test::DynamoRL::wait_for(sub {
+		waitpid($run->{pid}, WNOHANG) == $run->{pid} or return;
+		$status = $?;
+		return 1;
+	}, 60);
+
+	unless ($done) {
+		kill 'KILL', $run->{pid};
+		waitpid($run->{pid}, 0);
+		$status = -1;
+	}
+
+	delete $REFRESH_PIDS{$run->{pid}};
+
+	my $out = '';
+
+	if (open my $fh, '<', $run->{file}) {
+		local $/;
+		$out = <$fh> // '';
+	}
+
+	return { rc => $status == -1 ? -1 : $status >> 8, out => $out };
+}
+
+# a forked child of the test that ends leaves the test's runs alone
+
+END {
+	for my $pid (grep { $REFRESH_PIDS{$_} == $$ } keys %REFRESH_PIDS) {
+		kill 'KILL', $pid;
+		waitpid($pid, 0);
+	}
 }
 
 ###############################################################################
