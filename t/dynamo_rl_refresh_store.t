@@ -23,15 +23,14 @@ use strict;
 
 use Test::More;
 
-use Cwd qw/ abs_path /;
-use File::Basename qw/ dirname /;
 use JSON::PP;
 use POSIX qw/ WNOHANG /;
 
 use lib 't/lib';
 use Test::DynamoRL qw/ port /;
 use Test::DynamoRL::Fixture qw/ forwarded is_false iso_ms json_lines
-	read_until start time_limit worker_counts /;
+	read_until refresh_finish refresh_output refresh_python refresh_start
+	start time_limit worker_counts /;
 use Test::DynamoRL::Redis qw/ gate gen reason replica_conf store_key
 	wait_gate /;
 
@@ -39,12 +38,7 @@ use Test::DynamoRL::Redis qw/ gate gen reason replica_conf store_key
 
 time_limit(Test::DynamoRL::scale(240));
 
-my $CLIENT = abs_path(dirname(__FILE__) . '/../examples/rl-refresh');
-my $PYTHON = $ENV{TEST_PYTHON} // 'python3';
-
-plan(skip_all => "no $PYTHON")
-	unless system("$PYTHON -c 'import sys; "
-		. "sys.exit(sys.version_info < (3, 6))' >/dev/null 2>&1") == 0;
+plan(skip_all => 'no python3 3.6') unless refresh_python();
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(35 + 2);
 my $tb = Test::DynamoRL->new()->check_at_end();
@@ -75,7 +69,7 @@ my @SEQUENCE = map { "/engine/$_" } qw/ pause_generation
 	update_weights_from_disk flush_cache resume_generation
 	get_weight_version /;
 
-my (%pids, $run, $res, $r, $g, $s, $e, $mark);
+my ($run, $res, $r, $g, $s, $e, $mark);
 
 $g = wait_gate(\%A, sub { ($_[0]{fleet}{replicas} // 0) == 2 });
 is("$g->{state} $g->{fleet}{replicas}", 'open 2', 'start: open, 2 replicas');
@@ -122,11 +116,11 @@ my $polls = gate_reads();
 ok(Test::DynamoRL::wait_for(sub { gate_reads() >= $polls + 10 }, 10),
 	'held: the client polls the gate');
 ok(!waitpid($run->{pid}, WNOHANG), 'held: the client waits');
-is(scalar(calls($mark)), 0, 'held: no worker called');
+is(scalar(keys %{calls($mark)}), 0, 'held: no worker called');
 
 close $s;
 
-$res = finish_refresh($run);
+$res = refresh_finish($run);
 
 is($res->{rc}, 0, 'held: exit 0 once the stream ended') or diag($res->{out});
 is(scalar(() = $res->{out} =~ /^\[1\/9 close\] .* closed the shared gate/mg),
@@ -140,11 +134,13 @@ $g = gate(\%B);
 is("$g->{state} $g->{epoch}", 'open ' . ($e + 2),
 	'held: opened once, the epoch +2');
 
+$g = gate(\%A);
+
 my $h = $redis->hgetall(store_key('gate'));
 is("$h->{state} $h->{epoch}", 'open ' . ($e + 2), 'held: the store agrees');
 
 my $opened = iso_ms($g->{changed});
-my %c = calls($mark);
+my %c = %{calls($mark)};
 
 is(join(' | ', map { join ' ', map { $_->{uri} } @{$c{$_} // []} } 0 .. 2),
 	join(' | ', ("@SEQUENCE") x 3), 'held: every worker called in order');
@@ -188,15 +184,15 @@ is("$g->{fleet}{acked} $g->{fleet}{replicas} $g->{fleet}{in_flight}",
 ok(is_false($g->{fleet}{drained}), 'lost: not drained');
 
 ok(Test::DynamoRL::wait_for(sub {
-	output($run) =~ /^\[2\/9 drain\] +replica \Q$GA\E  lost: B$/m }, 10),
+	refresh_output($run) =~ /^\[2\/9 drain\] +replica \Q$GA\E  lost: B$/m }, 10),
 	'lost: the client names B');
 
-$res = finish_refresh($run);
+$res = refresh_finish($run);
 
 is($res->{rc}, 4, 'lost: exit 4') or diag($res->{out});
 like($res->{out}, qr/^rl-refresh: FAILED at step 2\/9 drain, replica \Q$GA\E: not drained after --drain-timeout \Q$drain\Es: acked 1 of 1 replica\(s\), in_flight 0; lost: B \(no heartbeat .*--ignore-lost/m,
 	'lost: the drain failed, B named');
-is(scalar(calls($mark)), 0, 'lost: no worker called');
+is(scalar(keys %{calls($mark)}), 0, 'lost: no worker called');
 
 $g = gate(\%A);
 is("$g->{state} $g->{epoch}", 'closed ' . ($e + 1), 'lost: the gate closed');
@@ -264,7 +260,7 @@ sub calls {
 		$w{$i} = \@new if @new;
 	}
 
-	return %w;
+	return \%w;
 }
 
 sub worker_version {
@@ -275,73 +271,16 @@ sub worker_version {
 # the client, with both trusted listeners
 
 sub refresh {
-	return finish_refresh(spawn(@_));
+	return refresh_finish(spawn(@_));
 }
-
-my $RUNS;
 
 sub spawn {
 	my ($ver, @args) = @_;
 
-	my $file = $t->testdir() . '/refresh.' . ++$RUNS . '.out';
-
-	my $pid = fork() // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-		open STDIN, '<', '/dev/null';
-		open STDOUT, '>', $file or POSIX::_exit(126);
-		open STDERR, '>&', \*STDOUT;
-
-		delete @ENV{qw/ http_proxy HTTP_PROXY https_proxy HTTPS_PROXY
-			all_proxy ALL_PROXY /};
-
-		{ exec $PYTHON, $CLIENT, '--gateway', $GA, '--gateway', $GB,
-			'--shared', '--model-path', "/models/policy-$ver",
-			'--weight-version', $ver, '--lease', '60s',
-			'--timeout', '10', '--drain-timeout', '20',
-			'--poll-interval', '0.05', @args; }
-		POSIX::_exit(127);
-	}
-
-	$pids{$pid} = 1;
-
-	return { pid => $pid, file => $file };
-}
-
-sub output {
-	my ($run) = @_;
-
-	open my $fh, '<', $run->{file} or return '';
-	local $/;
-	return <$fh> // '';
-}
-
-sub finish_refresh {
-	my ($run) = @_;
-
-	my $status = -1;
-
-	Test::DynamoRL::wait_for(sub {
-		waitpid($run->{pid}, WNOHANG) == $run->{pid} or return;
-		$status = $? >> 8;
-		return 1;
-	}, 60);
-
-	if ($status < 0) {
-		kill 'KILL', $run->{pid};
-		waitpid($run->{pid}, 0);
-	}
-
-	delete $pids{$run->{pid}};
-
-	return { rc => $status, out => output($run) };
-}
-
-END {
-	for my $pid (keys %pids) {
-		kill 'KILL', $pid;
-		waitpid($pid, 0);
-	}
+	return refresh_start($t, '--gateway', $GA, '--gateway', $GB, '--shared',
+		'--model-path', "/models/policy-$ver", '--weight-version', $ver,
+		'--lease', '60s', '--timeout', '10', '--drain-timeout', '20',
+		'--poll-interval', '0.05', @args);
 }
 
 ###############################################################################

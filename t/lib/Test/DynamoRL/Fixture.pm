@@ -99,6 +99,19 @@ package Test::DynamoRL::Fixture;
 #                           access-log entry, error-log lines and the
 #                           worker records it caused (see below)
 #
+# The client examples/rl-refresh, run in the background:
+#
+#     refresh_python()      true if $ENV{TEST_PYTHON} (python3) is 3.6 or
+#                           later, as the client needs
+#     refresh_start($t, @args)  starts the client with @args, its stdout
+#                           and stderr in a file of the test; returns
+#                           the run; runs not finished are killed when
+#                           the test process ends
+#     refresh_output($run)  what it has printed so far
+#     refresh_finish($run)  waits for it to exit (60 s, scale()d, then
+#                           SIGKILL): { rc => its exit status, or -1,
+#                           out => what it printed }
+#
 # Servers of a test's own:
 #
 #     fork_server($port, $name, $conn, backlog => N)  the body of a
@@ -117,8 +130,11 @@ our @EXPORT_OK = qw/ time_limit rl_conf raw call start resp json flat json_error
 	is_true is_false iso_ms api metrics concurrent read_until vllm_routes
 	worker doc json_lines err_since frontend_records frontend_requests
 	forwarded listener_fetches worker_counts worker_records_since
-	admin_call curl_response fork_server /;
+	admin_call curl_response fork_server refresh_python refresh_start
+	refresh_output refresh_finish /;
 
+use Cwd qw/ abs_path /;
+use File::Basename qw/ dirname /;
 use IO::Select;
 use IO::Socket::INET;
 use JSON::PP;
@@ -582,6 +598,81 @@ sub admin_call {
 	$res->{fwd} = [ worker_records_since($t, $before) ];
 
 	return $res;
+}
+
+###############################################################################
+
+my $PYTHON = $ENV{TEST_PYTHON} // 'python3';
+my $CLIENT = abs_path(dirname(__FILE__) . '/../../../../examples/rl-refresh');
+
+my (%RUNS, $RUN);
+
+sub refresh_python {
+	return system("$PYTHON -c 'import sys; "
+		. "sys.exit(sys.version_info < (3, 6))' >/dev/null 2>&1") == 0;
+}
+
+sub refresh_start {
+	my ($t, @args) = @_;
+
+	my $file = $t->testdir() . '/refresh.' . ++$RUN . '.out';
+
+	my $pid = fork() // die "cannot fork: $!\n";
+
+	if ($pid == 0) {
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>', $file or POSIX::_exit(126);
+		open STDERR, '>&', \*STDOUT;
+
+		delete @ENV{qw/ http_proxy HTTP_PROXY https_proxy HTTPS_PROXY
+			all_proxy ALL_PROXY /};
+
+		{ exec $PYTHON, $CLIENT, @args; }
+		print STDERR "cannot exec $PYTHON: $!\n";
+		POSIX::_exit(127);
+	}
+
+	$RUNS{$pid} = $$;
+
+	return { pid => $pid, file => $file };
+}
+
+sub refresh_output {
+	my ($run) = @_;
+
+	open my $fh, '<', $run->{file} or return '';
+	local $/;
+	return <$fh> // '';
+}
+
+sub refresh_finish {
+	my ($run) = @_;
+
+	my $status = -1;
+
+	Test::DynamoRL::wait_for(sub {
+		waitpid($run->{pid}, WNOHANG) == $run->{pid} or return;
+		$status = $? >> 8;
+		return 1;
+	}, 60);
+
+	if ($status < 0) {
+		kill 'KILL', $run->{pid};
+		waitpid($run->{pid}, 0);
+	}
+
+	delete $RUNS{$run->{pid}};
+
+	return { rc => $status, out => refresh_output($run) };
+}
+
+END {
+	local $?;
+
+	for my $pid (grep { $RUNS{$_} == $$ } keys %RUNS) {
+		kill 'KILL', $pid;
+		waitpid($pid, 0);
+	}
 }
 
 ###############################################################################
