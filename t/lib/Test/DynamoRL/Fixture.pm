@@ -146,6 +146,7 @@ package Test::DynamoRL::Fixture;
 #                           TEST_PYTHON), its output in a file; every
 #                           proxy variable of its environment set to $url,
 #                           or unset without one; returns the run
+#     refresh_output($run)  what it has printed so far
 #     refresh_finish($run)  waits for it (60 s, then kills it); returns
 #                           { rc => exit code or -1, out => its output }
 #
@@ -169,7 +170,7 @@ our @EXPORT_OK = qw/ time_limit rl_conf raw call start hold resp json flat
 	frontend_requests forwarded listener_fetches worker_counts
 	worker_records_since admin_call curl_response fork_server samples
 	record_with faketime set_clock clock_is refresh_python refresh_start
-	refresh_finish promtool promtool_check parse_labels plane_reasons
+	refresh_output refresh_finish promtool promtool_check parse_labels plane_reasons
 	duration_buckets slurp /;
 
 use Cwd qw/ abs_path /;
@@ -893,14 +894,16 @@ sub refresh_finish {
 
 	delete $REFRESH_PIDS{$run->{pid}};
 
-	my $out = '';
+	return { rc => $status == -1 ? -1 : $status >> 8,
+		out => refresh_output($run) };
+}
 
-	if (open my $fh, '<', $run->{file}) {
-		local $/;
-		$out = <$fh> // '';
-	}
+sub refresh_output {
+	my ($run) = @_;
 
-	return { rc => $status == -1 ? -1 : $status >> 8, out => $out };
+	open my $fh, '<', $run->{file} or return '';
+	local $/;
+	return <$fh> // '';
 }
 
 # a forked child of the test that ends leaves the test's runs alone

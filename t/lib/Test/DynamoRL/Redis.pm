@@ -53,6 +53,12 @@ package Test::DynamoRL::Redis;
 #         params => '...'   more dynamo_rl_store parameters
 #         workers => 1      worker_processes
 #         env => [names]    "env" lines (libfaketime's variables)
+#         trusted => 1      the api listener is a trusted listener as
+#                           examples/rl-refresh expects: the discovery
+#                           and admin planes too, /v1/ with the ledger
+#                           and the gate off (its generation check), and
+#                           /verify/v1/ with the gate off only, as in
+#                           examples/dynamo-rl.conf
 #     reason($r)            the reason of a refusal: the
 #                           X-Dynamo-RL-Reason header, else the JSON
 #                           body's "error" (a string, or its "reason")
@@ -489,6 +495,21 @@ sub replica_conf {
 	my $workers = $o{workers} // 1;
 	my $env = join '', map { "env $_;\n" } @{$o{env} // []};
 
+	my ($zone, $listener, $trusted) = ('4m', '', '');
+
+	# the zone holds a discovery snapshot of the default max_size too
+
+	if ($o{trusted}) {
+		$zone = '8m';
+		$listener = 'upstream rl_listener { server 127.0.0.1:8082; }';
+		$trusted = '%%RL_DISCOVERY_PLANE%% %%RL_ADMIN_PLANE valid=1s%%'
+			. ' location /v1/ { dynamo_rl_plane request;'
+			. ' dynamo_rl_ledger off; dynamo_rl_gate off;'
+			. ' proxy_pass http://frontend; }'
+			. ' location /verify/v1/ { dynamo_rl_plane request;'
+			. ' dynamo_rl_gate off; proxy_pass http://frontend/v1/; }';
+	}
+
 	my $store = defined $o{store}
 		? "dynamo_rl_store $o{store} replica=$name"
 			. (defined $o{params} ? " $o{params}" : '') . ';'
@@ -507,7 +528,7 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%%
 
-    dynamo_rl_zone zone=rl:4m;
+    dynamo_rl_zone zone=rl:$zone;
     $store
 
     log_format rl escape=json '{"attempt":"\$dynamo_rl_attempt_id",'
@@ -519,6 +540,8 @@ http {
         server 127.0.0.1:8081;
         keepalive 16;
     }
+
+    $listener
 
     proxy_http_version 1.1;
     proxy_set_header Connection "";
@@ -560,6 +583,8 @@ http {
         access_log %%TESTDIR%%/rl.log rl;
 
         %%RL_APIS%%
+
+        $trusted
     }
 }
 
