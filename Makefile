@@ -37,7 +37,7 @@ FUZZ_TIME  ?= 60
 FUZZ_SMOKE_TIME ?= 30
 
 .PHONY: all build deps run-deps unit-tests valgrind deb bench nginx-tests soak \
-        bench-deps bench-request \
+        bench-deps bench-request bench-store \
         bench-snapshot bench-body bench-body-e2e bench-admin test-deps run test unit fuzz fuzz-smoke lint \
         cppcheck check asan clean rules
 
@@ -201,13 +201,24 @@ bench-snapshot: $(BUILD)/snapshot-bench
 bench-admin: bench-deps build $(BUILD)/snapshot-bench
 	bench/admin.sh
 
-BENCH_DEBS := wrk nghttp2-client libnginx-mod-http-lua libnginx-mod-http-ndk
+BENCH_DEBS := wrk nghttp2-client libnginx-mod-http-lua libnginx-mod-http-ndk \
+              redis-server redis-tools lua-nginx-redis
 
 bench-deps:
 	@util/apt-ensure $(BENCH_DEBS)
 
 bench-request: bench-deps build
 	bench/request.sh
+
+# the shared store (issue 13) beside the zone ledger and Lua with Redis,
+# at 32 connections and at one, about 6 minutes: bench/results-store.md
+STORE_VARIANTS := plain module module-ledger-off store lua-ledger lua-redis \
+                  plain-c1 module-c1 store-c1 lua-redis-c1
+
+bench-store: bench-deps build
+	STORE=1 CONNECTIONS=32 H2=0 SSE_VARIANTS= \
+	    VARIANTS="$(STORE_VARIANTS)" OUT=bench/results-store.md \
+	    bench/request.sh > /dev/null
 
 # all three, about 10 minutes: bench/results.md
 bench: bench-deps build $(BUILD)/snapshot-bench

@@ -16,6 +16,9 @@
 
 client_pid=
 
+# other daemons a script started (redis-server): stopped by their PIDs
+daemon_pids=
+
 # ---------------------------------------------------------------------
 # processes
 
@@ -47,6 +50,10 @@ cleanup() {
         if [ -f "$prefix/$d/nginx.pid" ]; then
             kill -TERM "$(cat "$prefix/$d/nginx.pid")" 2>/dev/null || true
         fi
+    done
+    for p in $daemon_pids; do
+        kill -TERM "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
     done
     for d in $instances; do
         i=0

@@ -15,15 +15,35 @@
 #                       defaults), dynamo_rl_zone rl:8m, attempt ttl 10m;
 #   module-ledger-off   the same with "dynamo_rl_ledger off;
 #                       dynamo_rl_gate off;";
+#   module-body-off     the module's defaults with "dynamo_rl_body_policy
+#                       off;" (no body read before the ledger);
 #   lua                 the attempt-id policy in lua-nginx-module
 #                       (bench/lua/attempt.lua), no dynamo_rl module;
 #   lua-ledger          the same plus a single-use ledger in a
-#                       lua_shared_dict of ZONE bytes (bench/lua/ledger.lua).
+#                       lua_shared_dict of ZONE bytes (bench/lua/ledger.lua);
+#
+# and with STORE=1 (make bench-store), a redis-server on the load
+# generator's CPU (a free loopback port, no persistence) and two more:
+#
+#   store               the module's defaults with "dynamo_rl_store
+#                       redis://..." (the claim and the record's moves in
+#                       Redis; skipped, and said so, by a module without
+#                       the directive);
+#   lua-redis           the same design in Lua with lua-resty-redis
+#                       (bench/lua/store.lua): the claim script in the
+#                       access phase, the moves batched by a timer.
+#
+# A label ending in "-c1" (module-c1, store-c1, ...) is that variant with
+# one connection: its p50 is the latency a request sees, the store's round
+# trip included; with STORE=1, redis-benchmark measures that round trip
+# (PING, one connection, from the gateway's CPU) after the rounds, and the
+# store's CPU per request (its process's jiffies) is a column of the runs.
 #
 # One interleaved series: each round runs, in this order, wrk (-t1 -c16
 # --latency, POST /v1/completions, bench/wrk-request.lua) against plain,
 # module (minted ids), module-client-id (a unique client id per request),
-# module-ledger-off, lua, lua-client-id, lua-ledger, lua-ledger-client-id
+# module-ledger-off, module-body-off, lua, lua-client-id, lua-ledger,
+# lua-ledger-client-id
 # and direct (the upstream itself);
 # h2load (h2c, -c16 -m1) against plain and module; then SSE streams
 # (bench/sse_client.py) straight to the upstream and through each gateway.
@@ -39,6 +59,9 @@
 #                                      machine (others' processes < 20%)
 #     VARIANTS="plain module" SSE_VARIANTS="" PROFILE_VARIANTS="module" ...
 #                                      a subset (labels as in the tables)
+#     STORE=1 CONNECTIONS=32 bench/request.sh
+#                                      + redis, store, lua-redis (and their
+#                                      -c1 runs): make bench-store
 #
 # Prints a markdown report (OUT=file writes it there too).
 
@@ -73,11 +96,13 @@ profile=${PROFILE:-0}
 gw_cpu=${GATEWAY_CPU:-0}
 load_cpu=${LOAD_CPU:-1}
 out_file=${OUT:-}
+store=${STORE:-0}
 
 prefix=$(mktemp -d /tmp/dynamo-rl-bench-req.XXXXXX)
 chmod 755 "$prefix"
 bench_name=request.sh
-instances="up sse plain module ledgeroff lua lualedger fill"
+instances="up sse plain module ledgeroff bodyoff lua lualedger fill"
+[ "$store" != 1 ] || instances="$instances store luaredis"
 
 . "$top/bench/lib.sh"
 
@@ -102,9 +127,9 @@ if [ "$(nproc)" -lt 2 ] && [ "$gw_cpu" != "$load_cpu" ]; then
     die "needs 2 CPUs (or GATEWAY_CPU=LOAD_CPU)"
 fi
 
-# fifteen free loopback ports
+# twenty-two free loopback ports
 
-free_ports 15
+free_ports 22
 
 up_port=$base
 sse_port=$((base + 1))
@@ -121,6 +146,13 @@ fill_port=$((base + 11))
 fill_api=$((base + 12))
 lualedger_port=$((base + 13))
 lualedger_api=$((base + 14))
+bodyoff_port=$((base + 15))
+bodyoff_api=$((base + 16))
+redis_port=$((base + 17))
+store_port=$((base + 18))
+store_api=$((base + 19))
+luaredis_port=$((base + 20))
+luaredis_api=$((base + 21))
 
 # private copies: others may rebuild build/ or edit bench/ meanwhile, and
 # the workers (nobody) read the Lua files
@@ -129,7 +161,7 @@ cp "$module" "$prefix/module.so"
 module_time=$(date -u -r "$module" '+%H:%M:%S')
 mkdir -p "$prefix/lua" "$prefix/out"
 cp "$top/bench/lua/attempt.lua" "$top/bench/lua/ledger.lua" \
-    "$top/bench/lua/sse.lua" "$prefix/lua/"
+    "$top/bench/lua/sse.lua" "$top/bench/lua/store.lua" "$prefix/lua/"
 cp "$top/bench/wrk-request.lua" "$top/bench/sse_client.py" "$prefix/"
 chmod -R a+rX "$prefix"
 
@@ -216,6 +248,26 @@ policy() {
         echo "            dynamo_rl_plane  request;"
         echo "            dynamo_rl_ledger off;"
         echo "            dynamo_rl_gate   off;" ;;
+    bodyoff)
+        echo "            dynamo_rl_plane        request;"
+        echo "            dynamo_rl_body_policy  off;" ;;
+    store)
+        # the store is the http level's dynamo_rl_store
+        echo "            dynamo_rl_plane  request;" ;;
+    luaredis)
+        cat <<'EOF'
+            set  $attempt_id  "";
+            access_by_lua_block         { require("store").access() }
+            header_filter_by_lua_block  { require("store").header() }
+            log_by_lua_block            { require("store").log() }
+
+            proxy_set_header   Connection "";
+            proxy_set_header   X-Dynamo-Attempt-Id $attempt_id;
+            proxy_set_header   X-Request-Id $attempt_id;
+            proxy_hide_header  X-Dynamo-Attempt-Id;
+            add_header         X-Dynamo-Attempt-Id $attempt_id always;
+EOF
+        ;;
     lua|lualedger)
         # the same directives; the Lua module is attempt.lua or ledger.lua
         if [ "$1" = lua ]; then lua_mod=attempt; else lua_mod=ledger; fi
@@ -238,9 +290,9 @@ gateway_conf() {
     # gateway_conf kind port h2port apiport
     kind=$1
     case $kind in
-    module|ledgeroff|fill)
+    module|ledgeroff|bodyoff|fill|store)
         echo "load_module  $prefix/module.so;" ;;
-    lua|lualedger)
+    lua|lualedger|luaredis)
         echo "load_module  $modules_dir/ndk_http_module.so;"
         echo "load_module  $modules_dir/ngx_http_lua_module.so;" ;;
     esac
@@ -256,10 +308,30 @@ $(temp_paths "$prefix/$kind")
 
 EOF
     case $kind in
-    module|ledgeroff|fill)
+    module|ledgeroff|bodyoff|fill)
         cat <<EOF
     dynamo_rl_zone         zone=rl:$zone_size;
     dynamo_rl_attempt_ttl  10m;
+
+EOF
+        ;;
+    store)
+        cat <<EOF
+    dynamo_rl_zone         zone=rl:$zone_size;
+    dynamo_rl_attempt_ttl  10m;
+    dynamo_rl_store        redis://127.0.0.1:$redis_port prefix=bench-store
+                           replica=bench;
+
+EOF
+        ;;
+    luaredis)
+        cat <<EOF
+    lua_package_path  "$prefix/lua/?.lua;;";
+    lua_shared_dict   dynamo_rl 1m;
+    init_by_lua_block {
+        require("attempt")
+        require("store").init("127.0.0.1", $redis_port, "bench-lua", "lua")
+    }
 
 EOF
         ;;
@@ -334,6 +406,26 @@ EOF
         }
 EOF
             ;;
+        luaredis)
+            cat <<'EOF'
+
+        location = /lua/in_flight {
+            default_type  text/plain;
+            content_by_lua_block {
+                ngx.print(ngx.shared.dynamo_rl:get("in_flight") or 0)
+            }
+        }
+
+        # an attempt's state in the store: accepted ... or none
+        location /lua/attempts/ {
+            default_type  text/plain;
+            content_by_lua_block {
+                ngx.print(require("store").state(
+                    ngx.var.uri:sub(#"/lua/attempts/" + 1)))
+            }
+        }
+EOF
+            ;;
         lualedger)
             cat <<'EOF'
 
@@ -400,18 +492,66 @@ else
 fi
 gateway_conf ledgeroff "$ledgeroff_port" "" "$ledgeroff_api" \
     > "$prefix/ledgeroff/nginx.conf"
+gateway_conf bodyoff "$bodyoff_port" "" "$bodyoff_api" \
+    > "$prefix/bodyoff/nginx.conf"
 gateway_conf lua "$lua_port" "" "$lua_api" > "$prefix/lua/nginx.conf"
 gateway_conf lualedger "$lualedger_port" "" "$lualedger_api" \
     > "$prefix/lualedger/nginx.conf"
 gateway_conf fill "$fill_port" "" "$fill_api" > "$prefix/fill/nginx.conf"
 
+gateways="plain module ledgeroff bodyoff lua lualedger fill"
+store_skipped=
+
+if [ "$store" = 1 ]; then
+    for t in redis-server redis-benchmark; do
+        command -v $t > /dev/null \
+            || die "$t is missing: make bench-deps (redis-server redis-tools)"
+    done
+
+    [ -f /usr/share/lua/5.1/nginx/redis.lua ] \
+        || die "lua-resty-redis is missing: make bench-deps (lua-nginx-redis)"
+
+    # the store on the load generator's CPU, like the upstream: nothing
+    # persisted, nothing evicted (an evicted record would be a duplicate)
+
+    mkdir -p "$prefix/redis"
+    taskset -c "$load_cpu" redis-server --bind 127.0.0.1 \
+        --port "$redis_port" --save "" --appendonly no \
+        --maxmemory-policy noeviction --dir "$prefix/redis" \
+        --logfile "$prefix/redis/redis.log" --daemonize no &
+    redis_pid=$!
+    daemon_pids="$daemon_pids $redis_pid"
+
+    gateway_conf store "$store_port" "" "$store_api" \
+        > "$prefix/store/nginx.conf"
+    gateway_conf luaredis "$luaredis_port" "" "$luaredis_api" \
+        > "$prefix/luaredis/nginx.conf"
+
+    gateways="$gateways luaredis"
+
+    # until the module has dynamo_rl_store, its variant is left out
+    if "$nginx" -t -q -p "$prefix/store/" -c "$prefix/store/nginx.conf" \
+           -e "$prefix/store/t-error.log" 2> "$prefix/store/t.log"
+    then
+        gateways="$gateways store"
+
+    else
+        store_skipped=$(grep -o 'unknown directive[^;]*' \
+                        "$prefix/store/t.log" | head -1)
+        store_skipped=${store_skipped:-$(head -1 "$prefix/store/t.log")}
+        echo "request.sh: the module's store variant left out:" \
+             "$store_skipped" >&2
+        instances=${instances% store luaredis}" luaredis"
+    fi
+fi
+
 start up "$load_cpu"
 start sse "$load_cpu"
-for g in plain module ledgeroff lua lualedger fill; do
+for g in $gateways; do
     start "$g" "$gw_cpu"
 done
 
-for p in $(seq "$base" $((base + 14))); do
+for p in $(seq "$base" $((base + 16))); do
     if [ "$h2" != 1 ] && { [ "$p" = "$plain_h2_port" ] \
                           || [ "$p" = "$module_h2_port" ]; }; then
         continue
@@ -419,11 +559,25 @@ for p in $(seq "$base" $((base + 14))); do
     wait_for "$p"
 done
 
+if [ "$store" = 1 ]; then
+    wait_for "$redis_port"
+    wait_for "$luaredis_port"
+    wait_for "$luaredis_api"
+    luaredis_w=$(worker_of luaredis)
+
+    if [ -z "$store_skipped" ]; then
+        wait_for "$store_port"
+        wait_for "$store_api"
+        store_w=$(worker_of store)
+    fi
+fi
+
 up_w=$(worker_of up)
 sse_w=$(worker_of sse)
 plain_w=$(worker_of plain)
 module_w=$(worker_of module)
 ledgeroff_w=$(worker_of ledgeroff)
+bodyoff_w=$(worker_of bodyoff)
 lua_w=$(worker_of lua)
 lualedger_w=$(worker_of lualedger)
 fill_w=$(worker_of fill)
@@ -431,6 +585,7 @@ ours=""
 for d in $instances; do
     ours="$ours $(pids_of "$d")"
 done
+[ "$store" != 1 ] || ours="$ours $redis_pid"
 
 # ---------------------------------------------------------------------
 # sanity: every gateway forwards; the policy gateways mint or keep the id,
@@ -460,32 +615,61 @@ reason() {
         'tolower($1) == h { print $2 }' "$prefix/h" | tr -d '\r'
 }
 
-state_of() {
-    # state_of label id: the ledger's state of an attempt
+state_now() {
+    # state_now label id: the ledger's state of an attempt
     case $1 in
-    module)
-        curl -s "http://127.0.0.1:$module_api/rl/attempts/$2" \
+    module|module-body-off|store)
+        case $1 in
+        module) api=$module_api ;;
+        store) api=$store_api ;;
+        *) api=$bodyoff_api ;;
+        esac
+        curl -s "http://127.0.0.1:$api/rl/attempts/$2" \
             | grep -o '"state":"[a-z]*"' | cut -d'"' -f4 ;;
     lua-ledger)
         curl -s "http://127.0.0.1:$lualedger_api/lua/attempts/$2" ;;
+    lua-redis)
+        curl -s "http://127.0.0.1:$luaredis_api/lua/attempts/$2" ;;
     esac
 }
 
+state_of() {
+    # state_of label id: the state once it is terminal (a store's moves
+    # are written after the response, by a timer), polled for 2 s at most
+    for i in $(seq 1 20); do
+        st=$(state_now "$1" "$2")
+        case $st in
+        succeeded|failed|canceled) break ;;
+        esac
+        sleep 0.1
+    done
+    echo "$st"
+}
+
+# the policy gateways, and those of them with a ledger
+
+policy_gateways="module $module_port|module-ledger-off $ledgeroff_port"
+policy_gateways="$policy_gateways|module-body-off $bodyoff_port|lua $lua_port"
+policy_gateways="$policy_gateways|lua-ledger $lualedger_port"
+
+if [ "$store" = 1 ]; then
+    policy_gateways="$policy_gateways|lua-redis $luaredis_port"
+    [ -n "$store_skipped" ] \
+        || policy_gateways="$policy_gateways|store $store_port"
+fi
+
 conflict='{"message":"attempt id already used: generation is not idempotent","type":"Conflict","code":409}'
 
-for g in "direct $up_port" "plain $plain_port" "module $module_port" \
-         "module-ledger-off $ledgeroff_port" "lua $lua_port" \
-         "lua-ledger $lualedger_port"
-do
+IFS='|' read -r -a pgs <<< "$policy_gateways"
+
+for g in "direct $up_port" "plain $plain_port" "${pgs[@]}"; do
     set -- $g
     r=$(post "$2" /v1/completions)
     [ "${r%%|*}" = 200 ] && [ "${#r}" -gt 550 ] \
         || die "$1: /v1/completions gave: $r"
 done
 
-for g in "module $module_port" "module-ledger-off $ledgeroff_port" \
-         "lua $lua_port" "lua-ledger $lualedger_port"
-do
+for g in "${pgs[@]}"; do
     set -- $g
     r=$(post "$2" /v1/echo)
     IFS='|' read -r st id e1 e2 _ <<< "$r"
@@ -501,8 +685,8 @@ do
     [ "${r%%|*}" = 400 ] || die "$1: an invalid id gave: $r"
     r=$(post "$2" /v1/completions "X-Dynamo-Attempt-Id: $cid")
     case $1 in
-    module|lua-ledger)
-        # the same refusal from both, not forwarded (the body is ours)
+    module|module-body-off|lua-ledger|store|lua-redis)
+        # the same refusal from all, not forwarded (the body is ours)
         [ "$r" = "409|$cid|$conflict" ] \
             && [ "$(reason)" = duplicate_attempt ] \
             && [ "$(reason X-Should-Retry)" = false ] \
@@ -557,7 +741,7 @@ r=$(state_of lua-ledger "$sid")
 
 wrk_run() {
     # wrk_run port seconds out mode tag [idlen]
-    run_client "$3" wrk -t1 -c"$conns" -d"$2"s --latency \
+    run_client "$3" wrk -t1 -c"${run_conns:-$conns}" -d"$2"s --latency \
         -s "$prefix/wrk-request.lua" "http://127.0.0.1:$1/" \
         -- "$4" "$5" ${6:-}
 }
@@ -655,6 +839,12 @@ done
 
 zone_warm=$(zone_json "$module_api")
 
+for i in $(seq 1 "$warmup_tries"); do
+    warm module-body-off "$bodyoff_port"
+    z=$(zone_json "$bodyoff_api")
+    [ "$(zone_field "$z" evictions)" = 0 ] || break
+done
+
 lua_ledger_json() {
     curl -s "http://127.0.0.1:$lualedger_api/lua/ledger"
 }
@@ -665,6 +855,11 @@ for i in $(seq 1 "$warmup_tries"); do
 done
 
 lua_ledger_warm=$(lua_ledger_json)
+
+if [ "$store" = 1 ]; then
+    warm lua-redis "$luaredis_port"
+    [ -n "$store_skipped" ] || warm store "$store_port"
+fi
 
 if [ "$h2" = 1 ]; then
     for p in $plain_h2_port $module_h2_port; do
@@ -690,11 +885,20 @@ sse_results=$prefix/sse-results
 : > "$results"
 : > "$sse_results"
 
-variants="plain module module-client-id module-ledger-off lua lua-client-id"
+variants="plain module module-client-id module-ledger-off module-body-off"
+variants="$variants lua lua-client-id"
 variants="$variants lua-ledger lua-ledger-client-id direct"
 [ "$h2" != 1 ] || variants="$variants plain-h2 module-h2"
+if [ "$store" = 1 ]; then
+    variants="$variants store lua-redis plain-c1 module-c1 store-c1"
+    variants="$variants lua-redis-c1"
+fi
 [ "${HTTP:-1}" = 1 ] || variants=""
 variants=${VARIANTS-$variants}
+
+if [ -n "$store_skipped" ]; then
+    variants=$(echo " $variants " | sed 's/ store\(-c1\)\{0,1\} / /g')
+fi
 sse_variants=${SSE_VARIANTS-direct plain module module-ledger-off lua lua-ledger}
 
 sse_chrt=
@@ -713,12 +917,20 @@ rt_workers() {
 
 variant() {
     # variant label: its port, gateway worker, wrk mode and tool, in globals
-    mode=nonce; tool=wrk
+    mode=nonce; tool=wrk; run_conns=$conns; rd=
     case $1 in
+    *-c1)
+        run_conns=1
+        set -- "${1%-c1}" ;;
+    esac
+    case $1 in
+    store)             port=$store_port; w=$store_w; rd=$redis_pid ;;
+    lua-redis)         port=$luaredis_port; w=$luaredis_w; rd=$redis_pid ;;
     plain)             port=$plain_port; w=$plain_w ;;
     module)            port=$module_port; w=$module_w ;;
     module-client-id)  port=$module_port; w=$module_w; mode=client ;;
     module-ledger-off) port=$ledgeroff_port; w=$ledgeroff_w ;;
+    module-body-off)   port=$bodyoff_port; w=$bodyoff_w ;;
     lua)               port=$lua_port; w=$lua_w ;;
     lua-client-id)     port=$lua_port; w=$lua_w; mode=client ;;
     lua-ledger)        port=$lualedger_port; w=$lualedger_w ;;
@@ -755,6 +967,7 @@ for round in $(seq 1 "$rounds"); do
         t0=$s_t; all0=$s_all; c00=$s_c0; c10=$s_c1; st0=$s_st; si0=$s_si
         ours0=$s_ours
         gw0=$(proc_jiffies $w); up0=$(proc_jiffies "$up_w")
+        rd0=$(proc_jiffies $rd)
 
         if [ $tool = wrk ]; then
             wrk_run "$port" "$duration" "$out" "$mode" "$tag-r$round-$v" \
@@ -766,6 +979,7 @@ for round in $(seq 1 "$rounds"); do
 
         snap
         gw1=$(proc_jiffies $w); up1=$(proc_jiffies "$up_w")
+        rd1=$(proc_jiffies $rd)
 
         read -r cu cs < "$out.time"
 
@@ -807,20 +1021,21 @@ for round in $(seq 1 "$rounds"); do
             -v softirq="$((s_si - si0))" -v ours="$((s_ours - ours0))" \
             -v gw="$((gw1 - gw0))" -v up="$((up1 - up0))" -v w="$w" \
             -v client="$(awk -v u="$cu" -v s="$cs" 'BEGIN { print u + s }')" \
-            -v try="$try" \
+            -v try="$try" -v rd="$rd" -v store="$((rd1 - rd0))" \
             'BEGIN {
                 # other processes: user + nice + system of all the CPUs
                 # minus ours and the load generator
                 other = all - ours - client * hz
                 if (other < 0) other = 0
                 printf "%s %s %.0f %d %.0f %s %s %.2f %.0f %.0f %.0f %.0f" \
-                       " %.0f %.2f %d\n",
+                       " %.0f %.2f %d %s\n",
                     round, label, rps, reqs, p50, p99,
                     w == "" ? "-" : sprintf("%.2f", gw / hz * 1e6 / reqs),
                     up / hz * 1e6 / reqs,
                     c0 / hz / t * 100, c1 / hz / t * 100,
                     other / hz / t * 100, softirq / hz / t * 100,
-                    steal / hz / t * 100, client * 1e6 / reqs, try
+                    steal / hz / t * 100, client * 1e6 / reqs, try,
+                    rd == "" ? "-" : sprintf("%.2f", store / hz * 1e6 / reqs)
             }' >> "$results"
     done
 
@@ -872,6 +1087,21 @@ for round in $(seq 1 "$rounds"); do
 done
 
 zone_end=$(zone_json "$module_api")
+
+# the store's round trip: PING on one connection from the gateway's CPU,
+# three times (the median is the report's)
+
+if [ "$store" = 1 ]; then
+    for i in 1 2 3; do
+        taskset -c "$gw_cpu" redis-benchmark -h 127.0.0.1 -p "$redis_port" \
+            -c 1 -n 20000 -t ping --csv 2> /dev/null \
+            | awk -F'"' '$2 == "PING_MBULK" { print $10 * 1000 }'
+    done > "$prefix/out/store-rtt"
+
+    redis_mem=$(redis-cli -p "$redis_port" info memory \
+                | awk -F: '/^used_memory:/ { print $2 }' | tr -d '\r')
+    redis_keys=$(redis-cli -p "$redis_port" dbsize | tr -d '\r')
+fi
 
 # ---------------------------------------------------------------------
 # a fresh 8 MB zone filled with the longest ids (128 bytes, client-sent)
@@ -955,6 +1185,14 @@ echo "Command: \`ROUNDS=$rounds DURATION=$duration CONNECTIONS=$conns" \
 echo
 "$python" "$top/bench/request_report.py" "$results" "$sse_results" \
     "$prefix/out"
+if [ "$store" = 1 ]; then
+    echo
+    echo "Store: redis-server $(redis-server --version | awk '{ print $3 }' \
+        | cut -d= -f2) on CPU $load_cpu (no persistence, noeviction);" \
+        "after the run it held $redis_keys keys in $redis_mem bytes."
+    [ -z "$store_skipped" ] \
+        || echo "The module's store variant was left out: $store_skipped."
+fi
 echo
 echo "### Zone: bytes per ledger record"
 echo
@@ -1016,6 +1254,7 @@ echo
 echo "| gateway | RSS kB |"
 echo "|---|---:|"
 for g in "plain $plain_w" "module $module_w" "module-ledger-off $ledgeroff_w" \
+         "module-body-off $bodyoff_w" \
          "lua $lua_w" "lua-ledger $lualedger_w" "fill (128-byte ids) $fill_w" \
          "upstream $up_w"
 do

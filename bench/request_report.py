@@ -5,9 +5,10 @@
 
 RESULTS, one line per run: round label req/s requests p50_us p99_us
 gateway_cpu_us_per_req upstream_cpu_us_per_req cpu0_busy% cpu1_busy%
-other_procs_cpu% irq+softirq% steal% client_cpu_us_per_req tries ("-"
-where a figure does not apply; tries > 1: the run had socket errors,
-timeouts on a stalled machine, and was run again). SSE_RESULTS: round label events p50 p90 p99 max
+other_procs_cpu% irq+softirq% steal% client_cpu_us_per_req tries
+store_cpu_us_per_req ("-" where a figure does not apply; tries > 1: the
+run had socket errors, timeouts on a stalled machine, and was run again).
+OUTDIR/store-rtt, when there, holds the store's round trips (us). SSE_RESULTS: round label events p50 p90 p99 max
 (us, arrival - send) other_procs_cpu%; OUTDIR holds ROUND-sse-LABEL.delays.
 
 Ratios are medians of the per-round ratios, never ratios of medians.
@@ -27,6 +28,12 @@ TARGETS = {
     "rps module/lua-ledger": (">=", 1.3),
     "rps module/module-ledger-off": (">=", 0.95),
     "sse p99 module-plain": ("<=", 50.0),
+    # issue 13 (STORE=1)
+    "store cpu added": ("<=", 8.0),
+    "store capacity": (">=", 0.75),
+    "store redis cpu": ("<=", 20.0),
+    "store p50 added c1": ("<=", None),
+    "store capacity lua-redis": (">=", 2.0),
 }
 
 
@@ -62,7 +69,8 @@ def load(path, fields):
 
 
 HTTP_FIELDS = ["round", "label", "rps", "reqs", "p50", "p99", "gw", "up",
-               "cpu0", "cpu1", "other", "softirq", "steal", "client", "tries"]
+               "cpu0", "cpu1", "other", "softirq", "steal", "client", "tries",
+               "store"]
 SSE_FIELDS = ["round", "label", "n", "p50", "p90", "p99", "max", "other"]
 
 
@@ -72,8 +80,9 @@ def fmt(x, digits=0):
     return "%.*f" % (digits, x)
 
 
-def verdict(name, value):
-    op, limit = TARGETS[name]
+def verdict(name, value, limit=None):
+    op, fixed = TARGETS[name]
+    limit = fixed if limit is None else limit
     ok = value >= limit if op == ">=" else value <= limit
     return "**%s** (target %s %g)" % ("met" if ok else "MISSED", op, limit)
 
@@ -99,15 +108,16 @@ def main(argv):
     print("| round | variant | req/s | p50 us | p99 us | gateway CPU us/req "
           "| upstream CPU us/req | client CPU us/req | CPU0 busy % "
           "| CPU1 busy % | other procs CPU % | irq+softirq % | steal % "
-          "| tries |")
+          "| tries | store CPU us/req |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
-          "|---:|")
+          "|---:|---:|")
     for r in rows:
         print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s "
-              "| %s | %s |" % (r["round"], r["label"], r["rps"], r["p50"],
-                               r["p99"], r["gw"], r["up"], r["client"],
-                               r["cpu0"], r["cpu1"], r["other"],
-                               r["softirq"], r["steal"], r["tries"]))
+              "| %s | %s | %s |" % (r["round"], r["label"], r["rps"],
+                                    r["p50"], r["p99"], r["gw"], r["up"],
+                                    r["client"], r["cpu0"], r["cpu1"],
+                                    r["other"], r["softirq"], r["steal"],
+                                    r["tries"], r["store"]))
     print()
     print("h2 variants: h2load has no percentiles, the p50 column holds its "
           "mean. Direct has no gateway: its upstream column is the upstream's "
@@ -118,31 +128,39 @@ def main(argv):
     print("### Requests, medians over the rounds")
     print()
     print("| variant | req/s | p50 us | p99 us | gateway CPU us/req "
-          "| upstream CPU us/req | client CPU us/req |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "| upstream CPU us/req | client CPU us/req | store CPU us/req |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    medians = {}
     for label in labels:
         col = {}
-        for k in ("rps", "p50", "p99", "gw", "up", "client"):
+        for k in ("rps", "p50", "p99", "gw", "up", "client", "store"):
             vals = [num(by[(rd, label)][k]) for rd in rounds
                     if (rd, label) in by]
             vals = [v for v in vals if v is not None]
             col[k] = median(vals) if vals else None
-        print("| %s | %s | %s | %s | %s | %s | %s |"
+        medians[label] = col
+        print("| %s | %s | %s | %s | %s | %s | %s | %s |"
               % (label, fmt(col["rps"]), fmt(col["p50"]), fmt(col["p99"]),
                  fmt(col["gw"], 2), fmt(col["up"], 2),
-                 fmt(col["client"], 2)))
+                 fmt(col["client"], 2), fmt(col["store"], 2)))
     print()
 
     # --- ratios
     pairs = [("module", "plain"), ("module-client-id", "plain"),
-             ("module-ledger-off", "plain"), ("module", "module-ledger-off"),
+             ("module-ledger-off", "plain"), ("module-body-off", "plain"),
+             ("module", "module-ledger-off"), ("module", "module-body-off"),
              ("module-client-id", "module-ledger-off"),
              ("module", "lua"), ("module-client-id", "lua-client-id"),
              ("module", "lua-ledger"),
              ("module-client-id", "lua-ledger-client-id"),
              ("module-ledger-off", "lua"), ("lua", "plain"),
              ("lua-ledger", "plain"), ("lua-ledger", "lua"),
-             ("plain", "direct"), ("module-h2", "plain-h2")]
+             ("plain", "direct"), ("module-h2", "plain-h2"),
+             ("store", "module"), ("store", "module-ledger-off"),
+             ("store", "plain"), ("store", "lua-redis"),
+             ("lua-redis", "lua-ledger"), ("lua-redis", "plain"),
+             ("module-c1", "plain-c1"), ("store-c1", "module-c1"),
+             ("store-c1", "plain-c1"), ("lua-redis-c1", "plain-c1")]
     summary = {}
     print("### Ratios: medians of the per-round ratios")
     print()
@@ -263,6 +281,86 @@ def main(argv):
                                 median(diff)))
             print()
 
+    # --- the store (issue 13): differences per round, then medians
+    def diffs(a, b, k):
+        out = []
+        for rd in rounds:
+            if (rd, a) in by and (rd, b) in by:
+                x, y = num(by[(rd, a)][k]), num(by[(rd, b)][k])
+                if x is not None and y is not None:
+                    out.append(x - y)
+        return out
+
+    rtt = []
+    if os.path.exists(os.path.join(outdir, "store-rtt")):
+        with open(os.path.join(outdir, "store-rtt")) as f:
+            rtt = [float(x) for x in f.read().split()]
+
+    if "store" in labels or "lua-redis" in labels:
+        print("### The shared store (issue 13)")
+        print()
+        if rtt:
+            print("The store's round trip (redis-benchmark, PING on one "
+                  "connection from the gateway's CPU): p50 %s us (runs: %s)."
+                  % (fmt(median(rtt), 1),
+                     " ".join("%.1f" % x for x in rtt)))
+            print()
+        print("| figure | per round | median |")
+        print("|---|---|---:|")
+        for a, b, k, what in [
+                ("store", "module", "gw",
+                 "gateway CPU added by the store, store - module (zone "
+                 "ledger), us/req"),
+                ("store", "module-ledger-off", "gw",
+                 "store - module-ledger-off, us/req"),
+                ("lua-redis", "lua-ledger", "gw",
+                 "lua-redis - lua-ledger (Lua's own store cost), us/req"),
+                ("store-c1", "module-c1", "p50",
+                 "p50 added at c=1, store - module, us"),
+                ("store-c1", "plain-c1", "p50",
+                 "p50 added at c=1, store - plain, us"),
+                ("lua-redis-c1", "plain-c1", "p50",
+                 "p50 added at c=1, lua-redis - plain, us")]:
+            d = diffs(a, b, k)
+            if not d:
+                continue
+            summary["diff %s-%s %s" % (a, b, k)] = median(d)
+            print("| %s | %s | %s |" % (what, " ".join("%.1f" % x for x in d),
+                                        fmt(median(d), 1)))
+        for label in ("store", "lua-redis"):
+            if label in medians and medians[label]["store"] is not None:
+                summary["redis cpu " + label] = medians[label]["store"]
+                print("| store (redis-server) CPU per request, %s, us | | %s |"
+                      % (label, fmt(medians[label]["store"], 2)))
+        print()
+
+        targets = [
+            ("store cpu added", "diff store-module gw",
+             "gateway CPU added by the store (store - module, us/req)",
+             None),
+            ("store capacity", "cpu store/module",
+             "store capacity / zone ledger's, 1 / (CPU/req ratio)", None),
+            ("store redis cpu", "redis cpu store",
+             "store (redis-server) CPU per request, us", None),
+            ("store p50 added c1", "diff store-c1-module-c1 p50",
+             "p50 latency added at c=1 (store - module, us), target one "
+             "round trip + 50 us", median(rtt) + 50 if rtt else None),
+            ("store capacity lua-redis", "cpu store/lua-redis",
+             "capacity store / lua-redis, 1 / (CPU/req ratio)", None)]
+        print("| target | figure | verdict |")
+        print("|---|---:|---|")
+        for name, key, what, limit in targets:
+            if key not in summary:
+                continue
+            v = summary[key]
+            if key.startswith("cpu "):
+                v = 1 / v
+            if TARGETS[name][1] is None and limit is None:
+                print("| %s | %.3f | (no round trip measured) |" % (what, v))
+                continue
+            print("| %s | %.3f | %s |" % (what, v, verdict(name, v, limit)))
+        print()
+
     # --- verdicts
     print("### Verdicts (medians of per-round ratios)")
     print()
@@ -287,8 +385,10 @@ def main(argv):
             print("| %s, quiet rounds only | %.3f | %s |"
                   % (label, v, verdict(name, v)))
     for a, b in [("module", "plain"), ("module", "lua"),
-                 ("module", "lua-ledger"),
-                 ("module", "module-ledger-off")]:
+                 ("module", "lua-ledger"), ("store", "module"),
+                 ("store", "lua-redis"),
+                 ("module", "module-ledger-off"),
+                 ("module", "module-body-off")]:
         c = summary.get("cpu %s/%s" % (a, b))
         if c:
             print("| %s/%s gateway capacity, 1 / (CPU/req ratio) | %.3f "

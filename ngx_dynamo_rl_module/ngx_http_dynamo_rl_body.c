@@ -82,15 +82,33 @@ ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
 
     r->request_body_in_single_buf = 1;
 
+    ctx->body_sync = 1;
+
     rc = ngx_http_read_client_request_body(r,
                                            ngx_http_dynamo_rl_body_handler);
+
+    ctx->body_sync = 0;
 
     if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
         ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
         return rc;
     }
 
+    /* the reference the read took */
+
     ngx_http_finalize_request(r, NGX_DONE);
+
+    if (ctx->body_state == NGX_HTTP_DYNAMO_RL_BODY_CHECKED) {
+
+        /*
+         * the whole body was there already (it came with the header, as
+         * a small one does) and is judged: the phases go on from here,
+         * not from a second run of them inside the body handler
+         */
+
+        ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
+        return ctx->body_status ? (ngx_int_t) ctx->body_status : NGX_DECLINED;
+    }
 
     return NGX_DONE;
 }
@@ -116,9 +134,14 @@ ngx_http_dynamo_rl_body_handler(ngx_http_request_t *r)
 
     ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_CHECKED;
 
-    /* the phases go on from the precontent handler */
-
     r->preserve_body = 1;
+
+    if (ctx->body_sync) {
+        /* called from within the read: ngx_http_dynamo_rl_body_start() */
+        return;
+    }
+
+    /* the phases go on from the precontent handler */
 
     r->write_event_handler = ngx_http_core_run_phases;
     ngx_http_core_run_phases(r);

@@ -18,6 +18,11 @@
 
 #define NGX_HTTP_DYNAMO_RL_UUID_LEN         36
 
+/* what dynamo_rl_attempt_upstream_header names */
+#define NGX_HTTP_DYNAMO_RL_UPSTREAM_NONE    0
+#define NGX_HTTP_DYNAMO_RL_UPSTREAM_OTHER   1
+#define NGX_HTTP_DYNAMO_RL_UPSTREAM_XRID    2
+
 #define NGX_HTTP_DYNAMO_RL_RAND_SIZE        4096
 #define NGX_HTTP_DYNAMO_RL_ISO_LEN  sizeof("2026-01-01T00:00:00.000Z")
 
@@ -70,6 +75,12 @@ typedef struct {
     ngx_uint_t                      attempt_header_hash;
     ngx_str_t                       attempt_upstream_header;
     ngx_uint_t                      attempt_upstream_header_hash;
+
+    /* set by the merge for the request plane's hot path */
+    u_char                         *attempt_header_lc;
+    u_char                         *attempt_upstream_header_lc;
+    ngx_uint_t                      attempt_upstream;
+    ngx_uint_t                      request_id_hash;
 
     ngx_flag_t                      strip_routing_headers;
     ngx_flag_t                      accel_buffering;
@@ -177,6 +188,7 @@ typedef struct {
     unsigned                        admin_decided:1;
     unsigned                        admin_health:1;
     unsigned                        client_id:1;
+    unsigned                        body_sync:1;
 
     /* the caller's scope, when variables give it: _scope.c */
     ngx_str_t                       scope_value;

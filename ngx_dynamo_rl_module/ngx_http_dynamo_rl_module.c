@@ -32,6 +32,8 @@ static char *ngx_http_dynamo_rl_methods(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_dynamo_rl_header_name(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+static ngx_int_t ngx_http_dynamo_rl_merge_names(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_loc_conf_t *prev, ngx_http_dynamo_rl_loc_conf_t *conf);
 
 static void ngx_http_dynamo_rl_cleanup(void *data);
 static ngx_int_t ngx_http_dynamo_rl_log_handler(ngx_http_request_t *r);
@@ -842,6 +844,10 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                                                   sizeof("x-request-id") - 1);
     }
 
+    if (ngx_http_dynamo_rl_merge_names(cf, prev, conf) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     ngx_conf_merge_value(conf->strip_routing_headers,
                          prev->strip_routing_headers, 1);
     ngx_conf_merge_value(conf->accel_buffering, prev->accel_buffering, 0);
@@ -1149,6 +1155,80 @@ ngx_http_dynamo_rl_header_name(ngx_conf_t *cf, ngx_command_t *cmd,
     *hash = ngx_hash_key(lowcase, value[1].len);
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * what the request plane would otherwise work out for every request: the
+ * id headers' names in lower case (their lowcase_key upstream), and
+ * whether the upstream name is another header, x-request-id, or none
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_merge_names(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_loc_conf_t *prev, ngx_http_dynamo_rl_loc_conf_t *conf)
+{
+    u_char      *lc;
+    ngx_str_t   *name;
+    ngx_uint_t   i, n;
+
+    static ngx_str_t  request_id = ngx_string("request-id");
+
+    for (n = 0; n < 2; n++) {
+        name = n ? &conf->attempt_upstream_header : &conf->attempt_header;
+
+        if (name->data == (n ? prev->attempt_upstream_header.data
+                              : prev->attempt_header.data))
+        {
+            lc = n ? prev->attempt_upstream_header_lc
+                   : prev->attempt_header_lc;
+
+        } else {
+            lc = NULL;
+        }
+
+        if (lc == NULL) {
+            lc = ngx_pnalloc(cf->pool, name->len + 1);
+            if (lc == NULL) {
+                return NGX_ERROR;
+            }
+
+            for (i = 0; i < name->len; i++) {
+                lc[i] = ngx_tolower(name->data[i]);
+            }
+
+            lc[i] = '\0';
+        }
+
+        if (n) {
+            conf->attempt_upstream_header_lc = lc;
+
+        } else {
+            conf->attempt_header_lc = lc;
+        }
+    }
+
+    name = &conf->attempt_upstream_header;
+    lc = conf->attempt_upstream_header_lc;
+
+    if (name->len == 0
+        || (name->len == conf->attempt_header.len
+            && ngx_strncmp(lc, conf->attempt_header_lc, name->len) == 0))
+    {
+        conf->attempt_upstream = NGX_HTTP_DYNAMO_RL_UPSTREAM_NONE;
+
+    } else if (name->len == sizeof("x-request-id") - 1
+               && ngx_strncmp(lc, "x-request-id", name->len) == 0)
+    {
+        conf->attempt_upstream = NGX_HTTP_DYNAMO_RL_UPSTREAM_XRID;
+
+    } else {
+        conf->attempt_upstream = NGX_HTTP_DYNAMO_RL_UPSTREAM_OTHER;
+    }
+
+    conf->request_id_hash = ngx_hash_key(request_id.data, request_id.len);
+
+    return NGX_OK;
 }
 
 

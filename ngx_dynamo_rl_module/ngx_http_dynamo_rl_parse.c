@@ -73,10 +73,16 @@ ngx_http_dynamo_rl_attempt_id_valid(u_char *p, size_t len)
 u_char *
 ngx_http_dynamo_rl_uuid7(u_char *dst, uint64_t ms, u_char *rnd)
 {
-    u_char      b[16];
+    u_char      b[16], c;
     ngx_uint_t  i;
 
-    static u_char  hex[] = "0123456789abcdef";
+    static const u_char  hex[] = "0123456789abcdef";
+
+    /* where each byte's two digits go, the dashes between */
+
+    static const u_char  pos[] = {
+        0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34
+    };
 
     b[0] = (u_char) (ms >> 40);
     b[1] = (u_char) (ms >> 32);
@@ -91,15 +97,17 @@ ngx_http_dynamo_rl_uuid7(u_char *dst, uint64_t ms, u_char *rnd)
     b[8] = (u_char) (0x80 | (b[8] & 0x3f));
 
     for (i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) {
-            *dst++ = '-';
-        }
-
-        *dst++ = hex[b[i] >> 4];
-        *dst++ = hex[b[i] & 0x0f];
+        c = b[i];
+        dst[pos[i]] = hex[c >> 4];
+        dst[pos[i] + 1] = hex[c & 0x0f];
     }
 
-    return dst;
+    dst[8] = '-';
+    dst[13] = '-';
+    dst[18] = '-';
+    dst[23] = '-';
+
+    return dst + 36;
 }
 
 

@@ -17,16 +17,30 @@ static ngx_int_t ngx_http_dynamo_rl_mint(ngx_http_request_t *r,
     u_char *dst);
 static ngx_int_t ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf,
-    ngx_uint_t client_id);
+    ngx_uint_t client_id, ngx_uint_t touch);
+static ngx_int_t ngx_http_dynamo_rl_upstream_touch(ngx_table_elt_t *h,
+    ngx_http_dynamo_rl_loc_conf_t *drlcf);
 static ngx_int_t ngx_http_dynamo_rl_routing_header(ngx_table_elt_t *h);
 static ngx_table_elt_t *ngx_http_dynamo_rl_push_header(ngx_list_t *list,
-    ngx_str_t *name, ngx_uint_t hash, ngx_str_t *value);
+    ngx_str_t *name, u_char *lowcase, ngx_uint_t hash, ngx_str_t *value);
 static ngx_int_t ngx_http_dynamo_rl_body(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 static ngx_int_t ngx_http_dynamo_rl_record(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 static ngx_int_t ngx_http_dynamo_rl_unavailable(ngx_http_request_t *r,
     ngx_uint_t retry, char *reason, char *message);
+
+
+static ngx_str_t  ngx_http_dynamo_rl_request_id = ngx_string("request-id");
+static ngx_str_t  ngx_http_dynamo_rl_dynamo_request_id =
+    ngx_string("x-dynamo-request-id");
+
+
+/* the lengths of the names below, a bit each: most headers skip the walk */
+
+#define NGX_HTTP_DYNAMO_RL_ROUTING_LENS                                      \
+    ((1 << 9) | (1 << 16) | (1 << 17) | (1 << 20) | (1 << 21) | (1 << 24)   \
+     | (1 << 27) | (1 << 28))
 
 
 static ngx_str_t  ngx_http_dynamo_rl_routing_headers[] = {
@@ -433,12 +447,18 @@ static ngx_int_t
 ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
 {
-    ngx_uint_t        i, n;
+    ngx_uint_t        i, n, touch;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *header, *id;
 
     n = 0;
     id = NULL;
+    touch = 0;
+
+    /*
+     * one walk of the client's headers: the attempt id, and whether any
+     * header is to be renamed or dropped before the upstream sees it
+     */
 
     part = &r->headers_in.headers.part;
     header = part->elts;
@@ -455,11 +475,18 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
             i = 0;
         }
 
-        if (ngx_http_dynamo_rl_header_is(&header[i], &drlcf->attempt_header)
-            == NGX_OK)
+        if (header[i].key.len == drlcf->attempt_header.len
+            && ngx_http_dynamo_rl_header_is(&header[i], &drlcf->attempt_header)
+               == NGX_OK)
         {
             id = &header[i];
             n++;
+        }
+
+        if (!touch
+            && ngx_http_dynamo_rl_upstream_touch(&header[i], drlcf) == NGX_OK)
+        {
+            touch = 1;
         }
     }
 
@@ -523,7 +550,9 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
     ctx->log_handler = r->log_handler;
     r->log_handler = ngx_http_dynamo_rl_log_error;
 
-    if (ngx_http_dynamo_rl_upstream_headers(r, ctx, drlcf, n) != NGX_OK) {
+    if (ngx_http_dynamo_rl_upstream_headers(r, ctx, drlcf, n, touch)
+        != NGX_OK)
+    {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -597,38 +626,25 @@ ngx_http_dynamo_rl_mint(ngx_http_request_t *r, u_char *dst)
 static ngx_int_t
 ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf,
-    ngx_uint_t client_id)
+    ngx_uint_t client_id, ngx_uint_t touch)
 {
     ngx_str_t        *up;
-    ngx_uint_t        i, drop, x_request_id;
+    ngx_uint_t        i, drop;
     ngx_array_t      *kept;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *header, *h;
 
-    static ngx_str_t  request_id = ngx_string("request-id");
-    static ngx_str_t  dynamo_request_id = ngx_string("x-dynamo-request-id");
-    static ngx_str_t  x_request = ngx_string("x-request-id");
-
-    up = &drlcf->attempt_upstream_header;
-
-    if (up->len == 0
-        || (up->len == drlcf->attempt_header.len
-            && ngx_strncasecmp(up->data, drlcf->attempt_header.data, up->len)
-               == 0))
-    {
-        up = NULL;
-    }
-
-    x_request_id = (up != NULL && up->len == x_request.len
-                    && ngx_strncasecmp(up->data, x_request.data, up->len)
-                       == 0);
+    up = (drlcf->attempt_upstream == NGX_HTTP_DYNAMO_RL_UPSTREAM_NONE)
+         ? NULL : &drlcf->attempt_upstream_header;
 
     drop = 0;
 
     part = &r->headers_in.headers.part;
     header = part->elts;
 
-    for (i = 0; /* void */ ; i++) {
+    /* the attempt's walk found nothing to rename or drop: no second walk */
+
+    for (i = 0; touch; i++) {
 
         if (i >= part->nelts) {
             if (part->next == NULL) {
@@ -640,7 +656,11 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
             i = 0;
         }
 
-        if (up != NULL && x_request_id
+        if (ngx_http_dynamo_rl_upstream_touch(&header[i], drlcf) != NGX_OK) {
+            continue;
+        }
+
+        if (drlcf->attempt_upstream == NGX_HTTP_DYNAMO_RL_UPSTREAM_XRID
             && ngx_http_dynamo_rl_header_is(&header[i], up) == NGX_OK)
         {
             /* a trajectory id, often reused: kept under another name */
@@ -652,18 +672,8 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
             continue;
         }
 
-        if ((up != NULL && ngx_http_dynamo_rl_header_is(&header[i], up)
-                           == NGX_OK)
-            || (drlcf->strip_routing_headers
-                && ngx_http_dynamo_rl_routing_header(&header[i]) == NGX_OK)
-            || ngx_http_dynamo_rl_header_is(&header[i], &request_id)
-               == NGX_OK
-            || ngx_http_dynamo_rl_header_is(&header[i], &dynamo_request_id)
-               == NGX_OK)
-        {
-            header[i].hash = 0;
-            drop = 1;
-        }
+        header[i].hash = 0;
+        drop = 1;
     }
 
     if (drop) {
@@ -729,6 +739,7 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
         ctx->id_headers[0] = ngx_http_dynamo_rl_push_header(
                                                  &r->headers_in.headers,
                                                  &drlcf->attempt_header,
+                                                 drlcf->attempt_header_lc,
                                                  drlcf->attempt_header_hash,
                                                  &ctx->attempt_id);
         if (ctx->id_headers[0] == NULL) {
@@ -738,9 +749,9 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
 
     ctx->id_headers[2] = ngx_http_dynamo_rl_push_header(
                                            &r->headers_in.headers,
-                                           &request_id,
-                                           ngx_hash_key(request_id.data,
-                                                        request_id.len),
+                                           &ngx_http_dynamo_rl_request_id,
+                                           ngx_http_dynamo_rl_request_id.data,
+                                           drlcf->request_id_hash,
                                            &ctx->request_id);
     if (ctx->id_headers[2] == NULL) {
         return NGX_ERROR;
@@ -749,6 +760,7 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
     if (up != NULL) {
         ctx->id_headers[1] = ngx_http_dynamo_rl_push_header(
                                            &r->headers_in.headers, up,
+                                           drlcf->attempt_upstream_header_lc,
                                            drlcf->attempt_upstream_header_hash,
                                            &ctx->attempt_id);
         if (ctx->id_headers[1] == NULL) {
@@ -760,12 +772,56 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
 }
 
 
+/*
+ * NGX_OK: a client's header the upstream must not see as it is (the
+ * upstream id's name, a routing pin, a request id), the attempt header
+ * excepted; lengths first, as most headers are none of them
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_upstream_touch(ngx_table_elt_t *h,
+    ngx_http_dynamo_rl_loc_conf_t *drlcf)
+{
+    size_t  len;
+
+    len = h->key.len;
+
+    if (drlcf->attempt_upstream != NGX_HTTP_DYNAMO_RL_UPSTREAM_NONE
+        && len == drlcf->attempt_upstream_header.len
+        && ngx_http_dynamo_rl_header_is(h, &drlcf->attempt_upstream_header)
+           == NGX_OK)
+    {
+        return NGX_OK;
+    }
+
+    if (drlcf->strip_routing_headers
+        && ngx_http_dynamo_rl_routing_header(h) == NGX_OK)
+    {
+        return NGX_OK;
+    }
+
+    if ((len == ngx_http_dynamo_rl_request_id.len
+         && ngx_http_dynamo_rl_header_is(h, &ngx_http_dynamo_rl_request_id)
+            == NGX_OK)
+        || (len == ngx_http_dynamo_rl_dynamo_request_id.len
+            && ngx_http_dynamo_rl_header_is(h,
+                                     &ngx_http_dynamo_rl_dynamo_request_id)
+               == NGX_OK))
+    {
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
 static ngx_int_t
 ngx_http_dynamo_rl_routing_header(ngx_table_elt_t *h)
 {
     ngx_str_t  *name;
 
-    if (h->key.len < sizeof("x-dp-rank") - 1
+    if (h->key.len > 28
+        || !(NGX_HTTP_DYNAMO_RL_ROUTING_LENS & (1 << h->key.len))
         || (h->key.data[0] != 'x' && h->key.data[0] != 'X'))
     {
         return NGX_DECLINED;
@@ -783,9 +839,8 @@ ngx_http_dynamo_rl_routing_header(ngx_table_elt_t *h)
 
 static ngx_table_elt_t *
 ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
-    ngx_uint_t hash, ngx_str_t *value)
+    u_char *lowcase, ngx_uint_t hash, ngx_str_t *value)
 {
-    ngx_uint_t        i;
     ngx_table_elt_t  *h;
 
     h = ngx_list_push(list);
@@ -796,15 +851,7 @@ ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
     h->hash = hash;
     h->key = *name;
     h->value = *value;
-
-    h->lowcase_key = ngx_pnalloc(list->pool, name->len);
-    if (h->lowcase_key == NULL) {
-        return NULL;
-    }
-
-    for (i = 0; i < name->len; i++) {
-        h->lowcase_key[i] = ngx_tolower(name->data[i]);
-    }
+    h->lowcase_key = lowcase;
 
     return h;
 }

@@ -807,6 +807,14 @@ ngx_http_dynamo_rl_name_hash(ngx_http_dynamo_rl_member_t *m)
     end = m->name_end - 1;
 
     while (p < end) {
+
+        /* an ASCII byte other than a backslash is its own code point */
+
+        if (*p < 0x80 && *p != '\\') {
+            h = (h ^ *p++) * 16777619u;
+            continue;
+        }
+
         cp = ngx_http_dynamo_rl_next_cp(&p);
         h = (h ^ cp) * 16777619u;
     }
@@ -847,6 +855,15 @@ ngx_http_dynamo_rl_body_name_is(ngx_http_dynamo_rl_member_t *m, char *name)
     end = m->name_end - 1;
 
     while (p < end && *name) {
+
+        if (*p < 0x80 && *p != '\\') {
+            if (*p++ != (u_char) *name++) {
+                return NGX_DECLINED;
+            }
+
+            continue;
+        }
+
         if (ngx_http_dynamo_rl_next_cp(&p) != (u_char) *name++) {
             return NGX_DECLINED;
         }

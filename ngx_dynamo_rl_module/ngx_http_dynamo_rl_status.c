@@ -402,7 +402,7 @@ void
 ngx_http_dynamo_rl_account(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx)
 {
-    uint64_t                         now, end;
+    uint64_t                         end;
     ngx_msec_t                       ms;
     ngx_uint_t                       plane, outcome, reason, bucket;
     ngx_http_dynamo_rl_zone_t       *zone;
@@ -432,8 +432,9 @@ ngx_http_dynamo_rl_account(ngx_http_request_t *r,
         (void) ngx_atomic_fetch_add(&sh->admin_results[ctx->admin_error], 1);
     }
 
-    now = ngx_http_dynamo_rl_now();
-    end = ctx->ended_at ? ctx->ended_at : now;
+    /* the clock is read only when the response never ended */
+
+    end = ctx->ended_at ? ctx->ended_at : ngx_http_dynamo_rl_now();
     ms = (ngx_msec_t) (end > ctx->started ? end - ctx->started : 0);
     bucket = ngx_http_dynamo_rl_bucket(ms);
 
