@@ -152,6 +152,28 @@ END {
 	$_->_finish() for @PLANNED;
 }
 
+# another nginx of a planned test, such as a second gateway replica: its
+# error log and sanitizer reports are checked at the end as well, two
+# more tests that the test's plan() counts
+
+sub check_at_end {
+	my ($self) = @_;
+
+	$self->{_planned} = 1;
+	push @PLANNED, $self;
+
+	return $self;
+}
+
+# code that stop() runs once nginx and the daemons have stopped, once: a
+# server of the test's own that nginx uses until it exits (the store)
+
+sub at_stop {
+	my ($self, $code) = @_;
+	push @{$self->{_at_stop}}, $code;
+	return $self;
+}
+
 # lines of error.log matching one of these do not count as alerts,
 # e.g. the [emerg] of a deliberately broken reload
 
@@ -520,6 +542,10 @@ sub stop {
 
 		kill 'KILL', -$pid or kill 'KILL', $pid;
 		waitpid($pid, 0);
+	}
+
+	while (my $code = shift @{$self->{_at_stop}}) {
+		$code->();
 	}
 
 	return $self;
