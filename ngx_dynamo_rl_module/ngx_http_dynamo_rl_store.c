@@ -42,7 +42,7 @@
 #define NGX_HTTP_DYNAMO_RL_STORE_OUT         16384
 #define NGX_HTTP_DYNAMO_RL_STORE_PASSWORD    4096
 #define NGX_HTTP_DYNAMO_RL_STORE_QUEUE       4096
-#define NGX_HTTP_DYNAMO_RL_STORE_ARGS        64
+#define NGX_HTTP_DYNAMO_RL_STORE_SMALL       512
 #define NGX_HTTP_DYNAMO_RL_STORE_NAME        63
 
 #define NGX_HTTP_DYNAMO_RL_STORE_STAT(store, field, n)                       \
@@ -75,10 +75,8 @@ typedef struct {
     ngx_uint_t                      nfifo;
     ngx_uint_t                      npending;
 
-    /* the arguments of the command being formatted */
-    const char                    **argv;
-    size_t                         *argvlen;
-    ngx_uint_t                      nargv;
+    /* the start of the batch being formed, for the round trips */
+    uint64_t                        batch_start;
 
     ngx_event_t                     timer;
     ngx_event_t                     retry;
@@ -117,6 +115,9 @@ struct ngx_http_dynamo_rl_store_cmd_s {
     unsigned                            retried:1; /* sent again as EVAL */
     unsigned                            own:1;     /* buf is ngx_alloc()'s */
     unsigned                            live:1;
+
+    /* a user's command, formatted here when it fits: no allocation */
+    u_char                              small[NGX_HTTP_DYNAMO_RL_STORE_SMALL];
 };
 
 
@@ -189,6 +190,8 @@ static void ngx_http_dynamo_rl_store_cmd_free(
     ngx_http_dynamo_rl_store_cmd_t *cmd);
 static void ngx_http_dynamo_rl_store_cmd_release(
     ngx_http_dynamo_rl_store_cmd_t *cmd);
+static u_char *ngx_http_dynamo_rl_store_format(u_char *p, u_char type,
+    size_t n);
 static uint64_t ngx_http_dynamo_rl_store_us(void);
 
 
@@ -903,12 +906,6 @@ ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
         conn->out = NULL;
     }
 
-    if (conn->argv != NULL) {
-        ngx_free(conn->argv);
-        ngx_free(conn->argvlen);
-        conn->argv = NULL;
-    }
-
     conn->state = NGX_HTTP_DYNAMO_RL_STORE_DOWN;
     store->conn = NULL;
 }
@@ -979,10 +976,10 @@ ngx_http_dynamo_rl_store_push(ngx_http_dynamo_rl_store_t *store,
     ngx_str_t *argv, ngx_http_dynamo_rl_store_pt handler, void *data,
     ngx_http_dynamo_rl_store_cmd_t **cmdp)
 {
-    int                               len;
-    char                             *buf;
-    u_char                            nk[NGX_INT_T_LEN];
-    ngx_uint_t                        i, n, extra;
+    u_char                           *buf, *p;
+    size_t                            len, n;
+    ngx_uint_t                        i, extra;
+    u_char                            nk[NGX_INT_T_LEN + 2];
     ngx_http_dynamo_rl_store_cmd_t   *cmd;
     ngx_http_dynamo_rl_store_conn_t  *conn;
 
@@ -1015,72 +1012,76 @@ ngx_http_dynamo_rl_store_push(ngx_http_dynamo_rl_store_t *store,
         return NGX_ERROR;
     }
 
+    /*
+     * RESP, formatted here in one pass: "EVALSHA sha nkeys" and the
+     * arguments as bulk strings
+     */
+
     extra = (script == NGX_HTTP_DYNAMO_RL_STORE_NOSCRIPT) ? 0 : 3;
-    n = argc + extra;
 
-    if (n > conn->nargv) {
-        if (conn->argv != NULL) {
-            ngx_free(conn->argv);
-            ngx_free(conn->argvlen);
-            conn->argv = NULL;
-            conn->nargv = 0;
-        }
-
-        i = ngx_max(n, NGX_HTTP_DYNAMO_RL_STORE_ARGS);
-
-        conn->argv = ngx_alloc(i * sizeof(char *), conn->log);
-        conn->argvlen = ngx_alloc(i * sizeof(size_t), conn->log);
-
-        if (conn->argv == NULL || conn->argvlen == NULL) {
-            if (conn->argv != NULL) {
-                ngx_free(conn->argv);
-                conn->argv = NULL;
-            }
-
-            if (conn->argvlen != NULL) {
-                ngx_free(conn->argvlen);
-            }
-
-            return NGX_ERROR;
-        }
-
-        conn->nargv = i;
-    }
+    len = sizeof("*\r\n") - 1 + NGX_INT_T_LEN;
 
     if (extra) {
-        conn->argv[0] = "EVALSHA";
-        conn->argvlen[0] = 7;
-        conn->argv[1] = (const char *) ngx_http_dynamo_rl_scripts[script].sha;
-        conn->argvlen[1] = 40;
-        conn->argv[2] = (const char *) nk;
-        conn->argvlen[2] = ngx_sprintf(nk, "%ui", nkeys) - nk;
+        len += sizeof("$7\r\nEVALSHA\r\n$40\r\n\r\n$\r\n\r\n") - 1 + 40
+               + 2 * NGX_INT_T_LEN;
     }
 
     for (i = 0; i < argc; i++) {
-        conn->argv[extra + i] = (const char *) argv[i].data;
-        conn->argvlen[extra + i] = argv[i].len;
+        len += sizeof("$\r\n\r\n") - 1 + NGX_SIZE_T_LEN + argv[i].len;
     }
 
     buf = NULL;
 
-    len = redisFormatCommandArgv(&buf, (int) n, conn->argv, conn->argvlen);
-
-    if (len < 0 || buf == NULL) {
-        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
-                                      NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
-        return NGX_ERROR;
+    if (len > NGX_HTTP_DYNAMO_RL_STORE_SMALL) {
+        buf = ngx_alloc(len, conn->log);
+        if (buf == NULL) {
+            NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
+                                          NGX_HTTP_DYNAMO_RL_STORE_R_DOWN],
+                                          1);
+            return NGX_ERROR;
+        }
     }
 
     cmd = ngx_http_dynamo_rl_store_cmd_alloc(conn);
     if (cmd == NULL) {
-        redisFreeCommand(buf);
+        if (buf != NULL) {
+            ngx_free(buf);
+        }
+
         NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
                                       NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
         return NGX_ERROR;
     }
 
-    cmd->buf = buf;
-    cmd->len = len;
+    if (buf == NULL) {
+        buf = cmd->small;
+
+    } else {
+        cmd->own = 1;
+    }
+
+    p = ngx_http_dynamo_rl_store_format(buf, '*', argc + extra);
+
+    if (extra) {
+        p = ngx_cpymem(p, "$7\r\nEVALSHA\r\n$40\r\n",
+                       sizeof("$7\r\nEVALSHA\r\n$40\r\n") - 1);
+        p = ngx_cpymem(p, ngx_http_dynamo_rl_scripts[script].sha, 40);
+        *p++ = '\r';
+        *p++ = '\n';
+        n = ngx_http_dynamo_rl_store_format(nk, '\0', nkeys) - nk - 2;
+        p = ngx_http_dynamo_rl_store_format(p, '$', n);
+        p = ngx_cpymem(p, nk, n + 2);
+    }
+
+    for (i = 0; i < argc; i++) {
+        p = ngx_http_dynamo_rl_store_format(p, '$', argv[i].len);
+        p = ngx_cpymem(p, argv[i].data, argv[i].len);
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+
+    cmd->buf = (char *) buf;
+    cmd->len = p - buf;
     cmd->handler = handler;
     cmd->data = data;
     cmd->op = op;
@@ -1088,7 +1089,16 @@ ngx_http_dynamo_rl_store_push(ngx_http_dynamo_rl_store_t *store,
     cmd->kind = NGX_HTTP_DYNAMO_RL_STORE_USER;
     cmd->waited = (handler != NULL);
     cmd->deadline = ngx_current_msec + store->timeout;
-    cmd->start = ngx_http_dynamo_rl_store_us();
+
+    /* one clock read per batch: the commands of a turn go out together */
+
+    if (conn->state != NGX_HTTP_DYNAMO_RL_STORE_READY
+        || !conn->peer.connection->write->posted)
+    {
+        conn->batch_start = ngx_http_dynamo_rl_store_us();
+    }
+
+    cmd->start = conn->batch_start;
 
     NGX_HTTP_DYNAMO_RL_STORE_STAT(store, queue, 1);
 
@@ -2232,7 +2242,8 @@ ngx_http_dynamo_rl_store_cmd_alloc(ngx_http_dynamo_rl_store_conn_t *conn)
         }
     }
 
-    ngx_memzero(cmd, sizeof(ngx_http_dynamo_rl_store_cmd_t));
+    /* the local buffer is written before it is read */
+    ngx_memzero(cmd, offsetof(ngx_http_dynamo_rl_store_cmd_t, small));
 
     cmd->live = 1;
 
@@ -2270,12 +2281,40 @@ ngx_http_dynamo_rl_store_cmd_release(ngx_http_dynamo_rl_store_cmd_t *cmd)
     if (cmd->own) {
         ngx_free(cmd->buf);
 
-    } else {
+    } else if (cmd->buf != (char *) cmd->small) {
         redisFreeCommand(cmd->buf);
     }
 
     cmd->buf = NULL;
     cmd->own = 0;
+}
+
+
+/* "*N\r\n", "$N\r\n", or "N\r\n" with type '\\0' */
+
+static u_char *
+ngx_http_dynamo_rl_store_format(u_char *p, u_char type, size_t n)
+{
+    u_char   *d;
+    u_char    digits[NGX_SIZE_T_LEN];
+
+    if (type) {
+        *p++ = type;
+    }
+
+    d = digits + NGX_SIZE_T_LEN;
+
+    do {
+        *--d = (u_char) ('0' + n % 10);
+        n /= 10;
+    } while (n);
+
+    p = ngx_cpymem(p, d, digits + NGX_SIZE_T_LEN - d);
+
+    *p++ = '\r';
+    *p++ = '\n';
+
+    return p;
 }
 
 
