@@ -38,9 +38,11 @@ static ngx_int_t ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
 static void ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
     redisReply *reply);
 static void ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx,
-    char *from, char *to, ngx_msec_t ttl, ngx_str_t *fields, ngx_uint_t n);
-static void ngx_http_dynamo_rl_ledger_stream(ngx_http_request_t *r,
+    char *from, char *to, ngx_msec_t ttl, ngx_str_t *values, ngx_uint_t n);
+static ngx_int_t ngx_http_dynamo_rl_ledger_defer(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
+static void ngx_http_dynamo_rl_ledger_stream(ngx_event_t *ev);
+static void ngx_http_dynamo_rl_ledger_undefer(ngx_http_dynamo_rl_ctx_t *ctx);
 static void ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
     ngx_uint_t state, ngx_uint_t status, off_t sent, ngx_uint_t reason);
 static ngx_int_t ngx_http_dynamo_rl_attempts_store(ngx_http_request_t *r,
@@ -364,7 +366,8 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
 {
     u_char                         *p;
     ngx_int_t                       rc;
-    ngx_str_t                       argv[7];
+    ngx_str_t                       argv[8];
+    ngx_uint_t                      n;
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
     u_char                          t0[NGX_INT64_LEN];
     u_char                          lease[NGX_INT64_LEN];
@@ -414,15 +417,18 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
 
     argv[5] = store->replica;
 
-    if (ctx->request_id.data != ctx->attempt_id.data) {
-        argv[6] = ctx->request_id;
+    /* the request id only when it is not the attempt id */
 
-    } else {
-        ngx_str_null(&argv[6]);
+    n = 6;
+
+    if (ctx->request_id.data != ctx->attempt_id.data) {
+        ngx_str_set(&argv[n], "rq");
+        n++;
+        argv[n++] = ctx->request_id;
     }
 
     rc = ngx_http_dynamo_rl_store_eval(store, NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM,
-                                       2, 7, argv,
+                                       2, n, argv,
                                        ngx_http_dynamo_rl_ledger_claimed, r,
                                        &ctx->store_cmd);
 
@@ -539,15 +545,16 @@ ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
 
 /*
  * a record in the store changes state, queued and sent with the others:
- * the response never waits for it; "fields" are names and values
+ * the response never waits for it; "values" are code, sse, b, t1 and rs,
+ * by position, as many as given
  */
 
 static void
 ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx, char *from,
-    char *to, ngx_msec_t ttl, ngx_str_t *fields, ngx_uint_t n)
+    char *to, ngx_msec_t ttl, ngx_str_t *values, ngx_uint_t n)
 {
     ngx_uint_t  i;
-    ngx_str_t   argv[5 + 12];
+    ngx_str_t   argv[5 + 5];
     u_char      buf[NGX_INT64_LEN];
 
     argv[0] = ctx->store_key;
@@ -559,8 +566,8 @@ ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx, char *from,
     argv[4].data = buf;
     argv[4].len = ngx_sprintf(buf, "%M", ttl) - buf;
 
-    for (i = 0; i < n && i < 12; i++) {
-        argv[5 + i] = fields[i];
+    for (i = 0; i < n && i < 5; i++) {
+        argv[5 + i] = values[i];
     }
 
     (void) ngx_http_dynamo_rl_store_eval(ctx->store,
@@ -669,51 +676,48 @@ ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
     ngx_uint_t state, ngx_uint_t status, off_t sent, ngx_uint_t reason)
 {
     u_char     *p;
-    ngx_str_t   fields[10];
+    ngx_str_t   values[5];
+    ngx_uint_t  n;
+    char        to[2];
     u_char      buf[3 * NGX_INT64_LEN + 4];
 
     static char  *states = "\0asufc";
 
     ctx->store_claimed = 0;
 
+    /* the record goes from accepted to its end at once */
+    ngx_http_dynamo_rl_ledger_undefer(ctx);
+
     p = buf;
 
-    ngx_str_set(&fields[0], "code");
-    fields[1].data = p;
+    /* code, sse, b, t1 and, for an attempt never forwarded, rs */
+
+    values[0].data = p;
     p = ngx_sprintf(p, "%ui", status);
-    fields[1].len = p - fields[1].data;
+    values[0].len = p - values[0].data;
 
-    ngx_str_set(&fields[2], "sse");
-    fields[3].data = (u_char *) (ctx->sse_on ? "1" : "0");
-    fields[3].len = 1;
+    values[1].data = (u_char *) (ctx->sse_on ? "1" : "0");
+    values[1].len = 1;
 
-    ngx_str_set(&fields[4], "b");
-    fields[5].data = p;
+    values[2].data = p;
     p = ngx_sprintf(p, "%O", sent);
-    fields[5].len = p - fields[5].data;
+    values[2].len = p - values[2].data;
 
-    ngx_str_set(&fields[6], "t1");
-    fields[7].data = p;
+    values[3].data = p;
     p = ngx_sprintf(p, "%uL", ngx_http_dynamo_rl_wall());
-    fields[7].len = p - fields[7].data;
+    values[3].len = p - values[3].data;
 
-    ngx_str_set(&fields[8], "rs");
+    n = 4;
 
     if (reason == NGX_HTTP_DYNAMO_RL_NOT_FORWARDED) {
-        ngx_str_set(&fields[9], "nf");
-
-    } else {
-        ngx_str_set(&fields[9], "");
+        ngx_str_set(&values[4], "nf");
+        n = 5;
     }
 
-    {
-        char  to[2];
+    to[0] = states[state];
+    to[1] = '\0';
 
-        to[0] = states[state];
-        to[1] = '\0';
-
-        ngx_http_dynamo_rl_ledger_move(ctx, "as", to, ctx->ttl, fields, 10);
-    }
+    ngx_http_dynamo_rl_ledger_move(ctx, "as", to, ctx->ttl, values, n);
 }
 
 
@@ -725,6 +729,9 @@ ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx)
     uint64_t                    now;
     ngx_http_dynamo_rl_node_t  *lr;
     ngx_http_dynamo_rl_zone_t  *zone;
+
+    /* the posted event lives in the request's pool */
+    ngx_http_dynamo_rl_ledger_undefer(ctx);
 
     if (ctx->store_cmd != NULL) {
         /* the request went away while its claim was waited for */
@@ -946,8 +953,10 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
     zone = ctx->ledger_zone;
     lr = ctx->node;
 
-    if (ctx->store_claimed) {
-        ngx_http_dynamo_rl_ledger_stream(r, ctx);
+    if (ctx->store_claimed
+        && ngx_http_dynamo_rl_ledger_defer(r, ctx) != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if (lr == NULL) {
@@ -966,23 +975,74 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
 }
 
 
-static void
-ngx_http_dynamo_rl_ledger_stream(ngx_http_request_t *r,
+/*
+ * the move to streaming waits for the end of the event loop's turn: a
+ * response that is whole in the turn of its header (most that are not
+ * streams) then goes from accepted to its end in one write to the store,
+ * and a stream is seen streaming as soon as the turn ends
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_ledger_defer(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx)
 {
-    ngx_str_t  fields[4];
-    u_char     buf[NGX_INT_T_LEN];
+    ngx_event_t  *ev;
 
-    ngx_str_set(&fields[0], "code");
-    fields[1].data = buf;
-    fields[1].len = ngx_sprintf(buf, "%ui", r->headers_out.status) - buf;
+    ev = ctx->store_stream;
 
-    ngx_str_set(&fields[2], "sse");
-    fields[3].data = (u_char *) (ctx->sse_on ? "1" : "0");
-    fields[3].len = 1;
+    if (ev == NULL) {
+        ev = ngx_pcalloc(r->pool, sizeof(ngx_event_t));
+        if (ev == NULL) {
+            return NGX_ERROR;
+        }
 
-    ngx_http_dynamo_rl_ledger_move(ctx, "a", "s", ctx->store->lease, fields,
-                                   4);
+        ev->handler = ngx_http_dynamo_rl_ledger_stream;
+        ev->data = r;
+        ev->log = r->connection->log;
+
+        ctx->store_stream = ev;
+    }
+
+    if (!ev->posted) {
+        ngx_post_event(ev, &ngx_posted_events);
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_dynamo_rl_ledger_stream(ngx_event_t *ev)
+{
+    ngx_http_request_t *r = ev->data;
+
+    ngx_str_t                  values[2];
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+    u_char                     buf[NGX_INT_T_LEN];
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    if (ctx == NULL || !ctx->store_claimed) {
+        return;
+    }
+
+    values[0].data = buf;
+    values[0].len = ngx_sprintf(buf, "%ui", r->headers_out.status) - buf;
+
+    values[1].data = (u_char *) (ctx->sse_on ? "1" : "0");
+    values[1].len = 1;
+
+    ngx_http_dynamo_rl_ledger_move(ctx, "a", "s", ctx->store->lease, values,
+                                   2);
+}
+
+
+static void
+ngx_http_dynamo_rl_ledger_undefer(ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    if (ctx->store_stream != NULL && ctx->store_stream->posted) {
+        ngx_delete_posted_event(ctx->store_stream);
+    }
 }
 
 

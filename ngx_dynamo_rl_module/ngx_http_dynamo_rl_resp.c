@@ -63,13 +63,19 @@ static redisReplyObjectFunctions  ngx_http_dynamo_rl_resp_functions = {
     "local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
 
 
+/*
+ * claim: KEYS gate, record; ARGV owner, t0, lease, replica [, "rq", id];
+ * the common case (open, a new id) reads two hashes and writes one: the
+ * fields of a closed gate are read only when it is closed
+ */
+
 static u_char  ngx_http_dynamo_rl_lua_claim[] =
-    "local g = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'expires',"
-    " 'reason')\n"
-    "if not g[1] then return {'nogate'} end\n"
+    "local g = redis.call('HMGET', KEYS[1], 'state', 'epoch')\n"
     "if g[1] ~= 'open' then\n"
+    "  if not g[1] then return {'nogate'} end\n"
+    "  local c = redis.call('HMGET', KEYS[1], 'expires', 'reason')\n"
     NGX_HTTP_DYNAMO_RL_LUA_NOW
-    "  return {'closed', g[2] or '0', g[3] or '0', g[4] or '', now}\n"
+    "  return {'closed', g[2] or '0', c[1] or '0', c[2] or '', now}\n"
     "end\n"
     "local e = g[2] or '0'\n"
     "local r = redis.call('HMGET', KEYS[2], 'st', 'ow', 'rs')\n"
@@ -82,22 +88,37 @@ static u_char  ngx_http_dynamo_rl_lua_claim[] =
     "  redis.call('DEL', KEYS[2])\n"
     "end\n"
     "redis.call('HSET', KEYS[2], 'st', 'a', 'ow', ARGV[1], 't0', ARGV[2],"
-    " 'rp', ARGV[4])\n"
-    "if ARGV[5] ~= '' then redis.call('HSET', KEYS[2], 'rq', ARGV[5]) end\n"
+    " 'rp', ARGV[4], unpack(ARGV, 5))\n"
     "redis.call('PEXPIRE', KEYS[2], ARGV[3])\n"
     "return {'ok', e}\n";
 
+
+/*
+ * move: KEYS record; ARGV owner, from, to, ttl [, code, sse [, b, t1
+ * [, rs]]]: the values by position, the names are the script's
+ */
 
 static u_char  ngx_http_dynamo_rl_lua_move[] =
     "local r = redis.call('HMGET', KEYS[1], 'st', 'ow')\n"
     "if not r[1] then return 0 end\n"
     "if r[2] ~= ARGV[1] then return -1 end\n"
     "if not string.find(ARGV[2], r[1], 1, true) then return -2 end\n"
-    "if ARGV[3] == 'x' then\n"
+    "local to = ARGV[3]\n"
+    "if to == 'x' then\n"
     "  redis.call('DEL', KEYS[1])\n"
     "  return 1\n"
     "end\n"
-    "redis.call('HSET', KEYS[1], 'st', ARGV[3], unpack(ARGV, 5))\n"
+    "if ARGV[9] then\n"
+    "  redis.call('HSET', KEYS[1], 'st', to, 'code', ARGV[5], 'sse', ARGV[6],"
+    " 'b', ARGV[7], 't1', ARGV[8], 'rs', ARGV[9])\n"
+    "elseif ARGV[7] then\n"
+    "  redis.call('HSET', KEYS[1], 'st', to, 'code', ARGV[5], 'sse', ARGV[6],"
+    " 'b', ARGV[7], 't1', ARGV[8])\n"
+    "elseif ARGV[5] then\n"
+    "  redis.call('HSET', KEYS[1], 'st', to, 'code', ARGV[5], 'sse', ARGV[6])\n"
+    "else\n"
+    "  redis.call('HSET', KEYS[1], 'st', to)\n"
+    "end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
     "return 1\n";
 
