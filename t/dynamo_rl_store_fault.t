@@ -280,6 +280,11 @@ is($redis->ping(), 'PONG', 'paused: the pause ends');
 ok(Test::DynamoRL::wait_for(sub { !$redis->has_key(key('a:paused-1')) },
 	10), 'paused: the claim released in the store');
 
+# a pause longer than the stall limit (1s) drops the connection: the
+# client reconnects with a back-off that may end after the pause
+
+wait_status(\%A, sub { is_true($_[0]{store}{up}) });
+
 $r = gen(\%A, 'paused-1');
 is($r->{status}, 200, 'paused: the same id passes afterwards');
 is(forwarded($t, 'paused-1'), 1, 'paused: forwarded once');
