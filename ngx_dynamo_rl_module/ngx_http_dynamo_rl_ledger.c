@@ -545,8 +545,7 @@ ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
 
 /*
  * a record in the store changes state, queued and sent with the others:
- * the response never waits for it; "values" are code, sse, b, t1 and rs,
- * by position, as many as given
+ * the response never waits for it; "values" are code and sse, or none
  */
 
 static void
@@ -554,7 +553,7 @@ ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx, char *from,
     char *to, ngx_msec_t ttl, ngx_str_t *values, ngx_uint_t n)
 {
     ngx_uint_t  i;
-    ngx_str_t   argv[5 + 5];
+    ngx_str_t   argv[5 + 2];
     u_char      buf[NGX_INT64_LEN];
 
     argv[0] = ctx->store_key;
@@ -566,7 +565,7 @@ ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx, char *from,
     argv[4].data = buf;
     argv[4].len = ngx_sprintf(buf, "%M", ttl) - buf;
 
-    for (i = 0; i < n && i < 5; i++) {
+    for (i = 0; i < n && i < 2; i++) {
         argv[5 + i] = values[i];
     }
 
@@ -671,17 +670,21 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
 }
 
 
+/*
+ * the record's end, joined with the other ends of this turn into one
+ * script run: owner, to, ttl, code, sse, b, t1 and rs ("nf" for an
+ * attempt never forwarded)
+ */
+
 static void
 ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
     ngx_uint_t state, ngx_uint_t status, off_t sent, ngx_uint_t reason)
 {
     u_char     *p;
-    ngx_str_t   values[5];
-    ngx_uint_t  n;
-    char        to[2];
-    u_char      buf[3 * NGX_INT64_LEN + 4];
+    ngx_str_t   argv[NGX_HTTP_DYNAMO_RL_END_ARGS];
+    u_char      buf[4 * NGX_INT64_LEN];
 
-    static char  *states = "\0asufc";
+    static u_char  states[] = "?asufc";
 
     ctx->store_claimed = 0;
 
@@ -690,34 +693,41 @@ ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
 
     p = buf;
 
-    /* code, sse, b, t1 and, for an attempt never forwarded, rs */
+    argv[0] = ctx->store_owner;
 
-    values[0].data = p;
+    argv[1].data = &states[state];
+    argv[1].len = 1;
+
+    argv[2].data = p;
+    p = ngx_sprintf(p, "%M", ctx->ttl);
+    argv[2].len = p - argv[2].data;
+
+    argv[3].data = p;
     p = ngx_sprintf(p, "%ui", status);
-    values[0].len = p - values[0].data;
+    argv[3].len = p - argv[3].data;
 
-    values[1].data = (u_char *) (ctx->sse_on ? "1" : "0");
-    values[1].len = 1;
+    argv[4].data = (u_char *) (ctx->sse_on ? "1" : "0");
+    argv[4].len = 1;
 
-    values[2].data = p;
+    argv[5].data = p;
     p = ngx_sprintf(p, "%O", sent);
-    values[2].len = p - values[2].data;
+    argv[5].len = p - argv[5].data;
 
-    values[3].data = p;
+    argv[6].data = p;
     p = ngx_sprintf(p, "%uL", ngx_http_dynamo_rl_wall());
-    values[3].len = p - values[3].data;
-
-    n = 4;
+    argv[6].len = p - argv[6].data;
 
     if (reason == NGX_HTTP_DYNAMO_RL_NOT_FORWARDED) {
-        ngx_str_set(&values[4], "nf");
-        n = 5;
+        ngx_str_set(&argv[7], "nf");
+
+    } else {
+        ngx_str_set(&argv[7], "");
     }
 
-    to[0] = states[state];
-    to[1] = '\0';
-
-    ngx_http_dynamo_rl_ledger_move(ctx, "as", to, ctx->ttl, values, n);
+    (void) ngx_http_dynamo_rl_store_batch(ctx->store,
+                                          NGX_HTTP_DYNAMO_RL_SCRIPT_END,
+                                          &ctx->store_key,
+                                          NGX_HTTP_DYNAMO_RL_END_ARGS, argv);
 }
 
 

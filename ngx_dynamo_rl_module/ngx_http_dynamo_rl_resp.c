@@ -94,8 +94,8 @@ static u_char  ngx_http_dynamo_rl_lua_claim[] =
 
 
 /*
- * move: KEYS record; ARGV owner, from, to, ttl [, code, sse [, b, t1
- * [, rs]]]: the values by position, the names are the script's
+ * move: KEYS record; ARGV owner, from, to, ttl [, code, sse]: to
+ * streaming, or "x", a release (the record is deleted)
  */
 
 static u_char  ngx_http_dynamo_rl_lua_move[] =
@@ -103,24 +103,47 @@ static u_char  ngx_http_dynamo_rl_lua_move[] =
     "if not r[1] then return 0 end\n"
     "if r[2] ~= ARGV[1] then return -1 end\n"
     "if not string.find(ARGV[2], r[1], 1, true) then return -2 end\n"
-    "local to = ARGV[3]\n"
-    "if to == 'x' then\n"
+    "if ARGV[3] == 'x' then\n"
     "  redis.call('DEL', KEYS[1])\n"
     "  return 1\n"
     "end\n"
-    "if ARGV[9] then\n"
-    "  redis.call('HSET', KEYS[1], 'st', to, 'code', ARGV[5], 'sse', ARGV[6],"
-    " 'b', ARGV[7], 't1', ARGV[8], 'rs', ARGV[9])\n"
-    "elseif ARGV[7] then\n"
-    "  redis.call('HSET', KEYS[1], 'st', to, 'code', ARGV[5], 'sse', ARGV[6],"
-    " 'b', ARGV[7], 't1', ARGV[8])\n"
-    "elseif ARGV[5] then\n"
-    "  redis.call('HSET', KEYS[1], 'st', to, 'code', ARGV[5], 'sse', ARGV[6])\n"
+    "if ARGV[5] then\n"
+    "  redis.call('HSET', KEYS[1], 'st', ARGV[3], 'code', ARGV[5],"
+    " 'sse', ARGV[6])\n"
     "else\n"
-    "  redis.call('HSET', KEYS[1], 'st', to)\n"
+    "  redis.call('HSET', KEYS[1], 'st', ARGV[3])\n"
     "end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
     "return 1\n";
+
+
+/*
+ * end: the terminal moves of a turn, one script for them all; KEYS the
+ * records; ARGV, 8 for each: owner, to, ttl, code, sse, b, t1, rs ("" or
+ * "nf"); a record that is gone, not ours or already ended is left as it
+ * is; the reply is the number of records moved
+ */
+
+static u_char  ngx_http_dynamo_rl_lua_end[] =
+    "local n = 0\n"
+    "for i = 1, #KEYS do\n"
+    "  local k = KEYS[i]\n"
+    "  local a = i * 8 - 8\n"
+    "  local r = redis.call('HMGET', k, 'st', 'ow')\n"
+    "  if (r[1] == 'a' or r[1] == 's') and r[2] == ARGV[a + 1] then\n"
+    "    if ARGV[a + 8] == '' then\n"
+    "      redis.call('HSET', k, 'st', ARGV[a + 2], 'code', ARGV[a + 4],"
+    " 'sse', ARGV[a + 5], 'b', ARGV[a + 6], 't1', ARGV[a + 7])\n"
+    "    else\n"
+    "      redis.call('HSET', k, 'st', ARGV[a + 2], 'code', ARGV[a + 4],"
+    " 'sse', ARGV[a + 5], 'b', ARGV[a + 6], 't1', ARGV[a + 7],"
+    " 'rs', ARGV[a + 8])\n"
+    "    end\n"
+    "    redis.call('PEXPIRE', k, ARGV[a + 3])\n"
+    "    n = n + 1\n"
+    "  end\n"
+    "end\n"
+    "return n\n";
 
 
 static u_char  ngx_http_dynamo_rl_lua_gate[] =
@@ -215,6 +238,11 @@ ngx_http_dynamo_rl_script_t  ngx_http_dynamo_rl_scripts[] = {
     { ngx_string("beat"),
       { sizeof(ngx_http_dynamo_rl_lua_beat) - 1,
         ngx_http_dynamo_rl_lua_beat },
+      "" },
+
+    { ngx_string("end"),
+      { sizeof(ngx_http_dynamo_rl_lua_end) - 1,
+        ngx_http_dynamo_rl_lua_end },
       "" }
 };
 

@@ -43,6 +43,8 @@
 #define NGX_HTTP_DYNAMO_RL_STORE_PASSWORD    4096
 #define NGX_HTTP_DYNAMO_RL_STORE_QUEUE       4096
 #define NGX_HTTP_DYNAMO_RL_STORE_SMALL       512
+#define NGX_HTTP_DYNAMO_RL_STORE_BATCH       64
+#define NGX_HTTP_DYNAMO_RL_STORE_BATCH_ARGS  16
 #define NGX_HTTP_DYNAMO_RL_STORE_NAME        63
 
 #define NGX_HTTP_DYNAMO_RL_STORE_STAT(store, field, n)                       \
@@ -50,6 +52,15 @@
         (void) ngx_atomic_fetch_add(&(store)->stats->field,                  \
                                     (ngx_atomic_int_t) (n));                 \
     }
+
+
+/* bytes that grow, for a batch's keys and arguments */
+
+typedef struct {
+    u_char                         *data;
+    size_t                          len;
+    size_t                          size;
+} ngx_http_dynamo_rl_store_buf_t;
 
 
 typedef struct {
@@ -78,6 +89,13 @@ typedef struct {
     /* the start of the batch being formed, for the round trips */
     uint64_t                        batch_start;
 
+    /* the writes of one script joined into one command: _store_batch() */
+    ngx_http_dynamo_rl_store_buf_t  batch_keys;
+    ngx_http_dynamo_rl_store_buf_t  batch_args;
+    ngx_uint_t                      batch_script;
+    ngx_uint_t                      batch_n;
+    ngx_uint_t                      batch_argc;
+
     ngx_event_t                     timer;
     ngx_event_t                     retry;
     ngx_msec_t                      backoff;
@@ -95,6 +113,7 @@ typedef struct {
     unsigned                        dropping:1;
     unsigned                        loading:1;
     unsigned                        exiting:1;
+    unsigned                        flushing:1;
 } ngx_http_dynamo_rl_store_conn_t;
 
 
@@ -159,6 +178,11 @@ static ngx_int_t ngx_http_dynamo_rl_store_push(
     ngx_uint_t nkeys, ngx_uint_t argc, ngx_str_t *argv,
     ngx_http_dynamo_rl_store_pt handler, void *data,
     ngx_http_dynamo_rl_store_cmd_t **cmdp);
+static ngx_int_t ngx_http_dynamo_rl_store_flush(
+    ngx_http_dynamo_rl_store_conn_t *conn);
+static ngx_int_t ngx_http_dynamo_rl_store_bulk(
+    ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_http_dynamo_rl_store_buf_t *b, ngx_str_t *s);
 static ngx_int_t ngx_http_dynamo_rl_store_internal(
     ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t kind,
     ngx_uint_t script, int argc, const char **argv, size_t *argvlen);
@@ -207,7 +231,8 @@ static ngx_uint_t  ngx_http_dynamo_rl_store_script_op[] = {
     NGX_HTTP_DYNAMO_RL_STORE_OP_CLAIM,
     NGX_HTTP_DYNAMO_RL_STORE_OP_MOVE,
     NGX_HTTP_DYNAMO_RL_STORE_OP_GATE,
-    NGX_HTTP_DYNAMO_RL_STORE_OP_BEAT
+    NGX_HTTP_DYNAMO_RL_STORE_OP_BEAT,
+    NGX_HTTP_DYNAMO_RL_STORE_OP_MOVE
 };
 
 
@@ -841,6 +866,9 @@ ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
 
     if (conn->state == NGX_HTTP_DYNAMO_RL_STORE_READY && c != NULL) {
 
+        conn->flushing = 1;
+        (void) ngx_http_dynamo_rl_store_flush(conn);
+
         for (q = ngx_queue_head(&conn->pending);
              q != ngx_queue_sentinel(&conn->pending);
              q = ngx_queue_next(q))
@@ -906,6 +934,18 @@ ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
         conn->out = NULL;
     }
 
+    if (conn->batch_keys.data != NULL) {
+        ngx_free(conn->batch_keys.data);
+        conn->batch_keys.data = NULL;
+    }
+
+    if (conn->batch_args.data != NULL) {
+        ngx_free(conn->batch_args.data);
+        conn->batch_args.data = NULL;
+    }
+
+    conn->batch_n = 0;
+
     conn->state = NGX_HTTP_DYNAMO_RL_STORE_DOWN;
     store->conn = NULL;
 }
@@ -956,6 +996,100 @@ ngx_http_dynamo_rl_store_command(ngx_http_dynamo_rl_store_t *store,
 }
 
 
+/*
+ * a write without a handler, joined to the others of the same script in
+ * this turn of the event loop: one EVALSHA with each write's key and
+ * "argc" arguments (the script loops over its keys); while the store is
+ * not ready, a command of its own
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_store_batch(ngx_http_dynamo_rl_store_t *store,
+    ngx_uint_t script, ngx_str_t *key, ngx_uint_t argc, ngx_str_t *argv)
+{
+    ngx_str_t                        args[NGX_HTTP_DYNAMO_RL_STORE_BATCH_ARGS];
+    ngx_uint_t                       i;
+    ngx_connection_t                *c;
+    ngx_http_dynamo_rl_store_conn_t *conn;
+
+    conn = store->conn;
+
+    if (script >= NGX_HTTP_DYNAMO_RL_SCRIPTS
+        || argc >= NGX_HTTP_DYNAMO_RL_STORE_BATCH_ARGS)
+    {
+        return NGX_ERROR;
+    }
+
+    if (conn == NULL || conn->state != NGX_HTTP_DYNAMO_RL_STORE_READY) {
+        args[0] = *key;
+
+        for (i = 0; i < argc; i++) {
+            args[1 + i] = argv[i];
+        }
+
+        return ngx_http_dynamo_rl_store_eval(store, script, 1, 1 + argc, args,
+                                             NULL, NULL, NULL);
+    }
+
+    if (conn->nfifo + conn->npending + conn->batch_n >= store->queue_max) {
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[
+                                      ngx_http_dynamo_rl_store_script_op[
+                                          script]][
+                                      NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, 1);
+
+        if (!conn->dropping) {
+            conn->dropping = 1;
+            ngx_log_error(NGX_LOG_WARN, conn->log, 0,
+                          "dynamo rl store: %ui commands wait for"
+                          " \"%V\", writes are dropped",
+                          conn->nfifo + conn->npending + conn->batch_n,
+                          &store->url);
+        }
+
+        return NGX_ERROR;
+    }
+
+    if (conn->batch_n
+        && (conn->batch_script != script
+            || conn->batch_n == NGX_HTTP_DYNAMO_RL_STORE_BATCH))
+    {
+        if (ngx_http_dynamo_rl_store_flush(conn) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (ngx_http_dynamo_rl_store_bulk(conn, &conn->batch_keys, key)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < argc; i++) {
+        if (ngx_http_dynamo_rl_store_bulk(conn, &conn->batch_args, &argv[i])
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    conn->batch_script = script;
+    conn->batch_argc += argc;
+    conn->batch_n++;
+
+    /* the posted write joins the batch before it sends */
+
+    c = conn->peer.connection;
+
+    if (!c->write->posted) {
+        conn->batch_start = ngx_http_dynamo_rl_store_us();
+        ngx_post_event(c->write, &ngx_posted_events);
+    }
+
+    return NGX_OK;
+}
+
+
 /* the handler will not be called; the reply is read and dropped */
 
 void
@@ -967,6 +1101,151 @@ ngx_http_dynamo_rl_store_cancel(ngx_http_dynamo_rl_store_cmd_t *cmd)
 
     cmd->handler = NULL;
     cmd->data = NULL;
+}
+
+
+/* the batch becomes one command, in the FIFO or, while down, pending */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_flush(ngx_http_dynamo_rl_store_conn_t *conn)
+{
+    u_char                          *buf, *p;
+    size_t                           len, n;
+    ngx_uint_t                       script;
+    ngx_http_dynamo_rl_store_t      *store;
+    ngx_http_dynamo_rl_store_cmd_t  *cmd;
+    u_char                           nk[NGX_INT_T_LEN + 2];
+
+    if (conn->batch_n == 0) {
+        return NGX_OK;
+    }
+
+    store = conn->store;
+    script = conn->batch_script;
+
+    len = sizeof("*\r\n$7\r\nEVALSHA\r\n$40\r\n\r\n$\r\n\r\n") - 1 + 40
+          + 3 * NGX_INT_T_LEN + conn->batch_keys.len + conn->batch_args.len;
+
+    buf = NULL;
+
+    if (len > NGX_HTTP_DYNAMO_RL_STORE_SMALL) {
+        buf = ngx_alloc(len, conn->log);
+        if (buf == NULL) {
+            goto failed;
+        }
+    }
+
+    cmd = ngx_http_dynamo_rl_store_cmd_alloc(conn);
+    if (cmd == NULL) {
+        if (buf != NULL) {
+            ngx_free(buf);
+        }
+
+        goto failed;
+    }
+
+    if (buf == NULL) {
+        buf = cmd->small;
+
+    } else {
+        cmd->own = 1;
+    }
+
+    p = ngx_http_dynamo_rl_store_format(buf, '*',
+                                        3 + conn->batch_n + conn->batch_argc);
+    p = ngx_cpymem(p, "$7\r\nEVALSHA\r\n$40\r\n",
+                   sizeof("$7\r\nEVALSHA\r\n$40\r\n") - 1);
+    p = ngx_cpymem(p, ngx_http_dynamo_rl_scripts[script].sha, 40);
+    *p++ = '\r';
+    *p++ = '\n';
+    n = ngx_http_dynamo_rl_store_format(nk, '\0', conn->batch_n) - nk - 2;
+    p = ngx_http_dynamo_rl_store_format(p, '$', n);
+    p = ngx_cpymem(p, nk, n + 2);
+    p = ngx_cpymem(p, conn->batch_keys.data, conn->batch_keys.len);
+    p = ngx_cpymem(p, conn->batch_args.data, conn->batch_args.len);
+
+    conn->batch_keys.len = 0;
+    conn->batch_args.len = 0;
+    conn->batch_argc = 0;
+    conn->batch_n = 0;
+
+    cmd->buf = (char *) buf;
+    cmd->len = p - buf;
+    cmd->op = ngx_http_dynamo_rl_store_script_op[script];
+    cmd->script = script;
+    cmd->kind = NGX_HTTP_DYNAMO_RL_STORE_USER;
+    cmd->deadline = ngx_current_msec + store->timeout;
+    cmd->start = conn->batch_start;
+
+    NGX_HTTP_DYNAMO_RL_STORE_STAT(store, queue, 1);
+
+    if (conn->state != NGX_HTTP_DYNAMO_RL_STORE_READY) {
+        ngx_queue_insert_tail(&conn->pending, &cmd->queue);
+        conn->npending++;
+        return NGX_OK;
+    }
+
+    if (ngx_http_dynamo_rl_store_enqueue(conn, cmd) != NGX_OK) {
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[cmd->op][
+                                      NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
+        ngx_http_dynamo_rl_store_cmd_free(conn, cmd);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+
+failed:
+
+    NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[
+                                  ngx_http_dynamo_rl_store_script_op[script]][
+                                  NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
+    NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, conn->batch_n);
+
+    conn->batch_keys.len = 0;
+    conn->batch_args.len = 0;
+    conn->batch_argc = 0;
+    conn->batch_n = 0;
+
+    return NGX_ERROR;
+}
+
+
+/* one bulk string at the end of a batch's bytes */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_bulk(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_http_dynamo_rl_store_buf_t *b, ngx_str_t *s)
+{
+    u_char  *p;
+    size_t   size;
+
+    size = sizeof("$\r\n\r\n") - 1 + NGX_SIZE_T_LEN + s->len;
+
+    if (b->size - b->len < size) {
+        size = ngx_max(2 * b->size, ngx_max(b->len + size, 4096));
+
+        p = ngx_alloc(size, conn->log);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (b->data != NULL) {
+            ngx_memcpy(p, b->data, b->len);
+            ngx_free(b->data);
+        }
+
+        b->data = p;
+        b->size = size;
+    }
+
+    p = ngx_http_dynamo_rl_store_format(b->data + b->len, '$', s->len);
+    p = ngx_cpymem(p, s->data, s->len);
+    *p++ = '\r';
+    *p++ = '\n';
+
+    b->len = p - b->data;
+
+    return NGX_OK;
 }
 
 
@@ -1198,7 +1477,7 @@ ngx_http_dynamo_rl_store_enqueue(ngx_http_dynamo_rl_store_conn_t *conn,
 
     c = conn->peer.connection;
 
-    if (!c->write->posted) {
+    if (!c->write->posted && !conn->flushing) {
         ngx_post_event(c->write, &ngx_posted_events);
     }
 
@@ -1615,6 +1894,12 @@ ngx_http_dynamo_rl_store_fail(ngx_http_dynamo_rl_store_conn_t *conn,
         ngx_queue_insert_head(&waiters, q);
     }
 
+    /* the batch of the turn, after the writes that were sent before it */
+
+    if (!conn->exiting) {
+        (void) ngx_http_dynamo_rl_store_flush(conn);
+    }
+
     if (!ngx_exiting && !ngx_terminate && !ngx_quit && !conn->exiting) {
         ngx_add_timer(&conn->retry, conn->backoff);
         conn->backoff = ngx_min(conn->backoff * 2,
@@ -1739,9 +2024,21 @@ static void
 ngx_http_dynamo_rl_store_send(ngx_http_dynamo_rl_store_conn_t *conn)
 {
     ssize_t            n;
+    ngx_int_t          rc;
     ngx_connection_t  *c;
 
     c = conn->peer.connection;
+
+    if (conn->batch_n) {
+        conn->flushing = 1;
+        rc = ngx_http_dynamo_rl_store_flush(conn);
+        conn->flushing = 0;
+
+        if (rc != NGX_OK) {
+            ngx_http_dynamo_rl_store_fail(conn, "out of memory", 0);
+            return;
+        }
+    }
 
     while (conn->out_pos < conn->out_last) {
 
