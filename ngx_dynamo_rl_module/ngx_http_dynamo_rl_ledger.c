@@ -366,8 +366,7 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
 {
     u_char                         *p;
     ngx_int_t                       rc;
-    ngx_str_t                       argv[8];
-    ngx_uint_t                      n;
+    ngx_str_t                       keys[2], argv[5];
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
     u_char                          t0[NGX_INT64_LEN];
     u_char                          lease[NGX_INT64_LEN];
@@ -405,32 +404,34 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
                     r->connection->number, r->connection->requests);
     ctx->store_owner.len = p - ctx->store_owner.data;
 
-    argv[0] = store->gate_key;
-    argv[1] = ctx->store_key;
-    argv[2] = ctx->store_owner;
+    /* joined with the other claims of this turn into one script run */
 
-    argv[3].data = t0;
-    argv[3].len = ngx_sprintf(t0, "%uL", ngx_http_dynamo_rl_wall()) - t0;
+    keys[0] = store->gate_key;
+    keys[1] = ctx->store_key;
 
-    argv[4].data = lease;
-    argv[4].len = ngx_sprintf(lease, "%M", store->lease) - lease;
+    argv[0] = ctx->store_owner;
 
-    argv[5] = store->replica;
+    argv[1].data = t0;
+    argv[1].len = ngx_sprintf(t0, "%uL", ngx_http_dynamo_rl_wall()) - t0;
+
+    argv[2].data = lease;
+    argv[2].len = ngx_sprintf(lease, "%M", store->lease) - lease;
+
+    argv[3] = store->replica;
 
     /* the request id only when it is not the attempt id */
 
-    n = 6;
-
     if (ctx->request_id.data != ctx->attempt_id.data) {
-        ngx_str_set(&argv[n], "rq");
-        n++;
-        argv[n++] = ctx->request_id;
+        argv[4] = ctx->request_id;
+
+    } else {
+        ngx_str_set(&argv[4], "");
     }
 
-    rc = ngx_http_dynamo_rl_store_eval(store, NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM,
-                                       2, n, argv,
-                                       ngx_http_dynamo_rl_ledger_claimed, r,
-                                       &ctx->store_cmd);
+    rc = ngx_http_dynamo_rl_store_batch(store, NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM,
+                                        1, keys, 5, argv,
+                                        ngx_http_dynamo_rl_ledger_claimed, r,
+                                        &ctx->store_cmd);
 
     if (rc != NGX_OK) {
         ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE;
@@ -725,9 +726,10 @@ ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
     }
 
     (void) ngx_http_dynamo_rl_store_batch(ctx->store,
-                                          NGX_HTTP_DYNAMO_RL_SCRIPT_END,
+                                          NGX_HTTP_DYNAMO_RL_SCRIPT_END, 0,
                                           &ctx->store_key,
-                                          NGX_HTTP_DYNAMO_RL_END_ARGS, argv);
+                                          NGX_HTTP_DYNAMO_RL_END_ARGS, argv,
+                                          NULL, NULL, NULL);
 }
 
 

@@ -64,33 +64,58 @@ static redisReplyObjectFunctions  ngx_http_dynamo_rl_resp_functions = {
 
 
 /*
- * claim: KEYS gate, record; ARGV owner, t0, lease, replica [, "rq", id];
- * the common case (open, a new id) reads two hashes and writes one: the
- * fields of a closed gate are read only when it is closed
+ * claim: the claims of a turn, one script for them all; KEYS the gate,
+ * then a record for each claim; ARGV, 5 for each: owner, t0, lease,
+ * replica, request id ("" when it is the attempt id); the reply has one
+ * element for each claim, in order (ngx_http_dynamo_rl_resp_claim()).
+ * The gate is read once for all; its expiry and reason only when it is
+ * closed.
  */
 
 static u_char  ngx_http_dynamo_rl_lua_claim[] =
+    "local res = {}\n"
     "local g = redis.call('HMGET', KEYS[1], 'state', 'epoch')\n"
     "if g[1] ~= 'open' then\n"
-    "  if not g[1] then return {'nogate'} end\n"
-    "  local c = redis.call('HMGET', KEYS[1], 'expires', 'reason')\n"
+    "  local x = {'nogate'}\n"
+    "  if g[1] then\n"
+    "    local c = redis.call('HMGET', KEYS[1], 'expires', 'reason')\n"
     NGX_HTTP_DYNAMO_RL_LUA_NOW
-    "  return {'closed', g[2] or '0', c[1] or '0', c[2] or '', now}\n"
+    "    x = {'closed', g[2] or '0', c[1] or '0', c[2] or '', now}\n"
+    "  end\n"
+    "  for i = 2, #KEYS do res[i - 1] = x end\n"
+    "  return res\n"
     "end\n"
     "local e = g[2] or '0'\n"
-    "local r = redis.call('HMGET', KEYS[2], 'st', 'ow', 'rs')\n"
-    "if r[1] then\n"
-    "  if r[2] == ARGV[1] then return {'ok', e} end\n"
-    "  if not ((r[1] == 'u' or r[1] == 'f' or r[1] == 'c')"
+    "for i = 2, #KEYS do\n"
+    "  local k = KEYS[i]\n"
+    "  local a = i * 5 - 10\n"
+    "  local o = ARGV[a + 1]\n"
+    "  local r = redis.call('HMGET', k, 'st', 'ow', 'rs')\n"
+    "  local x\n"
+    "  if r[1] then\n"
+    "    if r[2] == o then\n"
+    "      x = {'ok', e}\n"
+    "    elseif not ((r[1] == 'u' or r[1] == 'f' or r[1] == 'c')"
     " and r[3] == 'nf') then\n"
-    "    return {'dup', e, r[1]}\n"
+    "      x = {'dup', e, r[1]}\n"
+    "    else\n"
+    "      redis.call('DEL', k)\n"
+    "    end\n"
     "  end\n"
-    "  redis.call('DEL', KEYS[2])\n"
+    "  if not x then\n"
+    "    if ARGV[a + 5] == '' then\n"
+    "      redis.call('HSET', k, 'st', 'a', 'ow', o, 't0', ARGV[a + 2],"
+    " 'rp', ARGV[a + 4])\n"
+    "    else\n"
+    "      redis.call('HSET', k, 'st', 'a', 'ow', o, 't0', ARGV[a + 2],"
+    " 'rp', ARGV[a + 4], 'rq', ARGV[a + 5])\n"
+    "    end\n"
+    "    redis.call('PEXPIRE', k, ARGV[a + 3])\n"
+    "    x = {'ok', e}\n"
+    "  end\n"
+    "  res[i - 1] = x\n"
     "end\n"
-    "redis.call('HSET', KEYS[2], 'st', 'a', 'ow', ARGV[1], 't0', ARGV[2],"
-    " 'rp', ARGV[4], unpack(ARGV, 5))\n"
-    "redis.call('PEXPIRE', KEYS[2], ARGV[3])\n"
-    "return {'ok', e}\n";
+    "return res\n";
 
 
 /*

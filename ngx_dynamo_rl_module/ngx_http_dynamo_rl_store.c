@@ -44,7 +44,7 @@
 #define NGX_HTTP_DYNAMO_RL_STORE_QUEUE       4096
 #define NGX_HTTP_DYNAMO_RL_STORE_SMALL       512
 #define NGX_HTTP_DYNAMO_RL_STORE_BATCH       64
-#define NGX_HTTP_DYNAMO_RL_STORE_BATCH_ARGS  16
+#define NGX_HTTP_DYNAMO_RL_STORE_MAXARGS     16
 #define NGX_HTTP_DYNAMO_RL_STORE_NAME        63
 
 #define NGX_HTTP_DYNAMO_RL_STORE_STAT(store, field, n)                       \
@@ -61,6 +61,22 @@ typedef struct {
     size_t                          len;
     size_t                          size;
 } ngx_http_dynamo_rl_store_buf_t;
+
+
+/*
+ * the commands of one script joined in a turn: shared keys first, then
+ * one key and "argc" arguments for each; the waited ones are members of
+ * the command that carries them
+ */
+
+typedef struct {
+    ngx_http_dynamo_rl_store_buf_t  keys;
+    ngx_http_dynamo_rl_store_buf_t  args;
+    ngx_queue_t                     members;
+    ngx_uint_t                      nshared;
+    ngx_uint_t                      n;
+    ngx_uint_t                      argc;
+} ngx_http_dynamo_rl_store_batch_t;
 
 
 typedef struct {
@@ -89,12 +105,9 @@ typedef struct {
     /* the start of the batch being formed, for the round trips */
     uint64_t                        batch_start;
 
-    /* the writes of one script joined into one command: _store_batch() */
-    ngx_http_dynamo_rl_store_buf_t  batch_keys;
-    ngx_http_dynamo_rl_store_buf_t  batch_args;
-    ngx_uint_t                      batch_script;
-    ngx_uint_t                      batch_n;
-    ngx_uint_t                      batch_argc;
+    /* by script, the commands joined in this turn: _store_batch() */
+    ngx_http_dynamo_rl_store_batch_t  batch[NGX_HTTP_DYNAMO_RL_SCRIPTS];
+    ngx_uint_t                      nbatched;
 
     ngx_event_t                     timer;
     ngx_event_t                     retry;
@@ -134,6 +147,12 @@ struct ngx_http_dynamo_rl_store_cmd_s {
     unsigned                            retried:1; /* sent again as EVAL */
     unsigned                            own:1;     /* buf is ngx_alloc()'s */
     unsigned                            live:1;
+    unsigned                            open:1;    /* in a batch, unsent */
+
+    /* a batch's command: its waited members, answered by position */
+    ngx_queue_t                         members;
+    ngx_uint_t                          nmembers;
+    ngx_http_dynamo_rl_store_conn_t    *conn;
 
     /* a user's command, formatted here when it fits: no allocation */
     u_char                              small[NGX_HTTP_DYNAMO_RL_STORE_SMALL];
@@ -179,7 +198,11 @@ static ngx_int_t ngx_http_dynamo_rl_store_push(
     ngx_http_dynamo_rl_store_pt handler, void *data,
     ngx_http_dynamo_rl_store_cmd_t **cmdp);
 static ngx_int_t ngx_http_dynamo_rl_store_flush(
+    ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t script);
+static ngx_int_t ngx_http_dynamo_rl_store_flush_all(
     ngx_http_dynamo_rl_store_conn_t *conn);
+static void ngx_http_dynamo_rl_store_batch_reset(
+    ngx_http_dynamo_rl_store_batch_t *b);
 static ngx_int_t ngx_http_dynamo_rl_store_bulk(
     ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_http_dynamo_rl_store_buf_t *b, ngx_str_t *s);
@@ -791,6 +814,7 @@ ngx_int_t
 ngx_http_dynamo_rl_store_init_process(ngx_http_dynamo_rl_store_t *store,
     ngx_cycle_t *cycle)
 {
+    ngx_uint_t                        i;
     ngx_http_dynamo_rl_store_conn_t  *conn;
 
     conn = ngx_pcalloc(cycle->pool, sizeof(ngx_http_dynamo_rl_store_conn_t));
@@ -812,6 +836,10 @@ ngx_http_dynamo_rl_store_init_process(ngx_http_dynamo_rl_store_t *store,
     ngx_queue_init(&conn->fifo);
     ngx_queue_init(&conn->pending);
     ngx_queue_init(&conn->free);
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_SCRIPTS; i++) {
+        ngx_queue_init(&conn->batch[i].members);
+    }
 
     conn->timer.handler = ngx_http_dynamo_rl_store_timer_handler;
     conn->timer.data = conn;
@@ -850,10 +878,12 @@ ngx_http_dynamo_rl_store_init_process(ngx_http_dynamo_rl_store_t *store,
 void
 ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
 {
-    ngx_queue_t                      *q;
-    ngx_connection_t                 *c;
-    ngx_http_dynamo_rl_store_cmd_t   *cmd;
-    ngx_http_dynamo_rl_store_conn_t  *conn;
+    ngx_uint_t                         i;
+    ngx_queue_t                       *q;
+    ngx_connection_t                  *c;
+    ngx_http_dynamo_rl_store_cmd_t    *cmd;
+    ngx_http_dynamo_rl_store_conn_t   *conn;
+    ngx_http_dynamo_rl_store_batch_t  *b;
 
     conn = store->conn;
 
@@ -867,7 +897,7 @@ ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
     if (conn->state == NGX_HTTP_DYNAMO_RL_STORE_READY && c != NULL) {
 
         conn->flushing = 1;
-        (void) ngx_http_dynamo_rl_store_flush(conn);
+        (void) ngx_http_dynamo_rl_store_flush_all(conn);
 
         for (q = ngx_queue_head(&conn->pending);
              q != ngx_queue_sentinel(&conn->pending);
@@ -934,17 +964,29 @@ ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
         conn->out = NULL;
     }
 
-    if (conn->batch_keys.data != NULL) {
-        ngx_free(conn->batch_keys.data);
-        conn->batch_keys.data = NULL;
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_SCRIPTS; i++) {
+        b = &conn->batch[i];
+
+        while (!ngx_queue_empty(&b->members)) {
+            q = ngx_queue_head(&b->members);
+            ngx_queue_remove(q);
+            ngx_http_dynamo_rl_store_cmd_free(conn,
+                ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue));
+        }
+
+        if (b->keys.data != NULL) {
+            ngx_free(b->keys.data);
+        }
+
+        if (b->args.data != NULL) {
+            ngx_free(b->args.data);
+        }
+
+        ngx_memzero(b, sizeof(ngx_http_dynamo_rl_store_batch_t));
+        ngx_queue_init(&b->members);
     }
 
-    if (conn->batch_args.data != NULL) {
-        ngx_free(conn->batch_args.data);
-        conn->batch_args.data = NULL;
-    }
-
-    conn->batch_n = 0;
+    conn->nbatched = 0;
 
     conn->state = NGX_HTTP_DYNAMO_RL_STORE_DOWN;
     store->conn = NULL;
@@ -997,100 +1039,177 @@ ngx_http_dynamo_rl_store_command(ngx_http_dynamo_rl_store_t *store,
 
 
 /*
- * a write without a handler, joined to the others of the same script in
- * this turn of the event loop: one EVALSHA with each write's key and
- * "argc" arguments (the script loops over its keys); while the store is
- * not ready, a command of its own
+ * a command joined to the others of the same script in this turn of the
+ * event loop: one EVALSHA with "nshared" keys (the same for all, given
+ * once), then each command's key, then each command's "argc" arguments;
+ * the script loops over its keys.  A waited command's handler gets its
+ * own element of the script's reply (an array, one element for each, in
+ * order).  While the store is not ready, a write is a command of its own,
+ * kept for the connection, and a waited command is refused.
  */
 
 ngx_int_t
 ngx_http_dynamo_rl_store_batch(ngx_http_dynamo_rl_store_t *store,
-    ngx_uint_t script, ngx_str_t *key, ngx_uint_t argc, ngx_str_t *argv)
+    ngx_uint_t script, ngx_uint_t nshared, ngx_str_t *keys, ngx_uint_t argc,
+    ngx_str_t *argv, ngx_http_dynamo_rl_store_pt handler, void *data,
+    ngx_http_dynamo_rl_store_cmd_t **cmdp)
 {
-    ngx_str_t                        args[NGX_HTTP_DYNAMO_RL_STORE_BATCH_ARGS];
-    ngx_uint_t                       i;
-    ngx_connection_t                *c;
-    ngx_http_dynamo_rl_store_conn_t *conn;
+    ngx_str_t                          args[NGX_HTTP_DYNAMO_RL_STORE_MAXARGS];
+    ngx_uint_t                         i, op;
+    ngx_connection_t                  *c;
+    ngx_http_dynamo_rl_store_cmd_t    *cmd;
+    ngx_http_dynamo_rl_store_conn_t   *conn;
+    ngx_http_dynamo_rl_store_batch_t  *b;
 
     conn = store->conn;
 
     if (script >= NGX_HTTP_DYNAMO_RL_SCRIPTS
-        || argc >= NGX_HTTP_DYNAMO_RL_STORE_BATCH_ARGS)
+        || nshared + 1 + argc > NGX_HTTP_DYNAMO_RL_STORE_MAXARGS)
     {
         return NGX_ERROR;
     }
 
-    if (conn == NULL || conn->state != NGX_HTTP_DYNAMO_RL_STORE_READY) {
-        args[0] = *key;
+    op = ngx_http_dynamo_rl_store_script_op[script];
 
-        for (i = 0; i < argc; i++) {
-            args[1 + i] = argv[i];
+    if (conn == NULL || conn->state != NGX_HTTP_DYNAMO_RL_STORE_READY) {
+
+        if (handler != NULL) {
+            NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
+                                          NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
+            return NGX_ERROR;
         }
 
-        return ngx_http_dynamo_rl_store_eval(store, script, 1, 1 + argc, args,
+        for (i = 0; i <= nshared; i++) {
+            args[i] = keys[i];
+        }
+
+        for (i = 0; i < argc; i++) {
+            args[nshared + 1 + i] = argv[i];
+        }
+
+        return ngx_http_dynamo_rl_store_eval(store, script, nshared + 1,
+                                             nshared + 1 + argc, args,
                                              NULL, NULL, NULL);
     }
 
-    if (conn->nfifo + conn->npending + conn->batch_n >= store->queue_max) {
-        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[
-                                      ngx_http_dynamo_rl_store_script_op[
-                                          script]][
+    if (conn->nfifo + conn->npending + conn->nbatched >= store->queue_max) {
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
                                       NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
-        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, 1);
 
-        if (!conn->dropping) {
-            conn->dropping = 1;
-            ngx_log_error(NGX_LOG_WARN, conn->log, 0,
-                          "dynamo rl store: %ui commands wait for"
-                          " \"%V\", writes are dropped",
-                          conn->nfifo + conn->npending + conn->batch_n,
-                          &store->url);
+        if (handler == NULL) {
+            NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, 1);
+
+            if (!conn->dropping) {
+                conn->dropping = 1;
+                ngx_log_error(NGX_LOG_WARN, conn->log, 0,
+                              "dynamo rl store: %ui commands wait for"
+                              " \"%V\", writes are dropped",
+                              conn->nfifo + conn->npending + conn->nbatched,
+                              &store->url);
+            }
         }
 
         return NGX_ERROR;
     }
 
-    if (conn->batch_n
-        && (conn->batch_script != script
-            || conn->batch_n == NGX_HTTP_DYNAMO_RL_STORE_BATCH))
+    b = &conn->batch[script];
+
+    if (b->n == NGX_HTTP_DYNAMO_RL_STORE_BATCH
+        && ngx_http_dynamo_rl_store_flush(conn, script) != NGX_OK)
     {
-        if (ngx_http_dynamo_rl_store_flush(conn) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    cmd = NULL;
+
+    if (handler != NULL) {
+        cmd = ngx_http_dynamo_rl_store_cmd_alloc(conn);
+        if (cmd == NULL) {
             return NGX_ERROR;
         }
     }
 
-    if (ngx_http_dynamo_rl_store_bulk(conn, &conn->batch_keys, key)
-        != NGX_OK)
-    {
-        return NGX_ERROR;
+    i = (b->n == 0) ? 0 : nshared;
+
+    if (b->n == 0) {
+        b->nshared = nshared;
+    }
+
+    for ( /* void */ ; i <= nshared; i++) {
+        if (ngx_http_dynamo_rl_store_bulk(conn, &b->keys, &keys[i])
+            != NGX_OK)
+        {
+            goto failed;
+        }
     }
 
     for (i = 0; i < argc; i++) {
-        if (ngx_http_dynamo_rl_store_bulk(conn, &conn->batch_args, &argv[i])
+        if (ngx_http_dynamo_rl_store_bulk(conn, &b->args, &argv[i])
             != NGX_OK)
         {
-            return NGX_ERROR;
+            goto failed;
         }
     }
 
-    conn->batch_script = script;
-    conn->batch_argc += argc;
-    conn->batch_n++;
-
-    /* the posted write joins the batch before it sends */
+    b->argc += argc;
+    b->n++;
+    conn->nbatched++;
 
     c = conn->peer.connection;
 
     if (!c->write->posted) {
         conn->batch_start = ngx_http_dynamo_rl_store_us();
+
+        /* the posted write joins the batches before it sends */
         ngx_post_event(c->write, &ngx_posted_events);
     }
 
+    if (cmd != NULL) {
+        cmd->handler = handler;
+        cmd->data = data;
+        cmd->op = op;
+        cmd->script = script;
+        cmd->kind = NGX_HTTP_DYNAMO_RL_STORE_USER;
+        cmd->waited = 1;
+        cmd->open = 1;
+        cmd->conn = conn;
+        cmd->deadline = ngx_current_msec + store->timeout;
+        cmd->start = conn->batch_start;
+
+        ngx_queue_insert_tail(&b->members, &cmd->queue);
+
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, queue, 1);
+    }
+
+    conn->dropping = 0;
+
+    if (cmdp != NULL) {
+        *cmdp = cmd;
+    }
+
     return NGX_OK;
+
+failed:
+
+    /* the batch's bytes may be torn: what it holds goes now, or is lost */
+
+    if (cmd != NULL) {
+        /* not a user's command yet: not in the queue's count */
+        cmd->kind = NGX_HTTP_DYNAMO_RL_STORE_LOAD;
+        ngx_http_dynamo_rl_store_cmd_free(conn, cmd);
+    }
+
+    ngx_http_dynamo_rl_store_fail(conn, "out of memory", 0);
+
+    return NGX_ERROR;
 }
 
 
-/* the handler will not be called; the reply is read and dropped */
+/*
+ * the handler will not be called; the reply is read and dropped; a
+ * command still in a batch goes out now, before what its caller sends
+ * next (a release of the same record, say)
+ */
 
 void
 ngx_http_dynamo_rl_store_cancel(ngx_http_dynamo_rl_store_cmd_t *cmd)
@@ -1101,30 +1220,61 @@ ngx_http_dynamo_rl_store_cancel(ngx_http_dynamo_rl_store_cmd_t *cmd)
 
     cmd->handler = NULL;
     cmd->data = NULL;
+
+    if (cmd->open
+        && ngx_http_dynamo_rl_store_flush(cmd->conn, cmd->script) != NGX_OK)
+    {
+        ngx_http_dynamo_rl_store_fail(cmd->conn, "out of memory", 0);
+    }
 }
 
 
-/* the batch becomes one command, in the FIFO or, while down, pending */
+static ngx_int_t
+ngx_http_dynamo_rl_store_flush_all(ngx_http_dynamo_rl_store_conn_t *conn)
+{
+    ngx_int_t   rc;
+    ngx_uint_t  i;
+
+    rc = NGX_OK;
+
+    for (i = 0; conn->nbatched && i < NGX_HTTP_DYNAMO_RL_SCRIPTS; i++) {
+        if (ngx_http_dynamo_rl_store_flush(conn, i) != NGX_OK) {
+            rc = NGX_ERROR;
+        }
+    }
+
+    return rc;
+}
+
+
+/*
+ * a batch becomes one command that carries its waited members; a batch
+ * of writes goes to the pending writes while the store is down, a batch
+ * with members is answered NGX_ERROR then
+ */
 
 static ngx_int_t
-ngx_http_dynamo_rl_store_flush(ngx_http_dynamo_rl_store_conn_t *conn)
+ngx_http_dynamo_rl_store_flush(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_uint_t script)
 {
-    u_char                          *buf, *p;
-    size_t                           len, n;
-    ngx_uint_t                       script;
-    ngx_http_dynamo_rl_store_t      *store;
-    ngx_http_dynamo_rl_store_cmd_t  *cmd;
-    u_char                           nk[NGX_INT_T_LEN + 2];
+    u_char                            *buf, *p;
+    size_t                             len, n;
+    ngx_queue_t                       *q;
+    ngx_http_dynamo_rl_store_t        *store;
+    ngx_http_dynamo_rl_store_cmd_t    *cmd, *m;
+    ngx_http_dynamo_rl_store_batch_t  *b;
+    u_char                             nk[NGX_INT_T_LEN + 2];
 
-    if (conn->batch_n == 0) {
+    b = &conn->batch[script];
+
+    if (b->n == 0) {
         return NGX_OK;
     }
 
     store = conn->store;
-    script = conn->batch_script;
 
     len = sizeof("*\r\n$7\r\nEVALSHA\r\n$40\r\n\r\n$\r\n\r\n") - 1 + 40
-          + 3 * NGX_INT_T_LEN + conn->batch_keys.len + conn->batch_args.len;
+          + 3 * NGX_INT_T_LEN + b->keys.len + b->args.len;
 
     buf = NULL;
 
@@ -1152,22 +1302,17 @@ ngx_http_dynamo_rl_store_flush(ngx_http_dynamo_rl_store_conn_t *conn)
     }
 
     p = ngx_http_dynamo_rl_store_format(buf, '*',
-                                        3 + conn->batch_n + conn->batch_argc);
+                                        3 + b->nshared + b->n + b->argc);
     p = ngx_cpymem(p, "$7\r\nEVALSHA\r\n$40\r\n",
                    sizeof("$7\r\nEVALSHA\r\n$40\r\n") - 1);
     p = ngx_cpymem(p, ngx_http_dynamo_rl_scripts[script].sha, 40);
     *p++ = '\r';
     *p++ = '\n';
-    n = ngx_http_dynamo_rl_store_format(nk, '\0', conn->batch_n) - nk - 2;
+    n = ngx_http_dynamo_rl_store_format(nk, '\0', b->nshared + b->n) - nk - 2;
     p = ngx_http_dynamo_rl_store_format(p, '$', n);
     p = ngx_cpymem(p, nk, n + 2);
-    p = ngx_cpymem(p, conn->batch_keys.data, conn->batch_keys.len);
-    p = ngx_cpymem(p, conn->batch_args.data, conn->batch_args.len);
-
-    conn->batch_keys.len = 0;
-    conn->batch_args.len = 0;
-    conn->batch_argc = 0;
-    conn->batch_n = 0;
+    p = ngx_cpymem(p, b->keys.data, b->keys.len);
+    p = ngx_cpymem(p, b->args.data, b->args.len);
 
     cmd->buf = (char *) buf;
     cmd->len = p - buf;
@@ -1177,17 +1322,50 @@ ngx_http_dynamo_rl_store_flush(ngx_http_dynamo_rl_store_conn_t *conn)
     cmd->deadline = ngx_current_msec + store->timeout;
     cmd->start = conn->batch_start;
 
-    NGX_HTTP_DYNAMO_RL_STORE_STAT(store, queue, 1);
+    if (!ngx_queue_empty(&b->members)) {
+        /* the members are counted, each in the operations and the queue */
+
+        ngx_queue_add(&cmd->members, &b->members);
+        ngx_queue_init(&b->members);
+
+        for (q = ngx_queue_head(&cmd->members);
+             q != ngx_queue_sentinel(&cmd->members);
+             q = ngx_queue_next(q))
+        {
+            m = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+            m->open = 0;
+        }
+
+        cmd->nmembers = b->n;
+        cmd->waited = 1;
+        cmd->done = 1;
+
+    } else {
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, queue, 1);
+    }
+
+    conn->nbatched -= b->n;
+    ngx_http_dynamo_rl_store_batch_reset(b);
 
     if (conn->state != NGX_HTTP_DYNAMO_RL_STORE_READY) {
+
+        if (cmd->nmembers) {
+            ngx_http_dynamo_rl_store_finish(conn, cmd,
+                                            NGX_HTTP_DYNAMO_RL_STORE_R_DOWN,
+                                            NGX_ERROR, NULL);
+            ngx_http_dynamo_rl_store_cmd_free(conn, cmd);
+            return NGX_OK;
+        }
+
         ngx_queue_insert_tail(&conn->pending, &cmd->queue);
         conn->npending++;
         return NGX_OK;
     }
 
     if (ngx_http_dynamo_rl_store_enqueue(conn, cmd) != NGX_OK) {
-        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[cmd->op][
-                                      NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
+        ngx_http_dynamo_rl_store_finish(conn, cmd,
+                                        NGX_HTTP_DYNAMO_RL_STORE_R_DOWN,
+                                        NGX_ERROR, NULL);
         ngx_http_dynamo_rl_store_cmd_free(conn, cmd);
         return NGX_ERROR;
     }
@@ -1198,15 +1376,43 @@ failed:
 
     NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[
                                   ngx_http_dynamo_rl_store_script_op[script]][
-                                  NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
-    NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, conn->batch_n);
+                                  NGX_HTTP_DYNAMO_RL_STORE_R_DOWN],
+                                  ngx_queue_empty(&b->members) ? 1 : 0);
 
-    conn->batch_keys.len = 0;
-    conn->batch_args.len = 0;
-    conn->batch_argc = 0;
-    conn->batch_n = 0;
+    if (ngx_queue_empty(&b->members)) {
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, b->n);
+    }
+
+    /* the members are answered NGX_ERROR, as by a lost connection */
+
+    while (!ngx_queue_empty(&b->members)) {
+        q = ngx_queue_head(&b->members);
+        ngx_queue_remove(q);
+
+        m = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+        m->open = 0;
+
+        ngx_http_dynamo_rl_store_finish(conn, m,
+                                        NGX_HTTP_DYNAMO_RL_STORE_R_DOWN,
+                                        NGX_ERROR, NULL);
+        ngx_http_dynamo_rl_store_cmd_free(conn, m);
+    }
+
+    conn->nbatched -= b->n;
+    ngx_http_dynamo_rl_store_batch_reset(b);
 
     return NGX_ERROR;
+}
+
+
+static void
+ngx_http_dynamo_rl_store_batch_reset(ngx_http_dynamo_rl_store_batch_t *b)
+{
+    b->keys.len = 0;
+    b->args.len = 0;
+    b->nshared = 0;
+    b->n = 0;
+    b->argc = 0;
 }
 
 
@@ -1894,10 +2100,13 @@ ngx_http_dynamo_rl_store_fail(ngx_http_dynamo_rl_store_conn_t *conn,
         ngx_queue_insert_head(&waiters, q);
     }
 
-    /* the batch of the turn, after the writes that were sent before it */
+    /*
+     * the batches of the turn: writes after those that were sent before
+     * them, waiters answered NGX_ERROR with the others
+     */
 
     if (!conn->exiting) {
-        (void) ngx_http_dynamo_rl_store_flush(conn);
+        (void) ngx_http_dynamo_rl_store_flush_all(conn);
     }
 
     if (!ngx_exiting && !ngx_terminate && !ngx_quit && !conn->exiting) {
@@ -2029,9 +2238,9 @@ ngx_http_dynamo_rl_store_send(ngx_http_dynamo_rl_store_conn_t *conn)
 
     c = conn->peer.connection;
 
-    if (conn->batch_n) {
+    if (conn->nbatched) {
         conn->flushing = 1;
-        rc = ngx_http_dynamo_rl_store_flush(conn);
+        rc = ngx_http_dynamo_rl_store_flush_all(conn);
         conn->flushing = 0;
 
         if (rc != NGX_OK) {
@@ -2406,13 +2615,47 @@ ngx_http_dynamo_rl_store_finish(ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_http_dynamo_rl_store_cmd_t *cmd, ngx_uint_t result, ngx_int_t rc,
     redisReply *reply)
 {
-    void                         *data;
-    uint64_t                      us;
-    ngx_uint_t                    i;
-    ngx_http_dynamo_rl_store_t   *store;
-    ngx_http_dynamo_rl_store_pt   handler;
+    void                            *data;
+    uint64_t                         us;
+    ngx_uint_t                       i;
+    redisReply                      *e;
+    ngx_queue_t                     *q;
+    ngx_http_dynamo_rl_store_t      *store;
+    ngx_http_dynamo_rl_store_pt      handler;
+    ngx_http_dynamo_rl_store_cmd_t  *m;
 
     store = conn->store;
+
+    if (cmd->nmembers) {
+        /* a batch: each member its own element of an array reply */
+
+        i = 0;
+
+        for (q = ngx_queue_head(&cmd->members);
+             q != ngx_queue_sentinel(&cmd->members);
+             q = ngx_queue_next(q))
+        {
+            m = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+
+            if (rc == NGX_AGAIN && (m->done || m->handler == NULL)) {
+                i++;
+                continue;
+            }
+
+            e = reply;
+
+            if (reply != NULL && reply->type == REDIS_REPLY_ARRAY
+                && reply->elements == cmd->nmembers)
+            {
+                e = reply->element[i];
+            }
+
+            ngx_http_dynamo_rl_store_finish(conn, m, result, rc, e);
+            i++;
+        }
+
+        return;
+    }
 
     if (reply != NULL && store->stats != NULL) {
         us = ngx_http_dynamo_rl_store_us() - cmd->start;
@@ -2486,6 +2729,23 @@ ngx_http_dynamo_rl_store_timer_handler(ngx_event_t *ev)
             continue;
         }
 
+        if (cmd->nmembers) {
+            /* a batch's members share one deadline, and time out at once */
+
+            if ((ngx_msec_int_t) (cmd->deadline - now) > 0) {
+                if ((ngx_msec_int_t) (cmd->deadline - next) < 0) {
+                    next = cmd->deadline;
+                }
+
+                continue;
+            }
+
+            ngx_http_dynamo_rl_store_finish(conn, cmd,
+                                            NGX_HTTP_DYNAMO_RL_STORE_R_TIMEOUT,
+                                            NGX_AGAIN, NULL);
+            continue;
+        }
+
         if (cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_USER && !cmd->waited) {
             continue;
         }
@@ -2542,6 +2802,7 @@ ngx_http_dynamo_rl_store_cmd_alloc(ngx_http_dynamo_rl_store_conn_t *conn)
     /* the local buffer is written before it is read */
     ngx_memzero(cmd, offsetof(ngx_http_dynamo_rl_store_cmd_t, small));
 
+    ngx_queue_init(&cmd->members);
     cmd->live = 1;
 
     return cmd;
@@ -2554,9 +2815,22 @@ static void
 ngx_http_dynamo_rl_store_cmd_free(ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_http_dynamo_rl_store_cmd_t *cmd)
 {
-    if (cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_USER) {
+    ngx_queue_t  *q;
+
+    /* a batch's command is counted in its members */
+
+    if (cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_USER && cmd->nmembers == 0) {
         NGX_HTTP_DYNAMO_RL_STORE_STAT(conn->store, queue, -1);
     }
+
+    while (!ngx_queue_empty(&cmd->members)) {
+        q = ngx_queue_head(&cmd->members);
+        ngx_queue_remove(q);
+        ngx_http_dynamo_rl_store_cmd_free(conn,
+            ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue));
+    }
+
+    cmd->nmembers = 0;
 
     ngx_http_dynamo_rl_store_cmd_release(cmd);
 
