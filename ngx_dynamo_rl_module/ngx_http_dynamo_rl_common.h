@@ -201,6 +201,7 @@ typedef struct {
      */
     ngx_http_dynamo_rl_store_t     *store;
     ngx_http_dynamo_rl_store_cmd_t *store_cmd;
+    ngx_event_t                    *store_stream;  /* the deferred move */
     ngx_str_t                       store_key;
     ngx_str_t                       store_owner;
     ngx_uint_t                      verdict;

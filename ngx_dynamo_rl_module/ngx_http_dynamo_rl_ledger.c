@@ -42,9 +42,11 @@ static void ngx_http_dynamo_rl_ledger_store_settle(
 static void ngx_http_dynamo_rl_ledger_failing(ngx_http_request_t *r,
     redisReply *reply);
 static void ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx,
-    char *from, char *to, ngx_msec_t ttl, ngx_str_t *fields, ngx_uint_t n);
-static void ngx_http_dynamo_rl_ledger_stream(ngx_http_request_t *r,
+    char *from, char *to, ngx_msec_t ttl, ngx_str_t *values, ngx_uint_t n);
+static ngx_int_t ngx_http_dynamo_rl_ledger_defer(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
+static void ngx_http_dynamo_rl_ledger_stream(ngx_event_t *ev);
+static void ngx_http_dynamo_rl_ledger_undefer(ngx_http_dynamo_rl_ctx_t *ctx);
 static void ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
     ngx_uint_t state, ngx_uint_t status, off_t sent, ngx_uint_t reason);
 static ngx_int_t ngx_http_dynamo_rl_attempts_store(ngx_http_request_t *r,
@@ -400,7 +402,7 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
 {
     u_char                         *p;
     ngx_int_t                       rc;
-    ngx_str_t                       argv[7];
+    ngx_str_t                       keys[2], argv[5];
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
     u_char                          t0[NGX_INT64_LEN];
     u_char                          lease[NGX_INT64_LEN];
@@ -438,29 +440,34 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
                     r->connection->number, r->connection->requests);
     ctx->store_owner.len = p - ctx->store_owner.data;
 
-    argv[0] = store->gate_key;
-    argv[1] = ctx->store_key;
-    argv[2] = ctx->store_owner;
+    /* joined with the other claims of this turn into one script run */
 
-    argv[3].data = t0;
-    argv[3].len = ngx_sprintf(t0, "%uL", ngx_http_dynamo_rl_wall()) - t0;
+    keys[0] = store->gate_key;
+    keys[1] = ctx->store_key;
 
-    argv[4].data = lease;
-    argv[4].len = ngx_sprintf(lease, "%M", store->lease) - lease;
+    argv[0] = ctx->store_owner;
 
-    argv[5] = store->replica;
+    argv[1].data = t0;
+    argv[1].len = ngx_sprintf(t0, "%uL", ngx_http_dynamo_rl_wall()) - t0;
+
+    argv[2].data = lease;
+    argv[2].len = ngx_sprintf(lease, "%M", store->lease) - lease;
+
+    argv[3] = store->replica;
+
+    /* the request id only when it is not the attempt id */
 
     if (ctx->request_id.data != ctx->attempt_id.data) {
-        argv[6] = ctx->request_id;
+        argv[4] = ctx->request_id;
 
     } else {
-        ngx_str_null(&argv[6]);
+        ngx_str_set(&argv[4], "");
     }
 
-    rc = ngx_http_dynamo_rl_store_eval(store, NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM,
-                                       2, 7, argv,
-                                       ngx_http_dynamo_rl_ledger_claimed, r,
-                                       &ctx->store_cmd);
+    rc = ngx_http_dynamo_rl_store_batch(store, NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM,
+                                        1, keys, 5, argv,
+                                        ngx_http_dynamo_rl_ledger_claimed, r,
+                                        &ctx->store_cmd);
 
     if (rc != NGX_OK) {
         ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE;
@@ -626,15 +633,15 @@ ngx_http_dynamo_rl_ledger_failing(ngx_http_request_t *r, redisReply *reply)
 
 /*
  * a record in the store changes state, queued and sent with the others:
- * the response never waits for it; "fields" are names and values
+ * the response never waits for it; "values" are code and sse, or none
  */
 
 static void
 ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx, char *from,
-    char *to, ngx_msec_t ttl, ngx_str_t *fields, ngx_uint_t n)
+    char *to, ngx_msec_t ttl, ngx_str_t *values, ngx_uint_t n)
 {
     ngx_uint_t  i;
-    ngx_str_t   argv[5 + 12];
+    ngx_str_t   argv[5 + 2];
     u_char      buf[NGX_INT64_LEN];
 
     argv[0] = ctx->store_key;
@@ -646,8 +653,8 @@ ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx, char *from,
     argv[4].data = buf;
     argv[4].len = ngx_sprintf(buf, "%M", ttl) - buf;
 
-    for (i = 0; i < n && i < 12; i++) {
-        argv[5 + i] = fields[i];
+    for (i = 0; i < n && i < 2; i++) {
+        argv[5 + i] = values[i];
     }
 
     (void) ngx_http_dynamo_rl_store_eval(ctx->store,
@@ -754,63 +761,72 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
 }
 
 
+/*
+ * the record's end, joined with the other ends of this turn into one
+ * script run: owner, to, ttl, code, sse, b, t1 and rs ("nf" for an
+ * attempt never forwarded)
+ */
+
 static void
 ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
     ngx_uint_t state, ngx_uint_t status, off_t sent, ngx_uint_t reason)
 {
     u_char     *p;
-    ngx_str_t   fields[10];
-    u_char      buf[3 * NGX_INT64_LEN + 4];
+    ngx_str_t   argv[NGX_HTTP_DYNAMO_RL_END_ARGS];
+    u_char      buf[4 * NGX_INT64_LEN];
 
-    static char  *states = "\0asufc";
+    static u_char  states[] = "?asufc";
 
     ctx->store_claimed = 0;
 
+    /* the record goes from accepted to its end at once */
+    ngx_http_dynamo_rl_ledger_undefer(ctx);
+
     p = buf;
 
-    ngx_str_set(&fields[0], "code");
-    fields[1].data = p;
+    argv[0] = ctx->store_owner;
+
+    argv[1].data = &states[state];
+    argv[1].len = 1;
+
+    argv[2].data = p;
+    p = ngx_sprintf(p, "%M", ctx->ttl);
+    argv[2].len = p - argv[2].data;
+
+    argv[3].data = p;
     p = ngx_sprintf(p, "%ui", status);
-    fields[1].len = p - fields[1].data;
+    argv[3].len = p - argv[3].data;
 
-    ngx_str_set(&fields[2], "sse");
-    fields[3].data = (u_char *) (ctx->sse_on ? "1" : "0");
-    fields[3].len = 1;
+    argv[4].data = (u_char *) (ctx->sse_on ? "1" : "0");
+    argv[4].len = 1;
 
-    ngx_str_set(&fields[4], "b");
-    fields[5].data = p;
+    argv[5].data = p;
     p = ngx_sprintf(p, "%O", sent);
-    fields[5].len = p - fields[5].data;
+    argv[5].len = p - argv[5].data;
 
-    ngx_str_set(&fields[6], "t1");
-    fields[7].data = p;
+    argv[6].data = p;
     p = ngx_sprintf(p, "%uL", ngx_http_dynamo_rl_wall());
-    fields[7].len = p - fields[7].data;
-
-    ngx_str_set(&fields[8], "rs");
+    argv[6].len = p - argv[6].data;
 
     if (reason == NGX_HTTP_DYNAMO_RL_NOT_FORWARDED) {
-        ngx_str_set(&fields[9], "nf");
+        ngx_str_set(&argv[7], "nf");
 
     } else {
-        ngx_str_set(&fields[9], "");
+        ngx_str_set(&argv[7], "");
     }
 
-    {
-        char  to[2];
-
-        to[0] = states[state];
-        to[1] = '\0';
-
-        ngx_http_dynamo_rl_ledger_move(ctx, "as", to, ctx->ttl, fields, 10);
-    }
+    (void) ngx_http_dynamo_rl_store_batch(ctx->store,
+                                          NGX_HTTP_DYNAMO_RL_SCRIPT_END, 0,
+                                          &ctx->store_key,
+                                          NGX_HTTP_DYNAMO_RL_END_ARGS, argv,
+                                          NULL, NULL, NULL);
 }
 
 
 /*
  * under the mutex: the store's record of an attempt of a worker process
  * that died ends as it does in the zone; its owner is known up to the
- * process, which the move script takes as a prefix
+ * process, which the end script takes as a prefix
  */
 
 static void
@@ -818,10 +834,10 @@ ngx_http_dynamo_rl_ledger_store_settle(ngx_http_dynamo_rl_node_t *lr,
     ngx_pid_t pid)
 {
     u_char                          *p;
-    ngx_str_t                        argv[9];
+    ngx_str_t                        key, argv[NGX_HTTP_DYNAMO_RL_END_ARGS];
     ngx_http_dynamo_rl_store_t      *store;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
-    u_char                           key[256], owner[128];
+    u_char                           k[256], owner[128];
     u_char                           ttl[NGX_INT64_LEN], t1[NGX_INT64_LEN];
 
     drmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
@@ -829,38 +845,45 @@ ngx_http_dynamo_rl_ledger_store_settle(ngx_http_dynamo_rl_node_t *lr,
     store = drmcf->store;
 
     if (store == NULL
-        || store->attempt_key.len + lr->len > sizeof(key)
+        || store->attempt_key.len + lr->len > sizeof(k)
         || store->replica.len + NGX_INT64_LEN + 3 > sizeof(owner))
     {
         return;
     }
 
-    p = ngx_cpymem(key, store->attempt_key.data, store->attempt_key.len);
+    p = ngx_cpymem(k, store->attempt_key.data, store->attempt_key.len);
     p = ngx_cpymem(p, lr->id, lr->len);
 
-    argv[0].data = key;
-    argv[0].len = p - key;
+    key.data = k;
+    key.len = p - k;
 
-    argv[1].data = owner;
-    argv[1].len = ngx_sprintf(owner, "%V/%P/*", &store->replica, pid) - owner;
+    /* owner, to, ttl, code, sse, b, t1, rs */
 
-    ngx_str_set(&argv[2], "as");
-    ngx_str_set(&argv[3], "f");
+    argv[0].data = owner;
+    argv[0].len = ngx_sprintf(owner, "%V/%P/*", &store->replica, pid)
+                  - owner;
+
+    ngx_str_set(&argv[1], "f");
 
     /* still in flight: "expires" holds the TTL it gets as it ends */
 
-    argv[4].data = ttl;
-    argv[4].len = ngx_sprintf(ttl, "%uL", lr->expires) - ttl;
+    argv[2].data = ttl;
+    argv[2].len = ngx_sprintf(ttl, "%uL", lr->expires) - ttl;
 
-    ngx_str_set(&argv[5], "rs");
-    ngx_str_set(&argv[6], "we");
-    ngx_str_set(&argv[7], "t1");
+    ngx_str_set(&argv[3], "0");
+    argv[4].data = (u_char *) (lr->stream ? "1" : "0");
+    argv[4].len = 1;
+    ngx_str_set(&argv[5], "0");
 
-    argv[8].data = t1;
-    argv[8].len = ngx_sprintf(t1, "%uL", ngx_http_dynamo_rl_wall()) - t1;
+    argv[6].data = t1;
+    argv[6].len = ngx_sprintf(t1, "%uL", ngx_http_dynamo_rl_wall()) - t1;
 
-    (void) ngx_http_dynamo_rl_store_eval(store, NGX_HTTP_DYNAMO_RL_SCRIPT_MOVE,
-                                         1, 9, argv, NULL, NULL, NULL);
+    ngx_str_set(&argv[7], "we");
+
+    (void) ngx_http_dynamo_rl_store_batch(store, NGX_HTTP_DYNAMO_RL_SCRIPT_END,
+                                          0, &key,
+                                          NGX_HTTP_DYNAMO_RL_END_ARGS, argv,
+                                          NULL, NULL, NULL);
 }
 
 
@@ -872,6 +895,9 @@ ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx)
     uint64_t                    now;
     ngx_http_dynamo_rl_node_t  *lr;
     ngx_http_dynamo_rl_zone_t  *zone;
+
+    /* the posted event lives in the request's pool */
+    ngx_http_dynamo_rl_ledger_undefer(ctx);
 
     if (ctx->store_cmd != NULL) {
         /* the request went away while its claim was waited for */
@@ -1097,8 +1123,10 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
     zone = ctx->ledger_zone;
     lr = ctx->node;
 
-    if (ctx->store_claimed) {
-        ngx_http_dynamo_rl_ledger_stream(r, ctx);
+    if (ctx->store_claimed
+        && ngx_http_dynamo_rl_ledger_defer(r, ctx) != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     if (lr == NULL) {
@@ -1117,23 +1145,74 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
 }
 
 
-static void
-ngx_http_dynamo_rl_ledger_stream(ngx_http_request_t *r,
+/*
+ * the move to streaming waits for the end of the event loop's turn: a
+ * response that is whole in the turn of its header (most that are not
+ * streams) then goes from accepted to its end in one write to the store,
+ * and a stream is seen streaming as soon as the turn ends
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_ledger_defer(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx)
 {
-    ngx_str_t  fields[4];
-    u_char     buf[NGX_INT_T_LEN];
+    ngx_event_t  *ev;
 
-    ngx_str_set(&fields[0], "code");
-    fields[1].data = buf;
-    fields[1].len = ngx_sprintf(buf, "%ui", r->headers_out.status) - buf;
+    ev = ctx->store_stream;
 
-    ngx_str_set(&fields[2], "sse");
-    fields[3].data = (u_char *) (ctx->sse_on ? "1" : "0");
-    fields[3].len = 1;
+    if (ev == NULL) {
+        ev = ngx_pcalloc(r->pool, sizeof(ngx_event_t));
+        if (ev == NULL) {
+            return NGX_ERROR;
+        }
 
-    ngx_http_dynamo_rl_ledger_move(ctx, "a", "s", ctx->store->lease, fields,
-                                   4);
+        ev->handler = ngx_http_dynamo_rl_ledger_stream;
+        ev->data = r;
+        ev->log = r->connection->log;
+
+        ctx->store_stream = ev;
+    }
+
+    if (!ev->posted) {
+        ngx_post_event(ev, &ngx_posted_events);
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_dynamo_rl_ledger_stream(ngx_event_t *ev)
+{
+    ngx_http_request_t *r = ev->data;
+
+    ngx_str_t                  values[2];
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+    u_char                     buf[NGX_INT_T_LEN];
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    if (ctx == NULL || !ctx->store_claimed) {
+        return;
+    }
+
+    values[0].data = buf;
+    values[0].len = ngx_sprintf(buf, "%ui", r->headers_out.status) - buf;
+
+    values[1].data = (u_char *) (ctx->sse_on ? "1" : "0");
+    values[1].len = 1;
+
+    ngx_http_dynamo_rl_ledger_move(ctx, "a", "s", ctx->store->lease, values,
+                                   2);
+}
+
+
+static void
+ngx_http_dynamo_rl_ledger_undefer(ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    if (ctx->store_stream != NULL && ctx->store_stream->posted) {
+        ngx_delete_posted_event(ctx->store_stream);
+    }
 }
 
 

@@ -63,35 +63,65 @@ static redisReplyObjectFunctions  ngx_http_dynamo_rl_resp_functions = {
     "local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
 
 
+/*
+ * claim: the claims of a turn, one script for them all; KEYS the gate,
+ * then a record for each claim; ARGV, 5 for each: owner, t0, lease,
+ * replica, request id ("" when it is the attempt id); the reply has one
+ * element for each claim, in order (ngx_http_dynamo_rl_resp_claim()).
+ * The gate is read once for all; its expiry and reason only when it is
+ * closed.
+ */
+
 static u_char  ngx_http_dynamo_rl_lua_claim[] =
-    "local g = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'expires',"
-    " 'reason')\n"
-    "if not g[1] then return {'nogate'} end\n"
+    "local res = {}\n"
+    "local g = redis.call('HMGET', KEYS[1], 'state', 'epoch')\n"
     "if g[1] ~= 'open' then\n"
+    "  local x = {'nogate'}\n"
+    "  if g[1] then\n"
+    "    local c = redis.call('HMGET', KEYS[1], 'expires', 'reason')\n"
     NGX_HTTP_DYNAMO_RL_LUA_NOW
-    "  return {'closed', g[2] or '0', g[3] or '0', g[4] or '', now}\n"
+    "    x = {'closed', g[2] or '0', c[1] or '0', c[2] or '', now}\n"
+    "  end\n"
+    "  for i = 2, #KEYS do res[i - 1] = x end\n"
+    "  return res\n"
     "end\n"
     "local e = g[2] or '0'\n"
-    "local r = redis.call('HMGET', KEYS[2], 'st', 'ow', 'rs')\n"
-    "if r[1] then\n"
-    "  if r[2] == ARGV[1] then return {'ok', e} end\n"
-    "  if not ((r[1] == 'u' or r[1] == 'f' or r[1] == 'c')"
+    "for i = 2, #KEYS do\n"
+    "  local k = KEYS[i]\n"
+    "  local a = i * 5 - 10\n"
+    "  local o = ARGV[a + 1]\n"
+    "  local r = redis.call('HMGET', k, 'st', 'ow', 'rs')\n"
+    "  local x\n"
+    "  if r[1] then\n"
+    "    if r[2] == o then\n"
+    "      x = {'ok', e}\n"
+    "    elseif not ((r[1] == 'u' or r[1] == 'f' or r[1] == 'c')"
     " and r[3] == 'nf') then\n"
-    "    return {'dup', e, r[1]}\n"
+    "      x = {'dup', e, r[1]}\n"
+    "    else\n"
+    "      redis.call('DEL', k)\n"
+    "    end\n"
     "  end\n"
-    "  redis.call('DEL', KEYS[2])\n"
+    "  if not x then\n"
+    "    if ARGV[a + 5] == '' then\n"
+    "      redis.call('HSET', k, 'st', 'a', 'ow', o, 't0', ARGV[a + 2],"
+    " 'rp', ARGV[a + 4])\n"
+    "    else\n"
+    "      redis.call('HSET', k, 'st', 'a', 'ow', o, 't0', ARGV[a + 2],"
+    " 'rp', ARGV[a + 4], 'rq', ARGV[a + 5])\n"
+    "    end\n"
+    "    redis.call('PEXPIRE', k, ARGV[a + 3])\n"
+    "    x = {'ok', e}\n"
+    "  end\n"
+    "  res[i - 1] = x\n"
     "end\n"
-    "redis.call('HSET', KEYS[2], 'st', 'a', 'ow', ARGV[1], 't0', ARGV[2],"
-    " 'rp', ARGV[4])\n"
-    "if ARGV[5] ~= '' then redis.call('HSET', KEYS[2], 'rq', ARGV[5]) end\n"
-    "redis.call('PEXPIRE', KEYS[2], ARGV[3])\n"
-    "return {'ok', e}\n";
+    "return res\n";
 
 
 /*
- * an owner ending in "*" names every owner it begins: a worker process
- * that settles the records of one that died knows its pid, not its
- * requests
+ * move: KEYS record; ARGV owner, from, to, ttl [, code, sse]: to
+ * streaming, or "x", a release (the record is deleted); an owner ending
+ * in "*" names every owner it begins (as in "end")
  */
 
 static u_char  ngx_http_dynamo_rl_lua_move[] =
@@ -107,9 +137,50 @@ static u_char  ngx_http_dynamo_rl_lua_move[] =
     "  redis.call('DEL', KEYS[1])\n"
     "  return 1\n"
     "end\n"
-    "redis.call('HSET', KEYS[1], 'st', ARGV[3], unpack(ARGV, 5))\n"
+    "if ARGV[5] then\n"
+    "  redis.call('HSET', KEYS[1], 'st', ARGV[3], 'code', ARGV[5],"
+    " 'sse', ARGV[6])\n"
+    "else\n"
+    "  redis.call('HSET', KEYS[1], 'st', ARGV[3])\n"
+    "end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
     "return 1\n";
+
+
+/*
+ * end: the terminal moves of a turn, one script for them all; KEYS the
+ * records; ARGV, 8 for each: owner, to, ttl, code, sse, b, t1, rs ("",
+ * "nf" or "we"); a record that is gone, not ours or already ended is
+ * left as it is; the reply is the number of records moved; an owner
+ * ending in "*" names every owner it begins: a worker process that
+ * settles the records of one that died knows its pid, not its requests
+ */
+
+static u_char  ngx_http_dynamo_rl_lua_end[] =
+    "local n = 0\n"
+    "for i = 1, #KEYS do\n"
+    "  local k = KEYS[i]\n"
+    "  local a = i * 8 - 8\n"
+    "  local r = redis.call('HMGET', k, 'st', 'ow')\n"
+    "  local o = ARGV[a + 1]\n"
+    "  local mine = r[2] == o\n"
+    "  if not mine and r[2] and string.sub(o, -1) == '*' then\n"
+    "    mine = string.sub(r[2], 1, #o - 1) == string.sub(o, 1, -2)\n"
+    "  end\n"
+    "  if (r[1] == 'a' or r[1] == 's') and mine then\n"
+    "    if ARGV[a + 8] == '' then\n"
+    "      redis.call('HSET', k, 'st', ARGV[a + 2], 'code', ARGV[a + 4],"
+    " 'sse', ARGV[a + 5], 'b', ARGV[a + 6], 't1', ARGV[a + 7])\n"
+    "    else\n"
+    "      redis.call('HSET', k, 'st', ARGV[a + 2], 'code', ARGV[a + 4],"
+    " 'sse', ARGV[a + 5], 'b', ARGV[a + 6], 't1', ARGV[a + 7],"
+    " 'rs', ARGV[a + 8])\n"
+    "    end\n"
+    "    redis.call('PEXPIRE', k, ARGV[a + 3])\n"
+    "    n = n + 1\n"
+    "  end\n"
+    "end\n"
+    "return n\n";
 
 
 static u_char  ngx_http_dynamo_rl_lua_gate[] =
@@ -204,6 +275,11 @@ ngx_http_dynamo_rl_script_t  ngx_http_dynamo_rl_scripts[] = {
     { ngx_string("beat"),
       { sizeof(ngx_http_dynamo_rl_lua_beat) - 1,
         ngx_http_dynamo_rl_lua_beat },
+      "" },
+
+    { ngx_string("end"),
+      { sizeof(ngx_http_dynamo_rl_lua_end) - 1,
+        ngx_http_dynamo_rl_lua_end },
       "" }
 };
 

@@ -22,7 +22,11 @@
 #define NGX_HTTP_DYNAMO_RL_SCRIPT_MOVE     1
 #define NGX_HTTP_DYNAMO_RL_SCRIPT_GATE     2
 #define NGX_HTTP_DYNAMO_RL_SCRIPT_BEAT     3
-#define NGX_HTTP_DYNAMO_RL_SCRIPTS         4
+#define NGX_HTTP_DYNAMO_RL_SCRIPT_END      4
+#define NGX_HTTP_DYNAMO_RL_SCRIPTS         5
+
+/* the end script's arguments per record */
+#define NGX_HTTP_DYNAMO_RL_END_ARGS        8
 
 /* claim results */
 #define NGX_HTTP_DYNAMO_RL_CLAIM_OK        0

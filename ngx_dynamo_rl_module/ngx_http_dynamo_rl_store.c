@@ -42,7 +42,9 @@
 #define NGX_HTTP_DYNAMO_RL_STORE_OUT         16384
 #define NGX_HTTP_DYNAMO_RL_STORE_PASSWORD    4096
 #define NGX_HTTP_DYNAMO_RL_STORE_QUEUE       4096
-#define NGX_HTTP_DYNAMO_RL_STORE_ARGS        64
+#define NGX_HTTP_DYNAMO_RL_STORE_SMALL       512
+#define NGX_HTTP_DYNAMO_RL_STORE_BATCH       64
+#define NGX_HTTP_DYNAMO_RL_STORE_MAXARGS     16
 #define NGX_HTTP_DYNAMO_RL_STORE_NAME        63
 
 #define NGX_HTTP_DYNAMO_RL_STORE_STAT(store, field, n)                       \
@@ -50,6 +52,31 @@
         (void) ngx_atomic_fetch_add(&(store)->stats->field,                  \
                                     (ngx_atomic_int_t) (n));                 \
     }
+
+
+/* bytes that grow, for a batch's keys and arguments */
+
+typedef struct {
+    u_char                         *data;
+    size_t                          len;
+    size_t                          size;
+} ngx_http_dynamo_rl_store_buf_t;
+
+
+/*
+ * the commands of one script joined in a turn: shared keys first, then
+ * one key and "argc" arguments for each; the waited ones are members of
+ * the command that carries them
+ */
+
+typedef struct {
+    ngx_http_dynamo_rl_store_buf_t  keys;
+    ngx_http_dynamo_rl_store_buf_t  args;
+    ngx_queue_t                     members;
+    ngx_uint_t                      nshared;
+    ngx_uint_t                      n;
+    ngx_uint_t                      argc;
+} ngx_http_dynamo_rl_store_batch_t;
 
 
 typedef struct {
@@ -75,10 +102,12 @@ typedef struct {
     ngx_uint_t                      nfifo;
     ngx_uint_t                      npending;
 
-    /* the arguments of the command being formatted */
-    const char                    **argv;
-    size_t                         *argvlen;
-    ngx_uint_t                      nargv;
+    /* the start of the batch being formed, for the round trips */
+    uint64_t                        batch_start;
+
+    /* by script, the commands joined in this turn: _store_batch() */
+    ngx_http_dynamo_rl_store_batch_t  batch[NGX_HTTP_DYNAMO_RL_SCRIPTS];
+    ngx_uint_t                      nbatched;
 
     ngx_event_t                     timer;
     ngx_event_t                     retry;
@@ -97,6 +126,7 @@ typedef struct {
     unsigned                        dropping:1;
     unsigned                        loading:1;
     unsigned                        exiting:1;
+    unsigned                        flushing:1;
 } ngx_http_dynamo_rl_store_conn_t;
 
 
@@ -117,6 +147,15 @@ struct ngx_http_dynamo_rl_store_cmd_s {
     unsigned                            retried:1; /* sent again as EVAL */
     unsigned                            own:1;     /* buf is ngx_alloc()'s */
     unsigned                            live:1;
+    unsigned                            open:1;    /* in a batch, unsent */
+
+    /* a batch's command: its waited members, answered by position */
+    ngx_queue_t                         members;
+    ngx_uint_t                          nmembers;
+    ngx_http_dynamo_rl_store_conn_t    *conn;
+
+    /* a user's command, formatted here when it fits: no allocation */
+    u_char                              small[NGX_HTTP_DYNAMO_RL_STORE_SMALL];
 };
 
 
@@ -158,6 +197,15 @@ static ngx_int_t ngx_http_dynamo_rl_store_push(
     ngx_uint_t nkeys, ngx_uint_t argc, ngx_str_t *argv,
     ngx_http_dynamo_rl_store_pt handler, void *data,
     ngx_http_dynamo_rl_store_cmd_t **cmdp);
+static ngx_int_t ngx_http_dynamo_rl_store_flush(
+    ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t script);
+static ngx_int_t ngx_http_dynamo_rl_store_flush_all(
+    ngx_http_dynamo_rl_store_conn_t *conn);
+static void ngx_http_dynamo_rl_store_batch_reset(
+    ngx_http_dynamo_rl_store_batch_t *b);
+static ngx_int_t ngx_http_dynamo_rl_store_bulk(
+    ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_http_dynamo_rl_store_buf_t *b, ngx_str_t *s);
 static ngx_int_t ngx_http_dynamo_rl_store_internal(
     ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t kind,
     ngx_uint_t script, int argc, const char **argv, size_t *argvlen);
@@ -189,6 +237,8 @@ static void ngx_http_dynamo_rl_store_cmd_free(
     ngx_http_dynamo_rl_store_cmd_t *cmd);
 static void ngx_http_dynamo_rl_store_cmd_release(
     ngx_http_dynamo_rl_store_cmd_t *cmd);
+static u_char *ngx_http_dynamo_rl_store_format(u_char *p, u_char type,
+    size_t n);
 static uint64_t ngx_http_dynamo_rl_store_us(void);
 
 
@@ -204,7 +254,8 @@ static ngx_uint_t  ngx_http_dynamo_rl_store_script_op[] = {
     NGX_HTTP_DYNAMO_RL_STORE_OP_CLAIM,
     NGX_HTTP_DYNAMO_RL_STORE_OP_MOVE,
     NGX_HTTP_DYNAMO_RL_STORE_OP_GATE,
-    NGX_HTTP_DYNAMO_RL_STORE_OP_BEAT
+    NGX_HTTP_DYNAMO_RL_STORE_OP_BEAT,
+    NGX_HTTP_DYNAMO_RL_STORE_OP_MOVE
 };
 
 
@@ -763,6 +814,7 @@ ngx_int_t
 ngx_http_dynamo_rl_store_init_process(ngx_http_dynamo_rl_store_t *store,
     ngx_cycle_t *cycle)
 {
+    ngx_uint_t                        i;
     ngx_http_dynamo_rl_store_conn_t  *conn;
 
     conn = ngx_pcalloc(cycle->pool, sizeof(ngx_http_dynamo_rl_store_conn_t));
@@ -784,6 +836,10 @@ ngx_http_dynamo_rl_store_init_process(ngx_http_dynamo_rl_store_t *store,
     ngx_queue_init(&conn->fifo);
     ngx_queue_init(&conn->pending);
     ngx_queue_init(&conn->free);
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_SCRIPTS; i++) {
+        ngx_queue_init(&conn->batch[i].members);
+    }
 
     conn->timer.handler = ngx_http_dynamo_rl_store_timer_handler;
     conn->timer.data = conn;
@@ -822,10 +878,12 @@ ngx_http_dynamo_rl_store_init_process(ngx_http_dynamo_rl_store_t *store,
 void
 ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
 {
-    ngx_queue_t                      *q;
-    ngx_connection_t                 *c;
-    ngx_http_dynamo_rl_store_cmd_t   *cmd;
-    ngx_http_dynamo_rl_store_conn_t  *conn;
+    ngx_uint_t                         i;
+    ngx_queue_t                       *q;
+    ngx_connection_t                  *c;
+    ngx_http_dynamo_rl_store_cmd_t    *cmd;
+    ngx_http_dynamo_rl_store_conn_t   *conn;
+    ngx_http_dynamo_rl_store_batch_t  *b;
 
     conn = store->conn;
 
@@ -837,6 +895,9 @@ ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
     c = conn->peer.connection;
 
     if (conn->state == NGX_HTTP_DYNAMO_RL_STORE_READY && c != NULL) {
+
+        conn->flushing = 1;
+        (void) ngx_http_dynamo_rl_store_flush_all(conn);
 
         for (q = ngx_queue_head(&conn->pending);
              q != ngx_queue_sentinel(&conn->pending);
@@ -903,11 +964,29 @@ ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
         conn->out = NULL;
     }
 
-    if (conn->argv != NULL) {
-        ngx_free(conn->argv);
-        ngx_free(conn->argvlen);
-        conn->argv = NULL;
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_SCRIPTS; i++) {
+        b = &conn->batch[i];
+
+        while (!ngx_queue_empty(&b->members)) {
+            q = ngx_queue_head(&b->members);
+            ngx_queue_remove(q);
+            ngx_http_dynamo_rl_store_cmd_free(conn,
+                ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue));
+        }
+
+        if (b->keys.data != NULL) {
+            ngx_free(b->keys.data);
+        }
+
+        if (b->args.data != NULL) {
+            ngx_free(b->args.data);
+        }
+
+        ngx_memzero(b, sizeof(ngx_http_dynamo_rl_store_batch_t));
+        ngx_queue_init(&b->members);
     }
+
+    conn->nbatched = 0;
 
     conn->state = NGX_HTTP_DYNAMO_RL_STORE_DOWN;
     store->conn = NULL;
@@ -959,7 +1038,178 @@ ngx_http_dynamo_rl_store_command(ngx_http_dynamo_rl_store_t *store,
 }
 
 
-/* the handler will not be called; the reply is read and dropped */
+/*
+ * a command joined to the others of the same script in this turn of the
+ * event loop: one EVALSHA with "nshared" keys (the same for all, given
+ * once), then each command's key, then each command's "argc" arguments;
+ * the script loops over its keys.  A waited command's handler gets its
+ * own element of the script's reply (an array, one element for each, in
+ * order).  While the store is not ready, a write is a command of its own,
+ * kept for the connection, and a waited command is refused.
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_store_batch(ngx_http_dynamo_rl_store_t *store,
+    ngx_uint_t script, ngx_uint_t nshared, ngx_str_t *keys, ngx_uint_t argc,
+    ngx_str_t *argv, ngx_http_dynamo_rl_store_pt handler, void *data,
+    ngx_http_dynamo_rl_store_cmd_t **cmdp)
+{
+    ngx_str_t                          args[NGX_HTTP_DYNAMO_RL_STORE_MAXARGS];
+    ngx_uint_t                         i, op;
+    ngx_connection_t                  *c;
+    ngx_http_dynamo_rl_store_cmd_t    *cmd;
+    ngx_http_dynamo_rl_store_conn_t   *conn;
+    ngx_http_dynamo_rl_store_batch_t  *b;
+
+    conn = store->conn;
+
+    if (script >= NGX_HTTP_DYNAMO_RL_SCRIPTS
+        || nshared + 1 + argc > NGX_HTTP_DYNAMO_RL_STORE_MAXARGS)
+    {
+        return NGX_ERROR;
+    }
+
+    op = ngx_http_dynamo_rl_store_script_op[script];
+
+    if (conn == NULL || conn->state != NGX_HTTP_DYNAMO_RL_STORE_READY) {
+
+        if (handler != NULL) {
+            NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
+                                          NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
+            return NGX_ERROR;
+        }
+
+        for (i = 0; i <= nshared; i++) {
+            args[i] = keys[i];
+        }
+
+        for (i = 0; i < argc; i++) {
+            args[nshared + 1 + i] = argv[i];
+        }
+
+        return ngx_http_dynamo_rl_store_eval(store, script, nshared + 1,
+                                             nshared + 1 + argc, args,
+                                             NULL, NULL, NULL);
+    }
+
+    if (conn->nfifo + conn->npending + conn->nbatched >= store->queue_max) {
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
+                                      NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
+
+        if (handler == NULL) {
+            NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, 1);
+
+            if (!conn->dropping) {
+                conn->dropping = 1;
+                ngx_log_error(NGX_LOG_WARN, conn->log, 0,
+                              "dynamo rl store: %ui commands wait for"
+                              " \"%V\", writes are dropped",
+                              conn->nfifo + conn->npending + conn->nbatched,
+                              &store->url);
+            }
+        }
+
+        return NGX_ERROR;
+    }
+
+    b = &conn->batch[script];
+
+    if (b->n == NGX_HTTP_DYNAMO_RL_STORE_BATCH
+        && ngx_http_dynamo_rl_store_flush(conn, script) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    cmd = NULL;
+
+    if (handler != NULL) {
+        cmd = ngx_http_dynamo_rl_store_cmd_alloc(conn);
+        if (cmd == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    i = (b->n == 0) ? 0 : nshared;
+
+    if (b->n == 0) {
+        b->nshared = nshared;
+    }
+
+    for ( /* void */ ; i <= nshared; i++) {
+        if (ngx_http_dynamo_rl_store_bulk(conn, &b->keys, &keys[i])
+            != NGX_OK)
+        {
+            goto failed;
+        }
+    }
+
+    for (i = 0; i < argc; i++) {
+        if (ngx_http_dynamo_rl_store_bulk(conn, &b->args, &argv[i])
+            != NGX_OK)
+        {
+            goto failed;
+        }
+    }
+
+    b->argc += argc;
+    b->n++;
+    conn->nbatched++;
+
+    c = conn->peer.connection;
+
+    if (!c->write->posted) {
+        conn->batch_start = ngx_http_dynamo_rl_store_us();
+
+        /* the posted write joins the batches before it sends */
+        ngx_post_event(c->write, &ngx_posted_events);
+    }
+
+    if (cmd != NULL) {
+        cmd->handler = handler;
+        cmd->data = data;
+        cmd->op = op;
+        cmd->script = script;
+        cmd->kind = NGX_HTTP_DYNAMO_RL_STORE_USER;
+        cmd->waited = 1;
+        cmd->open = 1;
+        cmd->conn = conn;
+        cmd->deadline = ngx_current_msec + store->timeout;
+        cmd->start = conn->batch_start;
+
+        ngx_queue_insert_tail(&b->members, &cmd->queue);
+
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, queue, 1);
+    }
+
+    conn->dropping = 0;
+
+    if (cmdp != NULL) {
+        *cmdp = cmd;
+    }
+
+    return NGX_OK;
+
+failed:
+
+    /* the batch's bytes may be torn: what it holds goes now, or is lost */
+
+    if (cmd != NULL) {
+        /* not a user's command yet: not in the queue's count */
+        cmd->kind = NGX_HTTP_DYNAMO_RL_STORE_LOAD;
+        ngx_http_dynamo_rl_store_cmd_free(conn, cmd);
+    }
+
+    ngx_http_dynamo_rl_store_fail(conn, "out of memory", 0);
+
+    return NGX_ERROR;
+}
+
+
+/*
+ * the handler will not be called; the reply is read and dropped; a
+ * command still in a batch goes out now, before what its caller sends
+ * next (a release of the same record, say)
+ */
 
 void
 ngx_http_dynamo_rl_store_cancel(ngx_http_dynamo_rl_store_cmd_t *cmd)
@@ -970,6 +1220,238 @@ ngx_http_dynamo_rl_store_cancel(ngx_http_dynamo_rl_store_cmd_t *cmd)
 
     cmd->handler = NULL;
     cmd->data = NULL;
+
+    if (cmd->open
+        && ngx_http_dynamo_rl_store_flush(cmd->conn, cmd->script) != NGX_OK)
+    {
+        ngx_http_dynamo_rl_store_fail(cmd->conn, "out of memory", 0);
+    }
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_flush_all(ngx_http_dynamo_rl_store_conn_t *conn)
+{
+    ngx_int_t   rc;
+    ngx_uint_t  i;
+
+    rc = NGX_OK;
+
+    for (i = 0; conn->nbatched && i < NGX_HTTP_DYNAMO_RL_SCRIPTS; i++) {
+        if (ngx_http_dynamo_rl_store_flush(conn, i) != NGX_OK) {
+            rc = NGX_ERROR;
+        }
+    }
+
+    return rc;
+}
+
+
+/*
+ * a batch becomes one command that carries its waited members; a batch
+ * of writes goes to the pending writes while the store is down, a batch
+ * with members is answered NGX_ERROR then
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_flush(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_uint_t script)
+{
+    u_char                            *buf, *p;
+    size_t                             len, n;
+    ngx_queue_t                       *q;
+    ngx_http_dynamo_rl_store_t        *store;
+    ngx_http_dynamo_rl_store_cmd_t    *cmd, *m;
+    ngx_http_dynamo_rl_store_batch_t  *b;
+    u_char                             nk[NGX_INT_T_LEN + 2];
+
+    b = &conn->batch[script];
+
+    if (b->n == 0) {
+        return NGX_OK;
+    }
+
+    store = conn->store;
+
+    len = sizeof("*\r\n$7\r\nEVALSHA\r\n$40\r\n\r\n$\r\n\r\n") - 1 + 40
+          + 3 * NGX_INT_T_LEN + b->keys.len + b->args.len;
+
+    buf = NULL;
+
+    if (len > NGX_HTTP_DYNAMO_RL_STORE_SMALL) {
+        buf = ngx_alloc(len, conn->log);
+        if (buf == NULL) {
+            goto failed;
+        }
+    }
+
+    cmd = ngx_http_dynamo_rl_store_cmd_alloc(conn);
+    if (cmd == NULL) {
+        if (buf != NULL) {
+            ngx_free(buf);
+        }
+
+        goto failed;
+    }
+
+    if (buf == NULL) {
+        buf = cmd->small;
+
+    } else {
+        cmd->own = 1;
+    }
+
+    p = ngx_http_dynamo_rl_store_format(buf, '*',
+                                        3 + b->nshared + b->n + b->argc);
+    p = ngx_cpymem(p, "$7\r\nEVALSHA\r\n$40\r\n",
+                   sizeof("$7\r\nEVALSHA\r\n$40\r\n") - 1);
+    p = ngx_cpymem(p, ngx_http_dynamo_rl_scripts[script].sha, 40);
+    *p++ = '\r';
+    *p++ = '\n';
+    n = ngx_http_dynamo_rl_store_format(nk, '\0', b->nshared + b->n) - nk - 2;
+    p = ngx_http_dynamo_rl_store_format(p, '$', n);
+    p = ngx_cpymem(p, nk, n + 2);
+    p = ngx_cpymem(p, b->keys.data, b->keys.len);
+    p = ngx_cpymem(p, b->args.data, b->args.len);
+
+    cmd->buf = (char *) buf;
+    cmd->len = p - buf;
+    cmd->op = ngx_http_dynamo_rl_store_script_op[script];
+    cmd->script = script;
+    cmd->kind = NGX_HTTP_DYNAMO_RL_STORE_USER;
+    cmd->deadline = ngx_current_msec + store->timeout;
+    cmd->start = conn->batch_start;
+
+    if (!ngx_queue_empty(&b->members)) {
+        /* the members are counted, each in the operations and the queue */
+
+        ngx_queue_add(&cmd->members, &b->members);
+        ngx_queue_init(&b->members);
+
+        for (q = ngx_queue_head(&cmd->members);
+             q != ngx_queue_sentinel(&cmd->members);
+             q = ngx_queue_next(q))
+        {
+            m = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+            m->open = 0;
+        }
+
+        cmd->nmembers = b->n;
+        cmd->waited = 1;
+        cmd->done = 1;
+
+    } else {
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, queue, 1);
+    }
+
+    conn->nbatched -= b->n;
+    ngx_http_dynamo_rl_store_batch_reset(b);
+
+    if (conn->state != NGX_HTTP_DYNAMO_RL_STORE_READY) {
+
+        if (cmd->nmembers) {
+            ngx_http_dynamo_rl_store_finish(conn, cmd,
+                                            NGX_HTTP_DYNAMO_RL_STORE_R_DOWN,
+                                            NGX_ERROR, NULL);
+            ngx_http_dynamo_rl_store_cmd_free(conn, cmd);
+            return NGX_OK;
+        }
+
+        ngx_queue_insert_tail(&conn->pending, &cmd->queue);
+        conn->npending++;
+        return NGX_OK;
+    }
+
+    if (ngx_http_dynamo_rl_store_enqueue(conn, cmd) != NGX_OK) {
+        ngx_http_dynamo_rl_store_finish(conn, cmd,
+                                        NGX_HTTP_DYNAMO_RL_STORE_R_DOWN,
+                                        NGX_ERROR, NULL);
+        ngx_http_dynamo_rl_store_cmd_free(conn, cmd);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+
+failed:
+
+    NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[
+                                  ngx_http_dynamo_rl_store_script_op[script]][
+                                  NGX_HTTP_DYNAMO_RL_STORE_R_DOWN],
+                                  ngx_queue_empty(&b->members) ? 1 : 0);
+
+    if (ngx_queue_empty(&b->members)) {
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, b->n);
+    }
+
+    /* the members are answered NGX_ERROR, as by a lost connection */
+
+    while (!ngx_queue_empty(&b->members)) {
+        q = ngx_queue_head(&b->members);
+        ngx_queue_remove(q);
+
+        m = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+        m->open = 0;
+
+        ngx_http_dynamo_rl_store_finish(conn, m,
+                                        NGX_HTTP_DYNAMO_RL_STORE_R_DOWN,
+                                        NGX_ERROR, NULL);
+        ngx_http_dynamo_rl_store_cmd_free(conn, m);
+    }
+
+    conn->nbatched -= b->n;
+    ngx_http_dynamo_rl_store_batch_reset(b);
+
+    return NGX_ERROR;
+}
+
+
+static void
+ngx_http_dynamo_rl_store_batch_reset(ngx_http_dynamo_rl_store_batch_t *b)
+{
+    b->keys.len = 0;
+    b->args.len = 0;
+    b->nshared = 0;
+    b->n = 0;
+    b->argc = 0;
+}
+
+
+/* one bulk string at the end of a batch's bytes */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_bulk(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_http_dynamo_rl_store_buf_t *b, ngx_str_t *s)
+{
+    u_char  *p;
+    size_t   size;
+
+    size = sizeof("$\r\n\r\n") - 1 + NGX_SIZE_T_LEN + s->len;
+
+    if (b->size - b->len < size) {
+        size = ngx_max(2 * b->size, ngx_max(b->len + size, 4096));
+
+        p = ngx_alloc(size, conn->log);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (b->data != NULL) {
+            ngx_memcpy(p, b->data, b->len);
+            ngx_free(b->data);
+        }
+
+        b->data = p;
+        b->size = size;
+    }
+
+    p = ngx_http_dynamo_rl_store_format(b->data + b->len, '$', s->len);
+    p = ngx_cpymem(p, s->data, s->len);
+    *p++ = '\r';
+    *p++ = '\n';
+
+    b->len = p - b->data;
+
+    return NGX_OK;
 }
 
 
@@ -979,10 +1461,10 @@ ngx_http_dynamo_rl_store_push(ngx_http_dynamo_rl_store_t *store,
     ngx_str_t *argv, ngx_http_dynamo_rl_store_pt handler, void *data,
     ngx_http_dynamo_rl_store_cmd_t **cmdp)
 {
-    int                               len;
-    char                             *buf;
-    u_char                            nk[NGX_INT_T_LEN];
-    ngx_uint_t                        i, n, extra;
+    u_char                           *buf, *p;
+    size_t                            len, n;
+    ngx_uint_t                        i, extra;
+    u_char                            nk[NGX_INT_T_LEN + 2];
     ngx_http_dynamo_rl_store_cmd_t   *cmd;
     ngx_http_dynamo_rl_store_conn_t  *conn;
 
@@ -1015,72 +1497,76 @@ ngx_http_dynamo_rl_store_push(ngx_http_dynamo_rl_store_t *store,
         return NGX_ERROR;
     }
 
+    /*
+     * RESP, formatted here in one pass: "EVALSHA sha nkeys" and the
+     * arguments as bulk strings
+     */
+
     extra = (script == NGX_HTTP_DYNAMO_RL_STORE_NOSCRIPT) ? 0 : 3;
-    n = argc + extra;
 
-    if (n > conn->nargv) {
-        if (conn->argv != NULL) {
-            ngx_free(conn->argv);
-            ngx_free(conn->argvlen);
-            conn->argv = NULL;
-            conn->nargv = 0;
-        }
-
-        i = ngx_max(n, NGX_HTTP_DYNAMO_RL_STORE_ARGS);
-
-        conn->argv = ngx_alloc(i * sizeof(char *), conn->log);
-        conn->argvlen = ngx_alloc(i * sizeof(size_t), conn->log);
-
-        if (conn->argv == NULL || conn->argvlen == NULL) {
-            if (conn->argv != NULL) {
-                ngx_free(conn->argv);
-                conn->argv = NULL;
-            }
-
-            if (conn->argvlen != NULL) {
-                ngx_free(conn->argvlen);
-            }
-
-            return NGX_ERROR;
-        }
-
-        conn->nargv = i;
-    }
+    len = sizeof("*\r\n") - 1 + NGX_INT_T_LEN;
 
     if (extra) {
-        conn->argv[0] = "EVALSHA";
-        conn->argvlen[0] = 7;
-        conn->argv[1] = (const char *) ngx_http_dynamo_rl_scripts[script].sha;
-        conn->argvlen[1] = 40;
-        conn->argv[2] = (const char *) nk;
-        conn->argvlen[2] = ngx_sprintf(nk, "%ui", nkeys) - nk;
+        len += sizeof("$7\r\nEVALSHA\r\n$40\r\n\r\n$\r\n\r\n") - 1 + 40
+               + 2 * NGX_INT_T_LEN;
     }
 
     for (i = 0; i < argc; i++) {
-        conn->argv[extra + i] = (const char *) argv[i].data;
-        conn->argvlen[extra + i] = argv[i].len;
+        len += sizeof("$\r\n\r\n") - 1 + NGX_SIZE_T_LEN + argv[i].len;
     }
 
     buf = NULL;
 
-    len = redisFormatCommandArgv(&buf, (int) n, conn->argv, conn->argvlen);
-
-    if (len < 0 || buf == NULL) {
-        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
-                                      NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
-        return NGX_ERROR;
+    if (len > NGX_HTTP_DYNAMO_RL_STORE_SMALL) {
+        buf = ngx_alloc(len, conn->log);
+        if (buf == NULL) {
+            NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
+                                          NGX_HTTP_DYNAMO_RL_STORE_R_DOWN],
+                                          1);
+            return NGX_ERROR;
+        }
     }
 
     cmd = ngx_http_dynamo_rl_store_cmd_alloc(conn);
     if (cmd == NULL) {
-        redisFreeCommand(buf);
+        if (buf != NULL) {
+            ngx_free(buf);
+        }
+
         NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
                                       NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
         return NGX_ERROR;
     }
 
-    cmd->buf = buf;
-    cmd->len = len;
+    if (buf == NULL) {
+        buf = cmd->small;
+
+    } else {
+        cmd->own = 1;
+    }
+
+    p = ngx_http_dynamo_rl_store_format(buf, '*', argc + extra);
+
+    if (extra) {
+        p = ngx_cpymem(p, "$7\r\nEVALSHA\r\n$40\r\n",
+                       sizeof("$7\r\nEVALSHA\r\n$40\r\n") - 1);
+        p = ngx_cpymem(p, ngx_http_dynamo_rl_scripts[script].sha, 40);
+        *p++ = '\r';
+        *p++ = '\n';
+        n = ngx_http_dynamo_rl_store_format(nk, '\0', nkeys) - nk - 2;
+        p = ngx_http_dynamo_rl_store_format(p, '$', n);
+        p = ngx_cpymem(p, nk, n + 2);
+    }
+
+    for (i = 0; i < argc; i++) {
+        p = ngx_http_dynamo_rl_store_format(p, '$', argv[i].len);
+        p = ngx_cpymem(p, argv[i].data, argv[i].len);
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+
+    cmd->buf = (char *) buf;
+    cmd->len = p - buf;
     cmd->handler = handler;
     cmd->data = data;
     cmd->op = op;
@@ -1088,7 +1574,16 @@ ngx_http_dynamo_rl_store_push(ngx_http_dynamo_rl_store_t *store,
     cmd->kind = NGX_HTTP_DYNAMO_RL_STORE_USER;
     cmd->waited = (handler != NULL);
     cmd->deadline = ngx_current_msec + store->timeout;
-    cmd->start = ngx_http_dynamo_rl_store_us();
+
+    /* one clock read per batch: the commands of a turn go out together */
+
+    if (conn->state != NGX_HTTP_DYNAMO_RL_STORE_READY
+        || !conn->peer.connection->write->posted)
+    {
+        conn->batch_start = ngx_http_dynamo_rl_store_us();
+    }
+
+    cmd->start = conn->batch_start;
 
     NGX_HTTP_DYNAMO_RL_STORE_STAT(store, queue, 1);
 
@@ -1188,7 +1683,7 @@ ngx_http_dynamo_rl_store_enqueue(ngx_http_dynamo_rl_store_conn_t *conn,
 
     c = conn->peer.connection;
 
-    if (!c->write->posted) {
+    if (!c->write->posted && !conn->flushing) {
         ngx_post_event(c->write, &ngx_posted_events);
     }
 
@@ -1605,6 +2100,15 @@ ngx_http_dynamo_rl_store_fail(ngx_http_dynamo_rl_store_conn_t *conn,
         ngx_queue_insert_head(&waiters, q);
     }
 
+    /*
+     * the batches of the turn: writes after those that were sent before
+     * them, waiters answered NGX_ERROR with the others
+     */
+
+    if (!conn->exiting) {
+        (void) ngx_http_dynamo_rl_store_flush_all(conn);
+    }
+
     if (!ngx_exiting && !ngx_terminate && !ngx_quit && !conn->exiting) {
         ngx_add_timer(&conn->retry, conn->backoff);
         conn->backoff = ngx_min(conn->backoff * 2,
@@ -1729,9 +2233,21 @@ static void
 ngx_http_dynamo_rl_store_send(ngx_http_dynamo_rl_store_conn_t *conn)
 {
     ssize_t            n;
+    ngx_int_t          rc;
     ngx_connection_t  *c;
 
     c = conn->peer.connection;
+
+    if (conn->nbatched) {
+        conn->flushing = 1;
+        rc = ngx_http_dynamo_rl_store_flush_all(conn);
+        conn->flushing = 0;
+
+        if (rc != NGX_OK) {
+            ngx_http_dynamo_rl_store_fail(conn, "out of memory", 0);
+            return;
+        }
+    }
 
     while (conn->out_pos < conn->out_last) {
 
@@ -2099,13 +2615,47 @@ ngx_http_dynamo_rl_store_finish(ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_http_dynamo_rl_store_cmd_t *cmd, ngx_uint_t result, ngx_int_t rc,
     redisReply *reply)
 {
-    void                         *data;
-    uint64_t                      us;
-    ngx_uint_t                    i;
-    ngx_http_dynamo_rl_store_t   *store;
-    ngx_http_dynamo_rl_store_pt   handler;
+    void                            *data;
+    uint64_t                         us;
+    ngx_uint_t                       i;
+    redisReply                      *e;
+    ngx_queue_t                     *q;
+    ngx_http_dynamo_rl_store_t      *store;
+    ngx_http_dynamo_rl_store_pt      handler;
+    ngx_http_dynamo_rl_store_cmd_t  *m;
 
     store = conn->store;
+
+    if (cmd->nmembers) {
+        /* a batch: each member its own element of an array reply */
+
+        i = 0;
+
+        for (q = ngx_queue_head(&cmd->members);
+             q != ngx_queue_sentinel(&cmd->members);
+             q = ngx_queue_next(q))
+        {
+            m = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+
+            if (rc == NGX_AGAIN && (m->done || m->handler == NULL)) {
+                i++;
+                continue;
+            }
+
+            e = reply;
+
+            if (reply != NULL && reply->type == REDIS_REPLY_ARRAY
+                && reply->elements == cmd->nmembers)
+            {
+                e = reply->element[i];
+            }
+
+            ngx_http_dynamo_rl_store_finish(conn, m, result, rc, e);
+            i++;
+        }
+
+        return;
+    }
 
     if (reply != NULL && store->stats != NULL) {
         us = ngx_http_dynamo_rl_store_us() - cmd->start;
@@ -2179,6 +2729,23 @@ ngx_http_dynamo_rl_store_timer_handler(ngx_event_t *ev)
             continue;
         }
 
+        if (cmd->nmembers) {
+            /* a batch's members share one deadline, and time out at once */
+
+            if ((ngx_msec_int_t) (cmd->deadline - now) > 0) {
+                if ((ngx_msec_int_t) (cmd->deadline - next) < 0) {
+                    next = cmd->deadline;
+                }
+
+                continue;
+            }
+
+            ngx_http_dynamo_rl_store_finish(conn, cmd,
+                                            NGX_HTTP_DYNAMO_RL_STORE_R_TIMEOUT,
+                                            NGX_AGAIN, NULL);
+            continue;
+        }
+
         if (cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_USER && !cmd->waited) {
             continue;
         }
@@ -2232,8 +2799,10 @@ ngx_http_dynamo_rl_store_cmd_alloc(ngx_http_dynamo_rl_store_conn_t *conn)
         }
     }
 
-    ngx_memzero(cmd, sizeof(ngx_http_dynamo_rl_store_cmd_t));
+    /* the local buffer is written before it is read */
+    ngx_memzero(cmd, offsetof(ngx_http_dynamo_rl_store_cmd_t, small));
 
+    ngx_queue_init(&cmd->members);
     cmd->live = 1;
 
     return cmd;
@@ -2246,9 +2815,22 @@ static void
 ngx_http_dynamo_rl_store_cmd_free(ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_http_dynamo_rl_store_cmd_t *cmd)
 {
-    if (cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_USER) {
+    ngx_queue_t  *q;
+
+    /* a batch's command is counted in its members */
+
+    if (cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_USER && cmd->nmembers == 0) {
         NGX_HTTP_DYNAMO_RL_STORE_STAT(conn->store, queue, -1);
     }
+
+    while (!ngx_queue_empty(&cmd->members)) {
+        q = ngx_queue_head(&cmd->members);
+        ngx_queue_remove(q);
+        ngx_http_dynamo_rl_store_cmd_free(conn,
+            ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue));
+    }
+
+    cmd->nmembers = 0;
 
     ngx_http_dynamo_rl_store_cmd_release(cmd);
 
@@ -2270,12 +2852,40 @@ ngx_http_dynamo_rl_store_cmd_release(ngx_http_dynamo_rl_store_cmd_t *cmd)
     if (cmd->own) {
         ngx_free(cmd->buf);
 
-    } else {
+    } else if (cmd->buf != (char *) cmd->small) {
         redisFreeCommand(cmd->buf);
     }
 
     cmd->buf = NULL;
     cmd->own = 0;
+}
+
+
+/* "*N\r\n", "$N\r\n", or "N\r\n" with type '\\0' */
+
+static u_char *
+ngx_http_dynamo_rl_store_format(u_char *p, u_char type, size_t n)
+{
+    u_char   *d;
+    u_char    digits[NGX_SIZE_T_LEN];
+
+    if (type) {
+        *p++ = type;
+    }
+
+    d = digits + NGX_SIZE_T_LEN;
+
+    do {
+        *--d = (u_char) ('0' + n % 10);
+        n /= 10;
+    } while (n);
+
+    p = ngx_cpymem(p, d, digits + NGX_SIZE_T_LEN - d);
+
+    *p++ = '\r';
+    *p++ = '\n';
+
+    return p;
 }
 
 

@@ -121,6 +121,10 @@ ngx_int_t ngx_http_dynamo_rl_store_command(ngx_http_dynamo_rl_store_t *store,
     ngx_uint_t op, ngx_uint_t argc, ngx_str_t *argv,
     ngx_http_dynamo_rl_store_pt handler, void *data,
     ngx_http_dynamo_rl_store_cmd_t **cmdp);
+ngx_int_t ngx_http_dynamo_rl_store_batch(ngx_http_dynamo_rl_store_t *store,
+    ngx_uint_t script, ngx_uint_t nshared, ngx_str_t *keys, ngx_uint_t argc,
+    ngx_str_t *argv, ngx_http_dynamo_rl_store_pt handler, void *data,
+    ngx_http_dynamo_rl_store_cmd_t **cmdp);
 void ngx_http_dynamo_rl_store_cancel(ngx_http_dynamo_rl_store_cmd_t *cmd);
 
 

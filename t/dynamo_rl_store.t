@@ -292,6 +292,24 @@ is(scalar(grep { $_ != 1 } values %fwd), 0, 'race: none forwarded twice')
 	or diag(explain({ map { $_ => $fwd{$_} } grep { $fwd{$_} != 1 }
 		keys %fwd }));
 
+# the race's ends, many in one turn of the event loop, go to the store
+# joined in few script runs: each record succeeded, kept for the attempt
+# ttl (10m), not the lease
+
+my %ended;
+
+Test::DynamoRL::wait_for(sub {
+	%ended = ();
+	$ended{$redis->hgetall(key("a:race-$_"))->{st} // 'none'}++
+		for 1 .. $N;
+	return ($ended{u} // 0) == $N;
+}, 10);
+
+is($ended{u} // 0, $N, "race: $N records ended succeeded in the store")
+	or diag(explain(\%ended));
+is(scalar(grep { $redis->cmd('PTTL', key("a:race-$_")) > 600000 } 1 .. $N),
+	0, 'race: every record kept for the attempt ttl');
+
 ###############################################################################
 
 # one gate: closed through A, B refuses
