@@ -402,7 +402,7 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
 {
     u_char                         *p;
     ngx_int_t                       rc;
-    ngx_str_t                       keys[2], argv[5];
+    ngx_str_t                       keys[2], argv[6];
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
     u_char                          t0[NGX_INT64_LEN];
     u_char                          lease[NGX_INT64_LEN];
@@ -464,8 +464,13 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
         ngx_str_set(&argv[4], "");
     }
 
+    /* dynamo_rl_gate off: the claim alone, whatever the gate */
+
+    argv[5].data = (u_char *) (drlcf->gate ? "1" : "0");
+    argv[5].len = 1;
+
     rc = ngx_http_dynamo_rl_store_batch(store, NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM,
-                                        1, keys, 5, argv,
+                                        1, keys, 6, argv,
                                         ngx_http_dynamo_rl_ledger_claimed, r,
                                         &ctx->store_cmd);
 

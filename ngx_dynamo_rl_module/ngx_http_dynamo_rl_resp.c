@@ -65,8 +65,9 @@ static redisReplyObjectFunctions  ngx_http_dynamo_rl_resp_functions = {
 
 /*
  * claim: the claims of a turn, one script for them all; KEYS the gate,
- * then a record for each claim; ARGV, 5 for each: owner, t0, lease,
- * replica, request id ("" when it is the attempt id); the reply has one
+ * then a record for each claim; ARGV, 6 for each: owner, t0, lease,
+ * replica, request id ("" when it is the attempt id), whether the gate
+ * applies ("0": a location with dynamo_rl_gate off); the reply has one
  * element for each claim, in order (ngx_http_dynamo_rl_resp_claim()).
  * The gate is read once for all; its expiry and reason only when it is
  * closed.
@@ -75,23 +76,27 @@ static redisReplyObjectFunctions  ngx_http_dynamo_rl_resp_functions = {
 static u_char  ngx_http_dynamo_rl_lua_claim[] =
     "local res = {}\n"
     "local g = redis.call('HMGET', KEYS[1], 'state', 'epoch')\n"
+    "local shut\n"
     "if g[1] ~= 'open' then\n"
-    "  local x = {'nogate'}\n"
+    "  shut = {'nogate'}\n"
     "  if g[1] then\n"
     "    local c = redis.call('HMGET', KEYS[1], 'expires', 'reason')\n"
     NGX_HTTP_DYNAMO_RL_LUA_NOW
-    "    x = {'closed', g[2] or '0', c[1] or '0', c[2] or '', now}\n"
+    "    shut = {'closed', g[2] or '0', c[1] or '0', c[2] or '', now}\n"
     "  end\n"
-    "  for i = 2, #KEYS do res[i - 1] = x end\n"
-    "  return res\n"
     "end\n"
     "local e = g[2] or '0'\n"
     "for i = 2, #KEYS do\n"
     "  local k = KEYS[i]\n"
-    "  local a = i * 5 - 10\n"
+    "  local a = i * 6 - 12\n"
     "  local o = ARGV[a + 1]\n"
-    "  local r = redis.call('HMGET', k, 'st', 'ow', 'rs')\n"
     "  local x\n"
+    "  local r = {}\n"
+    "  if shut and ARGV[a + 6] ~= '0' then\n"
+    "    x = shut\n"
+    "  else\n"
+    "    r = redis.call('HMGET', k, 'st', 'ow', 'rs')\n"
+    "  end\n"
     "  if r[1] then\n"
     "    if r[2] == o then\n"
     "      x = {'ok', e}\n"

@@ -40,7 +40,7 @@ time_limit(Test::DynamoRL::scale(240));
 
 plan(skip_all => 'no python3 3.6') unless refresh_python();
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(35 + 2);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(37 + 2);
 my $tb = Test::DynamoRL->new()->check_at_end();
 
 my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
@@ -100,14 +100,14 @@ ok(defined $r->{headers}{'retry-after'}, 'held: with Retry-After');
 is(forwarded($t, 'held-b'), 0, 'held: nothing forwarded');
 
 # examples/dynamo-rl.conf's /verify/v1/, "dynamo_rl_gate off" with the
-# ledger on: with a store, the claim script checks the gate all the same
+# ledger on: with a store, the claim is made whatever the gate
 
-TODO: {
-	local $TODO = 'the store\'s claim ignores "dynamo_rl_gate off"';
-
-	is(gen({ listen => $A{api} }, 'held-verify', '/verify')->{status},
-		200, 'held: /verify/v1/ on A passes the closed gate');
-}
+is(gen({ listen => $A{api} }, 'held-verify', '/verify')->{status},
+	200, 'held: /verify/v1/ on A passes the closed gate');
+is(gen({ listen => $A{api} }, 'held-verify', '/verify')->{status},
+	409, 'held: and its id is used up on A');
+is(gen({ listen => $B{api} }, 'held-verify', '/verify')->{status},
+	409, 'held: and on B');
 
 # the client keeps reading the gate, and calls no worker meanwhile
 

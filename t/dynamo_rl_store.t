@@ -48,7 +48,7 @@ use Test::DynamoRL::Redis qw/ gate gate_post gen reason replica_conf
 
 time_limit(Test::DynamoRL::scale(300));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(127 + 4);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(129 + 4);
 
 # replicas B and C: their logs and sanitizer reports are checked too
 
@@ -300,14 +300,14 @@ my %ended;
 
 Test::DynamoRL::wait_for(sub {
 	%ended = ();
-	$ended{$redis->hgetall(key("a:race-$_"))->{st} // 'none'}++
+	$ended{$redis->hgetall(store_key("a:race-$_"))->{st} // 'none'}++
 		for 1 .. $N;
 	return ($ended{u} // 0) == $N;
 }, 10);
 
 is($ended{u} // 0, $N, "race: $N records ended succeeded in the store")
 	or diag(explain(\%ended));
-is(scalar(grep { $redis->cmd('PTTL', key("a:race-$_")) > 600000 } 1 .. $N),
+is(scalar(grep { $redis->cmd('PTTL', store_key("a:race-$_")) > 600000 } 1 .. $N),
 	0, 'race: every record kept for the attempt ttl');
 
 ###############################################################################
