@@ -46,6 +46,7 @@ our @EXPORT = qw/ http http_get http_head http_post http_end http_json
 use Cwd qw/ abs_path /;
 use Fcntl qw/ :flock O_WRONLY O_CREAT /;
 use File::Basename qw/ dirname /;
+use File::Copy ();
 use File::Path qw/ make_path /;
 use File::Temp qw/ tempdir /;
 use IO::Select;
@@ -348,6 +349,21 @@ sub run {
 			# the folder is writable by all
 
 			mkdir("$d/sanitizer") and chmod(01777, "$d/sanitizer");
+
+			# and the leak suppressions: a checkout may sit where
+			# "nobody" cannot read (a mktemp -d directory)
+
+			if (($ENV{LSAN_OPTIONS} // '')
+				=~ /(?:^|:)suppressions=([^:]+)/ && -r $1)
+			{
+				my $supp = "$d/sanitizer/lsan.supp";
+
+				if (File::Copy::copy($1, $supp)) {
+					chmod(0644, $supp);
+					$ENV{LSAN_OPTIONS} =~
+						s/(^|:)suppressions=[^:]+/$1suppressions=$supp/;
+				}
+			}
 
 			$ENV{ASAN_OPTIONS} = join ':', grep { length }
 				$ENV{ASAN_OPTIONS} // '', @{$self->{_asan_options}},
