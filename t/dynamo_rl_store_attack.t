@@ -353,6 +353,11 @@ sub conf {
 
 worker_processes 1;
 
+# the new binary of an upgrade keeps the sanitizer runtime of make asan
+env LD_PRELOAD;
+env ASAN_OPTIONS;
+env LSAN_OPTIONS;
+
 events {
 }
 

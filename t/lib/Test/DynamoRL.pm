@@ -353,16 +353,17 @@ sub run {
 			# and the leak suppressions: a checkout may sit where
 			# "nobody" cannot read (a mktemp -d directory)
 
-			if (($ENV{LSAN_OPTIONS} // '')
-				=~ /(?:^|:)suppressions=([^:]+)/ && -r $1)
-			{
-				my $supp = "$d/sanitizer/lsan.supp";
+			my ($from) = ($ENV{LSAN_OPTIONS} // '')
+				=~ /(?:^|:)suppressions=([^:]+)/;
+			my $supp = "$d/sanitizer/lsan.supp";
 
-				if (File::Copy::copy($1, $supp)) {
-					chmod(0644, $supp);
-					$ENV{LSAN_OPTIONS} =~
-						s/(^|:)suppressions=[^:]+/$1suppressions=$supp/;
-				}
+			if (defined $from && $from ne $supp && -r $from
+				&& File::Copy::copy($from, "$supp.$$")
+				&& rename("$supp.$$", $supp))
+			{
+				chmod(0644, $supp);
+				$ENV{LSAN_OPTIONS} =~
+					s/(^|:)suppressions=[^:]+/$1suppressions=$supp/;
 			}
 
 			$ENV{ASAN_OPTIONS} = join ':', grep { length }
