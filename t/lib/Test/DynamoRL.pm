@@ -1194,7 +1194,7 @@ sub upgrade {
 		return if $pid == $old || !_alive($pid);
 		return (grep { _alive($_) } _children($pid)) >= ($workers // 1)
 			? $pid : undef;
-	}, 10) or die "binary upgrade did not start in " . scale(10) . " s\n"
+	}, 30) or die "binary upgrade did not start in " . scale(30) . " s\n"
 		. $self->_tail('error.log');
 
 	push @OLD_MASTERS, [ $self, $old ];
