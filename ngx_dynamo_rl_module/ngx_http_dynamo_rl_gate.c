@@ -39,7 +39,6 @@ static ngx_int_t ngx_http_dynamo_rl_gate_store_call(ngx_http_request_t *r,
     ngx_http_dynamo_rl_store_t *store, ngx_http_dynamo_rl_gate_req_t *req);
 static void ngx_http_dynamo_rl_gate_answered(void *data, ngx_int_t rc,
     redisReply *reply);
-static void ngx_http_dynamo_rl_gate_call_cleanup(void *data);
 static ngx_int_t ngx_http_dynamo_rl_gate_unavailable(ngx_http_request_t *r,
     ngx_http_dynamo_rl_store_t *store, ngx_uint_t change);
 static ngx_int_t ngx_http_dynamo_rl_gate_fleet_send(ngx_http_request_t *r,
@@ -1078,8 +1077,8 @@ ngx_http_dynamo_rl_gate_store_call(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    cln->handler = ngx_http_dynamo_rl_gate_call_cleanup;
-    cln->data = gc;
+    cln->handler = ngx_http_dynamo_rl_store_cleanup;
+    cln->data = &gc->cmd;
 
     action = (req == NULL) ? "init"
              : (req->action == NGX_HTTP_DYNAMO_RL_GATE_CLOSE) ? "close"
@@ -1191,18 +1190,6 @@ done:
 
     ngx_http_finalize_request(r, rc);
     ngx_http_run_posted_requests(c);
-}
-
-
-static void
-ngx_http_dynamo_rl_gate_call_cleanup(void *data)
-{
-    ngx_http_dynamo_rl_gate_call_t *gc = data;
-
-    if (gc->cmd != NULL) {
-        ngx_http_dynamo_rl_store_cancel(gc->cmd);
-        gc->cmd = NULL;
-    }
 }
 
 

@@ -53,7 +53,6 @@ static ngx_int_t ngx_http_dynamo_rl_attempts_store(ngx_http_request_t *r,
     ngx_http_dynamo_rl_store_t *store, ngx_str_t *id);
 static void ngx_http_dynamo_rl_attempts_found(void *data, ngx_int_t rc,
     redisReply *reply);
-static void ngx_http_dynamo_rl_attempts_cleanup(void *data);
 static ngx_int_t ngx_http_dynamo_rl_attempts_local(ngx_http_request_t *r,
     ngx_str_t *id, ngx_uint_t local);
 static ngx_int_t ngx_http_dynamo_rl_attempts_unavailable(
@@ -1463,8 +1462,8 @@ ngx_http_dynamo_rl_attempts_store(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    cln->handler = ngx_http_dynamo_rl_attempts_cleanup;
-    cln->data = lk;
+    cln->handler = ngx_http_dynamo_rl_store_cleanup;
+    cln->data = &lk->cmd;
 
     p = ngx_pnalloc(r->pool, store->attempt_key.len + id->len);
     if (p == NULL) {
@@ -1573,18 +1572,6 @@ ngx_http_dynamo_rl_attempts_unavailable(ngx_http_request_t *r,
                                     "the shared store does not answer: the "
                                     "attempt's state is not known, retry "
                                     "later");
-}
-
-
-static void
-ngx_http_dynamo_rl_attempts_cleanup(void *data)
-{
-    ngx_http_dynamo_rl_lookup_t *lk = data;
-
-    if (lk->cmd != NULL) {
-        ngx_http_dynamo_rl_store_cancel(lk->cmd);
-        lk->cmd = NULL;
-    }
 }
 
 

@@ -1211,6 +1211,20 @@ failed:
  * next (a release of the same record, say)
  */
 
+/* a pool cleanup: the command a request waits for, if any, is cancelled */
+
+void
+ngx_http_dynamo_rl_store_cleanup(void *data)
+{
+    ngx_http_dynamo_rl_store_cmd_t **cmdp = data;
+
+    if (*cmdp != NULL) {
+        ngx_http_dynamo_rl_store_cancel(*cmdp);
+        *cmdp = NULL;
+    }
+}
+
+
 void
 ngx_http_dynamo_rl_store_cancel(ngx_http_dynamo_rl_store_cmd_t *cmd)
 {

@@ -126,6 +126,7 @@ ngx_int_t ngx_http_dynamo_rl_store_batch(ngx_http_dynamo_rl_store_t *store,
     ngx_str_t *argv, ngx_http_dynamo_rl_store_pt handler, void *data,
     ngx_http_dynamo_rl_store_cmd_t **cmdp);
 void ngx_http_dynamo_rl_store_cancel(ngx_http_dynamo_rl_store_cmd_t *cmd);
+void ngx_http_dynamo_rl_store_cleanup(void *data);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_STORE_H_INCLUDED_ */
