@@ -1188,6 +1188,19 @@ sub upgrade {
 	my $old = $self->{_master} or die "nginx is not running\n";
 	my $d = $self->{_testdir};
 
+	# nginx ignores USR2 ("the changing binary signal is ignored") while
+	# the process that daemonized it is still there: the master takes
+	# its parent for the old binary.  Under make asan that process may
+	# still be in LeakSanitizer's check at exit.
+
+	my $child = delete $self->{_child};
+
+	if ($child && $child != $old) {
+		$self->wait_for(sub { waitpid($child, WNOHANG) != 0 }, 30)
+			or die "nginx's launcher $child did not exit in "
+			. scale(30) . " s\n";
+	}
+
 	_verbose("upgrade: USR2 $old");
 	kill 'USR2', $old or die "cannot signal $old: $!\n";
 
@@ -1205,7 +1218,6 @@ sub upgrade {
 
 	$self->{_old_master} = $old;
 	$self->{_master} = $new;
-	delete $self->{_child};
 
 	return $new;
 }
