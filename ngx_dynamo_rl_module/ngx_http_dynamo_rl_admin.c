@@ -4,7 +4,12 @@
  */
 
 
-#include "ngx_http_dynamo_rl_module.h"
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_scope.h"
+#include "ngx_http_dynamo_rl_discovery.h"
+#include "ngx_http_dynamo_rl_admin.h"
 
 
 static ngx_int_t ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,

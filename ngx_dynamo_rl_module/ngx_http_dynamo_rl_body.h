@@ -8,6 +8,12 @@
 #define _NGX_HTTP_DYNAMO_RL_BODY_H_INCLUDED_
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_common.h"
+
+
 #define NGX_HTTP_DYNAMO_RL_BODY_NONE     0
 #define NGX_HTTP_DYNAMO_RL_BODY_READING  1
 #define NGX_HTTP_DYNAMO_RL_BODY_CHECKED  2

@@ -13,7 +13,10 @@
  */
 
 
-#include "ngx_http_dynamo_rl_module.h"
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_common.h"
 
 
 ngx_http_dynamo_rl_ctx_t *

@@ -8,6 +8,14 @@
 #define _NGX_HTTP_DYNAMO_RL_COMMON_H_INCLUDED_
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_parse.h"
+#include "ngx_http_dynamo_rl_json.h"
+#include "ngx_http_dynamo_rl_zone.h"
+
+
 #define NGX_HTTP_DYNAMO_RL_VERSION          "0.1.0"
 
 #define NGX_HTTP_DYNAMO_RL_PLANE_UNSET      0
@@ -15,8 +23,6 @@
 #define NGX_HTTP_DYNAMO_RL_PLANE_REQUEST    2
 #define NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY  3
 #define NGX_HTTP_DYNAMO_RL_PLANE_ADMIN      4
-
-#define NGX_HTTP_DYNAMO_RL_UUID_LEN         36
 
 /* what dynamo_rl_attempt_upstream_header names */
 #define NGX_HTTP_DYNAMO_RL_UPSTREAM_NONE    0
@@ -222,9 +228,6 @@ typedef struct {
     ngx_list_part_t                *part;
     ngx_uint_t                      i;
 } ngx_http_dynamo_rl_list_iter_t;
-
-
-extern ngx_module_t  ngx_http_dynamo_rl_module;
 
 
 ngx_http_dynamo_rl_ctx_t *ngx_http_dynamo_rl_create_ctx(ngx_http_request_t *r);

@@ -4,7 +4,11 @@
  */
 
 
-#include "ngx_http_dynamo_rl_module.h"
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_scope.h"
+#include "ngx_http_dynamo_rl_discovery.h"
 
 #if (NGX_LINUX && defined __GLIBC__)
 #include <malloc.h>

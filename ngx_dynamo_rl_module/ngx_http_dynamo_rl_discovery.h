@@ -8,6 +8,12 @@
 #define _NGX_HTTP_DYNAMO_RL_DISCOVERY_H_INCLUDED_
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_common.h"
+
+
 /* a refresh in flight longer than this is taken over by another request */
 #define NGX_HTTP_DYNAMO_RL_FLIGHT_TIMEOUT  60000
 

@@ -4,7 +4,12 @@
  */
 
 
-#include "ngx_http_dynamo_rl_module.h"
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_parse.h"
+#include "ngx_http_dynamo_rl_state.h"
+#include "ngx_http_dynamo_rl_gate.h"
 
 
 #define NGX_HTTP_DYNAMO_RL_GATE_BODY    4096

@@ -8,6 +8,12 @@
 #define _NGX_HTTP_DYNAMO_RL_GATE_H_INCLUDED_
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_common.h"
+
+
 /* the gate's state, copied out of the zone under the mutex */
 
 typedef struct {

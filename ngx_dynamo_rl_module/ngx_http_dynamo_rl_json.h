@@ -8,6 +8,11 @@
 #define _NGX_HTTP_DYNAMO_RL_JSON_H_INCLUDED_
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+
 #define NGX_HTTP_DYNAMO_RL_WORKER_OK       0
 #define NGX_HTTP_DYNAMO_RL_WORKER_INVALID  1
 #define NGX_HTTP_DYNAMO_RL_WORKER_ERROR    2

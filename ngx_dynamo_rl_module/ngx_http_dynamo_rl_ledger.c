@@ -4,7 +4,10 @@
  */
 
 
-#include "ngx_http_dynamo_rl_module.h"
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_ledger.h"
 
 #include <openssl/rand.h>
 

@@ -8,11 +8,11 @@
 #define _NGX_HTTP_DYNAMO_RL_LEDGER_H_INCLUDED_
 
 
-#define NGX_HTTP_DYNAMO_RL_ACCEPTED   1
-#define NGX_HTTP_DYNAMO_RL_STREAMING  2
-#define NGX_HTTP_DYNAMO_RL_SUCCEEDED  3
-#define NGX_HTTP_DYNAMO_RL_FAILED     4
-#define NGX_HTTP_DYNAMO_RL_CANCELED   5
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_common.h"
+
 
 /* the ledger's verdict on an attempt that is not recorded (ctx->verdict) */
 #define NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE    1
@@ -25,10 +25,6 @@
 /* the flags of a record's "request_id" */
 #define NGX_HTTP_DYNAMO_RL_NODE_REQUEST_ID  1   /* 16 bytes follow the id */
 #define NGX_HTTP_DYNAMO_RL_NODE_STORE       2   /* claimed in the store */
-
-/* why a record ended as it did, when its state alone does not say */
-#define NGX_HTTP_DYNAMO_RL_WORKER_EXITED  1
-#define NGX_HTTP_DYNAMO_RL_NOT_FORWARDED  2
 
 
 /*

@@ -85,7 +85,7 @@ static ngx_command_t  ngx_http_dynamo_rl_commands[] = {
       NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
       ngx_http_dynamo_rl_zone,
       NGX_HTTP_MAIN_CONF_OFFSET,
-      0,
+      offsetof(ngx_http_dynamo_rl_main_conf_t, shm_zone),
       NULL },
 
     { ngx_string("dynamo_rl_store"),
@@ -1260,6 +1260,7 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 {
     ngx_http_dynamo_rl_zone_t       *zone;
     ngx_http_core_main_conf_t       *cmcf;
+    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
@@ -1268,6 +1269,12 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
     if (drmcf->shm_zone != NULL) {
         zone = drmcf->shm_zone->data;
         zone->state_load = ngx_http_dynamo_rl_state_load;
+
+        /* an attempt in flight when the file was written: http's ttl */
+
+        drlcf = ngx_http_conf_get_module_loc_conf(cf,
+                                                  ngx_http_dynamo_rl_module);
+        zone->state_ttl = &drlcf->attempt_ttl;
     }
 
     /* the zone keeps the store's gate as last read, and its figures */

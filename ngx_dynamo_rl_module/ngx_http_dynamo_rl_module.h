@@ -5,12 +5,12 @@
 
 
 /*
- * The umbrella header: every .c includes it alone.  The concern headers
- * follow the stack of the sources from the bottom up (docs/development.md,
- * "Layers"): the pure parsers, the zone, the common layer with the shared
- * types, then the features and the planes.
+ * The module's whole interface, for _module.c at the top of the stack and
+ * for what stands outside it (unit tests, fuzzers, benchmarks).  A file
+ * below _module.c never includes it: it includes its own header and the
+ * headers of the files below it that it uses, and each header includes
+ * the headers its types come from (docs/development.md, "Layers").
  */
-
 
 #ifndef _NGX_HTTP_DYNAMO_RL_MODULE_H_INCLUDED_
 #define _NGX_HTTP_DYNAMO_RL_MODULE_H_INCLUDED_

@@ -4,7 +4,10 @@
  */
 
 
-#include "ngx_http_dynamo_rl_module.h"
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_parse.h"
 
 
 static ngx_int_t ngx_http_dynamo_rl_host_valid(u_char *p, u_char *last);

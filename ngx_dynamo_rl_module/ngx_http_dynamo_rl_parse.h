@@ -8,6 +8,11 @@
 #define _NGX_HTTP_DYNAMO_RL_PARSE_H_INCLUDED_
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+
 /*
  * Pure parsers: no nginx runtime, no allocation, no logging, so that the
  * unit tests and the libFuzzer harnesses drive them directly.
@@ -22,6 +27,21 @@
 #define NGX_HTTP_DYNAMO_RL_SCAN_DEPTH  64
 
 #define NGX_HTTP_DYNAMO_RL_ATTEMPT_ID_LEN  128
+#define NGX_HTTP_DYNAMO_RL_UUID_LEN        36
+
+#define NGX_HTTP_DYNAMO_RL_REASONS         24
+#define NGX_HTTP_DYNAMO_RL_BUCKETS         19   /* 5 ms .. 1 h, +Inf */
+
+/* an attempt's states, in the ledger and in the store's replies */
+#define NGX_HTTP_DYNAMO_RL_ACCEPTED        1
+#define NGX_HTTP_DYNAMO_RL_STREAMING       2
+#define NGX_HTTP_DYNAMO_RL_SUCCEEDED       3
+#define NGX_HTTP_DYNAMO_RL_FAILED          4
+#define NGX_HTTP_DYNAMO_RL_CANCELED        5
+
+/* why a record ended as it did, when its state alone does not say */
+#define NGX_HTTP_DYNAMO_RL_WORKER_EXITED   1
+#define NGX_HTTP_DYNAMO_RL_NOT_FORWARDED   2
 
 
 /* a worker element of a discovery document, as byte positions in it */

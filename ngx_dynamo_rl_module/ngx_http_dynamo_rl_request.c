@@ -4,7 +4,13 @@
  */
 
 
-#include "ngx_http_dynamo_rl_module.h"
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_ledger.h"
+#include "ngx_http_dynamo_rl_gate.h"
+#include "ngx_http_dynamo_rl_body.h"
+#include "ngx_http_dynamo_rl_request.h"
 
 #include <openssl/rand.h>
 

@@ -8,6 +8,11 @@
 #define _NGX_HTTP_DYNAMO_RL_REQUEST_H_INCLUDED_
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+
 ngx_int_t ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r);
 

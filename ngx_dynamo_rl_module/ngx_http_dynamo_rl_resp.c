@@ -4,7 +4,10 @@
  */
 
 
-#include "ngx_http_dynamo_rl_module.h"
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_resp.h"
 
 
 static ngx_int_t ngx_http_dynamo_rl_resp_u64(redisReply *r, uint64_t *n);

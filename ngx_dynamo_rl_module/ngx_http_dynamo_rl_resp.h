@@ -15,6 +15,12 @@
 #define _NGX_HTTP_DYNAMO_RL_RESP_H_INCLUDED_
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_parse.h"
+
+
 #include <hiredis/hiredis.h>
 
 

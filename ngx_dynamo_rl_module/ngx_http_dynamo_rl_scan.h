@@ -8,6 +8,11 @@
 #define _NGX_HTTP_DYNAMO_RL_SCAN_H_INCLUDED_
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+
 /*
  * The request body scanner: one pass over a whole body, strict RFC 8259
  * and UTF-8, that keeps only the members of the objects the body policy

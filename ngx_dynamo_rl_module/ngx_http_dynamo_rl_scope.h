@@ -8,6 +8,12 @@
 #define _NGX_HTTP_DYNAMO_RL_SCOPE_H_INCLUDED_
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_common.h"
+
+
 char *ngx_http_dynamo_rl_scope_compile(ngx_conf_t *cf,
     ngx_http_complex_value_t **cv);
 ngx_int_t ngx_http_dynamo_rl_scope_eval(ngx_http_request_t *r,

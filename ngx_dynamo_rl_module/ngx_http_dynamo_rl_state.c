@@ -27,7 +27,11 @@
  */
 
 
-#include "ngx_http_dynamo_rl_module.h"
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_ledger.h"
+#include "ngx_http_dynamo_rl_state.h"
 
 #include <sys/file.h>
 

@@ -8,6 +8,12 @@
 #define _NGX_HTTP_DYNAMO_RL_STATE_H_INCLUDED_
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_zone.h"
+
+
 ngx_int_t ngx_http_dynamo_rl_state_load(ngx_http_dynamo_rl_zone_t *zone,
     ngx_log_t *log);
 void ngx_http_dynamo_rl_state_begin(ngx_http_dynamo_rl_zone_t *zone,

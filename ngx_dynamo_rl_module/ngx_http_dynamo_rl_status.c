@@ -4,7 +4,12 @@
  */
 
 
-#include "ngx_http_dynamo_rl_module.h"
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_gate.h"
+#include "ngx_http_dynamo_rl_discovery.h"
+#include "ngx_http_dynamo_rl_status.h"
 
 #include <openssl/rand.h>
 

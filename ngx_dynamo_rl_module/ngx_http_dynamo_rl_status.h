@@ -8,6 +8,12 @@
 #define _NGX_HTTP_DYNAMO_RL_STATUS_H_INCLUDED_
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_common.h"
+
+
 void ngx_http_dynamo_rl_account(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 ngx_int_t ngx_http_dynamo_rl_status_filter_init(ngx_conf_t *cf);

@@ -17,6 +17,12 @@
 #define _NGX_HTTP_DYNAMO_RL_STORE_H_INCLUDED_
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_resp.h"
+
+
 #define NGX_HTTP_DYNAMO_RL_STORE_FAIL      0
 #define NGX_HTTP_DYNAMO_RL_STORE_LOCAL     1
 

@@ -4,7 +4,11 @@
  */
 
 
-#include "ngx_http_dynamo_rl_module.h"
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_parse.h"
+#include "ngx_http_dynamo_rl_zone.h"
 
 #include <openssl/rand.h>
 
@@ -20,7 +24,8 @@ static ngx_int_t ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone,
 char *
 ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_dynamo_rl_main_conf_t *drmcf = conf;
+    ngx_shm_zone_t  **shm_zone = (ngx_shm_zone_t **) ((char *) conf
+                                                      + cmd->offset);
 
     u_char                     *p;
     ssize_t                     size;
@@ -28,7 +33,7 @@ ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_uint_t                  i;
     ngx_http_dynamo_rl_zone_t  *zone;
 
-    if (drmcf->shm_zone != NULL) {
+    if (*shm_zone != NULL) {
         return "is duplicate";
     }
 
@@ -103,13 +108,13 @@ ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    drmcf->shm_zone = ngx_shared_memory_add(cf, &name, size,
-                                            &ngx_http_dynamo_rl_module);
-    if (drmcf->shm_zone == NULL) {
+    *shm_zone = ngx_shared_memory_add(cf, &name, size,
+                                      &ngx_http_dynamo_rl_module);
+    if (*shm_zone == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    if (drmcf->shm_zone->data) {
+    if ((*shm_zone)->data) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "duplicate zone \"%V\"", &name);
         return NGX_CONF_ERROR;
@@ -123,8 +128,8 @@ ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    drmcf->shm_zone->init = ngx_http_dynamo_rl_init_zone;
-    drmcf->shm_zone->data = zone;
+    (*shm_zone)->init = ngx_http_dynamo_rl_init_zone;
+    (*shm_zone)->data = zone;
 
     return NGX_CONF_OK;
 }
@@ -314,10 +319,9 @@ static char *
 ngx_http_dynamo_rl_zone_state(ngx_conf_t *cf, ngx_http_dynamo_rl_zone_t *zone,
     ngx_str_t *value)
 {
-    u_char                         *p;
-    ngx_str_t                       path;
-    ngx_path_t                     *dir;
-    ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+    u_char      *p;
+    ngx_str_t    path;
+    ngx_path_t  *dir;
 
     zone->state_fd = NGX_INVALID_FILE;
 
@@ -385,11 +389,6 @@ ngx_http_dynamo_rl_zone_state(ngx_conf_t *cf, ngx_http_dynamo_rl_zone_t *zone,
 
     ngx_memcpy(ngx_cpymem(zone->state_temp.data, path.data, path.len),
                ".tmp", sizeof(".tmp"));
-
-    /* an attempt in flight when the file was written: the http level ttl */
-
-    drlcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_dynamo_rl_module);
-    zone->state_ttl = &drlcf->attempt_ttl;
 
     return NGX_CONF_OK;
 }

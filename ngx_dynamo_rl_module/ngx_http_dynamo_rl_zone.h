@@ -8,13 +8,18 @@
 #define _NGX_HTTP_DYNAMO_RL_ZONE_H_INCLUDED_
 
 
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+#include "ngx_http_dynamo_rl_parse.h"
+#include "ngx_http_dynamo_rl_store.h"
+
+
 /* bumped whenever the layout of the shared context changes */
 #define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  10
 
 #define NGX_HTTP_DYNAMO_RL_PLANES        3     /* request, discovery, admin */
 #define NGX_HTTP_DYNAMO_RL_OUTCOMES      4
-#define NGX_HTTP_DYNAMO_RL_REASONS       24
-#define NGX_HTTP_DYNAMO_RL_BUCKETS       19    /* 5 ms .. 1 h, +Inf */
 #define NGX_HTTP_DYNAMO_RL_RECENT        16
 #define NGX_HTTP_DYNAMO_RL_GATE_REASON   128
 
@@ -192,6 +197,10 @@ struct ngx_http_dynamo_rl_zone_s {
                                         ngx_http_dynamo_rl_zone_t *zone,
                                         ngx_log_t *log);
 };
+
+
+/* the shared memory zones' tag, and the configuration's key */
+extern ngx_module_t  ngx_http_dynamo_rl_module;
 
 
 char *ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd,
