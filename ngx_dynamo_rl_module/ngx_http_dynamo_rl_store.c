@@ -225,6 +225,8 @@ static ngx_int_t ngx_http_dynamo_rl_store_handshake(
 static ngx_int_t ngx_http_dynamo_rl_store_noscript(
     ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_http_dynamo_rl_store_cmd_t *cmd);
+static ngx_int_t ngx_http_dynamo_rl_store_load(
+    ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t kind);
 static ngx_int_t ngx_http_dynamo_rl_store_reload(
     ngx_http_dynamo_rl_store_conn_t *conn);
 static void ngx_http_dynamo_rl_store_finish(
@@ -1667,6 +1669,11 @@ ngx_http_dynamo_rl_store_internal(ngx_http_dynamo_rl_store_conn_t *conn,
         return NGX_ERROR;
     }
 
+    if (kind != NGX_HTTP_DYNAMO_RL_STORE_RELOAD) {
+        /* one more reply that the handshake waits for */
+        conn->handshake++;
+    }
+
     return NGX_OK;
 }
 
@@ -1884,8 +1891,6 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
         {
             goto failed;
         }
-
-        conn->handshake++;
     }
 
     if (store->db) {
@@ -1901,8 +1906,6 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
         {
             goto failed;
         }
-
-        conn->handshake++;
     }
 
     argv[0] = "CONFIG";
@@ -1920,29 +1923,11 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
         goto failed;
     }
 
-    conn->handshake++;
-
-    argv[0] = "SCRIPT";
-    len[0] = 6;
-    argv[1] = "LOAD";
-    len[1] = 4;
-
-    for (i = 0; i < NGX_HTTP_DYNAMO_RL_SCRIPTS; i++) {
-        argv[2] = (const char *) ngx_http_dynamo_rl_scripts[i].body.data;
-        len[2] = ngx_http_dynamo_rl_scripts[i].body.len;
-
-        if (ngx_http_dynamo_rl_store_internal(conn,
-                                              NGX_HTTP_DYNAMO_RL_STORE_LOAD,
-                                              i, 3, argv, len)
-            != NGX_OK)
-        {
-            goto failed;
-        }
-
-        conn->handshake++;
+    if (ngx_http_dynamo_rl_store_load(conn, NGX_HTTP_DYNAMO_RL_STORE_LOAD)
+        == NGX_OK)
+    {
+        return;
     }
-
-    return;
 
 failed:
 
@@ -2596,11 +2581,28 @@ ngx_http_dynamo_rl_store_noscript(ngx_http_dynamo_rl_store_conn_t *conn,
 static ngx_int_t
 ngx_http_dynamo_rl_store_reload(ngx_http_dynamo_rl_store_conn_t *conn)
 {
+    conn->loading = 1;
+
+    if (ngx_http_dynamo_rl_store_load(conn, NGX_HTTP_DYNAMO_RL_STORE_RELOAD)
+        != NGX_OK)
+    {
+        conn->loading = 0;
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* SCRIPT LOAD of every script: in the handshake, or after a NOSCRIPT */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_load(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_uint_t kind)
+{
     size_t       len[3];
     ngx_uint_t   i;
     const char  *argv[3];
-
-    conn->loading = 1;
 
     argv[0] = "SCRIPT";
     len[0] = 6;
@@ -2611,12 +2613,9 @@ ngx_http_dynamo_rl_store_reload(ngx_http_dynamo_rl_store_conn_t *conn)
         argv[2] = (const char *) ngx_http_dynamo_rl_scripts[i].body.data;
         len[2] = ngx_http_dynamo_rl_scripts[i].body.len;
 
-        if (ngx_http_dynamo_rl_store_internal(conn,
-                                              NGX_HTTP_DYNAMO_RL_STORE_RELOAD,
-                                              i, 3, argv, len)
+        if (ngx_http_dynamo_rl_store_internal(conn, kind, i, 3, argv, len)
             != NGX_OK)
         {
-            conn->loading = 0;
             return NGX_ERROR;
         }
     }
