@@ -103,6 +103,8 @@ static u_char *ngx_http_dynamo_rl_store_text(ngx_http_dynamo_rl_report_t *rp,
     u_char *p);
 static u_char *ngx_http_dynamo_rl_histogram_text(u_char *p, char *name,
     char *label, ngx_str_t *value, ngx_uint_t *counts, ngx_uint_t sum);
+static ngx_uint_t ngx_http_dynamo_rl_reason_shown(
+    ngx_http_dynamo_rl_report_t *rp, ngx_uint_t plane, ngx_uint_t reason);
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -885,11 +887,7 @@ ngx_http_dynamo_rl_status_json(ngx_http_request_t *r,
         n = 0;
 
         for (j = 0; ngx_http_dynamo_rl_reasons[j].name.len; j++) {
-            if (!(ngx_http_dynamo_rl_reasons[j].planes & (1 << i))
-                || ((ngx_http_dynamo_rl_reasons[j].planes
-                     & NGX_HTTP_DYNAMO_RL_ON_STORE)
-                    && rp->store == NULL))
-            {
+            if (!ngx_http_dynamo_rl_reason_shown(rp, i, j)) {
                 continue;
             }
 
@@ -1372,11 +1370,7 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
 
     for (i = 0; i < NGX_HTTP_DYNAMO_RL_PLANES; i++) {
         for (j = 0; ngx_http_dynamo_rl_reasons[j].name.len; j++) {
-            if (!(ngx_http_dynamo_rl_reasons[j].planes & (1 << i))
-                || ((ngx_http_dynamo_rl_reasons[j].planes
-                     & NGX_HTTP_DYNAMO_RL_ON_STORE)
-                    && rp->store == NULL))
-            {
+            if (!ngx_http_dynamo_rl_reason_shown(rp, i, j)) {
                 continue;
             }
 
@@ -1690,4 +1684,22 @@ ngx_http_dynamo_rl_histogram_text(u_char *p, char *name, char *label,
 
     return ngx_sprintf(p, "%s_sum %ui.%03ui\n%s_count %ui\n",
                        name, sum / 1000, sum % 1000, name, n);
+}
+
+
+/* the reasons a plane can give: those of the store only with a store */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_reason_shown(ngx_http_dynamo_rl_report_t *rp,
+    ngx_uint_t plane, ngx_uint_t reason)
+{
+    ngx_uint_t  planes;
+
+    planes = ngx_http_dynamo_rl_reasons[reason].planes;
+
+    if (!(planes & (1 << plane))) {
+        return 0;
+    }
+
+    return !(planes & NGX_HTTP_DYNAMO_RL_ON_STORE) || rp->store != NULL;
 }
