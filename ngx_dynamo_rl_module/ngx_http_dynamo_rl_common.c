@@ -682,6 +682,20 @@ ngx_http_dynamo_rl_retry_after(ngx_http_request_t *r, ngx_uint_t seconds)
 }
 
 
+/* an API's answer when the shared store does not answer, as a 503 */
+
+ngx_int_t
+ngx_http_dynamo_rl_store_down(ngx_http_request_t *r, char *message)
+{
+    if (ngx_http_dynamo_rl_retry_after(r, 1) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_dynamo_rl_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                    "store_unavailable", message);
+}
+
+
 /*
  * SGLang's native /generate, whose errors are nested and whose body's
  * "rid" is the engine request id; /inference/v1/generate is vLLM's

@@ -262,6 +262,8 @@ void ngx_http_dynamo_rl_drain_leave(ngx_http_dynamo_rl_ctx_t *ctx);
 ngx_uint_t ngx_http_dynamo_rl_slot(void);
 ngx_int_t ngx_http_dynamo_rl_retry_after(ngx_http_request_t *r,
     ngx_uint_t seconds);
+ngx_int_t ngx_http_dynamo_rl_store_down(ngx_http_request_t *r,
+    char *message);
 ngx_int_t ngx_http_dynamo_rl_route_generate(ngx_http_request_t *r);
 
 

@@ -1218,18 +1218,11 @@ ngx_http_dynamo_rl_gate_unavailable(ngx_http_request_t *r,
                   "dynamo rl gate: the store does not answer, %s",
                   change ? "nothing changed" : "the gate is not known");
 
-    if (ngx_http_dynamo_rl_retry_after(r, 1) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ngx_http_dynamo_rl_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                    "store_unavailable",
-                                    change ? "the shared store does not "
-                                             "answer: the gate did not "
-                                             "change"
-                                           : "the shared store does not "
-                                             "answer: the gate is not "
-                                             "known");
+    return ngx_http_dynamo_rl_store_down(r, change
+                                         ? "the shared store does not "
+                                           "answer: the gate did not change"
+                                         : "the shared store does not "
+                                           "answer: the gate is not known");
 }
 
 

@@ -1419,15 +1419,10 @@ ngx_http_dynamo_rl_attempts_local(ngx_http_request_t *r, ngx_str_t *id,
     if (!found && local) {
         /* the store may have it: a 404 would invite a resubmit */
 
-        if (ngx_http_dynamo_rl_retry_after(r, 1) != NGX_OK) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        return ngx_http_dynamo_rl_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                        "store_unavailable",
-                                        "the shared store does not answer "
-                                        "and this replica has no record of "
-                                        "the attempt, retry later");
+        return ngx_http_dynamo_rl_store_down(r, "the shared store does not "
+                                             "answer and this replica has "
+                                             "no record of the attempt, "
+                                             "retry later");
     }
 
     if (!found) {
@@ -1566,15 +1561,9 @@ ngx_http_dynamo_rl_attempts_unavailable(ngx_http_request_t *r,
         return ngx_http_dynamo_rl_attempts_local(r, id, 1);
     }
 
-    if (ngx_http_dynamo_rl_retry_after(r, 1) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ngx_http_dynamo_rl_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                    "store_unavailable",
-                                    "the shared store does not answer: the "
-                                    "attempt's state is not known, retry "
-                                    "later");
+    return ngx_http_dynamo_rl_store_down(r, "the shared store does not "
+                                         "answer: the attempt's state is "
+                                         "not known, retry later");
 }
 
 
