@@ -664,12 +664,9 @@ ngx_http_dynamo_rl_admin_routes(ngx_conf_t *cf, ngx_command_t *cmd,
 
     /* a caller's routes, evaluated per request: ngx_http_dynamo_rl_scope.c */
 
-    for (i = 1; i < cf->args->nelts; i++) {
-        if (ngx_http_script_variables_count(&value[i])) {
-            drlcf->admin_routes = NULL;
-            return ngx_http_dynamo_rl_scope_compile(cf,
-                                                    &drlcf->routes_value);
-        }
+    if (ngx_http_dynamo_rl_scope_variables(cf)) {
+        drlcf->admin_routes = NULL;
+        return ngx_http_dynamo_rl_scope_compile(cf, &drlcf->routes_value);
     }
 
     drlcf->admin_routes = ngx_array_create(cf->pool, cf->args->nelts - 1,

@@ -161,7 +161,6 @@ ngx_http_dynamo_rl_namespace(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     u_char     *p;
     char       *env, *prefix, *suffix;
     ngx_str_t  *value, base, sfx;
-    ngx_uint_t  i;
 
     if (drlcf->ns_mode != NGX_CONF_UNSET_UINT) {
         return "is duplicate";
@@ -171,11 +170,9 @@ ngx_http_dynamo_rl_namespace(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     /* a caller's scope, evaluated per request: ngx_http_dynamo_rl_scope.c */
 
-    for (i = 1; i < cf->args->nelts; i++) {
-        if (ngx_http_script_variables_count(&value[i])) {
-            drlcf->ns_mode = NGX_HTTP_DYNAMO_RL_NS_VALUE;
-            return ngx_http_dynamo_rl_scope_compile(cf, &drlcf->ns_value);
-        }
+    if (ngx_http_dynamo_rl_scope_variables(cf)) {
+        drlcf->ns_mode = NGX_HTTP_DYNAMO_RL_NS_VALUE;
+        return ngx_http_dynamo_rl_scope_compile(cf, &drlcf->ns_value);
     }
 
     ngx_str_null(&sfx);

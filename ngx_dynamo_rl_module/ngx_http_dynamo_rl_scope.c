@@ -56,6 +56,26 @@ static ngx_int_t ngx_http_dynamo_rl_scope_denied(ngx_http_request_t *r,
     char *directive, ngx_str_t *value);
 
 
+/* whether a directive's arguments name variables: a caller's scope */
+
+ngx_uint_t
+ngx_http_dynamo_rl_scope_variables(ngx_conf_t *cf)
+{
+    ngx_str_t   *value;
+    ngx_uint_t   i;
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        if (ngx_http_script_variables_count(&value[i])) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
 /*
  * the directive's arguments, joined by spaces, as one complex value:
  * "dynamo_rl_namespace exact=$team suffix=$env" evaluates to

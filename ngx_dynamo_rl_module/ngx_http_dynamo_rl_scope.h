@@ -14,6 +14,7 @@
 #include "ngx_http_dynamo_rl_common.h"
 
 
+ngx_uint_t ngx_http_dynamo_rl_scope_variables(ngx_conf_t *cf);
 char *ngx_http_dynamo_rl_scope_compile(ngx_conf_t *cf,
     ngx_http_complex_value_t **cv);
 ngx_int_t ngx_http_dynamo_rl_scope_eval(ngx_http_request_t *r,
