@@ -139,7 +139,8 @@ sub id { return 'atk-' . ++$n; }
 # The contract allows nvext.metadata_upload.url only with "no .. segment";
 # in https://up.example/rl/..?x the path is /rl/.. (the query starts at
 # "?"), which any URL library resolves to /, outside the prefix
-# https://up.example/rl/.  The check only ends a segment at "/" or the end.
+# https://up.example/rl/.  The check only ends a segment at "/" or the end
+# (ngx_http_dynamo_rl_upload_url_valid(), ngx_http_dynamo_rl_scan.c:966).
 
 for my $url ('https://up.example/rl/..?x=1', 'https://up.example/rl/..#f',
 	'https://up.example/rl/a/..?x')
@@ -166,7 +167,8 @@ for my $url ('https://up.example/rl/..?x=1', 'https://up.example/rl/..#f',
 # finding 2: a valid top-level object with more than 128 members is
 # refused 400 bad_body ("too many members in an object the policy reads");
 # the contract refuses only invalid JSON, duplicates and depth > 64, and
-# forwards everything else byte for byte
+# forwards everything else byte for byte (ngx_http_dynamo_rl_scan.c:361,
+# NGX_HTTP_DYNAMO_RL_BODY_MEMBERS in ngx_http_dynamo_rl_scan.h:25)
 
 {
 	my $id = id();
@@ -499,6 +501,38 @@ for my $body (
 	is($r->{status}, 403, 'rid with upload: 403');
 	$r = post('/generate', qq[{"rid":"$rid","text":"x"}], undef);
 	is($r->{status}, 200, 'rid with upload: rid still free');
+}
+
+# held: the request-id that goes with a rid, and the error shape there
+
+{
+	my $uuid = '0190b9c2-4f5e-7a1b-8c3d-123456789abc';
+	$r = post('/generate', qq[{"rid":"$uuid","text":"x"}], undef,
+		headers => [ 'request-id' => '11111111-1111-4111-8111-111111111111',
+			'x-dynamo-request-id' => 'forged' ]);
+	is($r->{status}, 200, 'rid UUID: 200');
+	$rec = fwd($uuid);
+	is($rec && $rec->{headers}{'request-id'}, $uuid,
+		'rid UUID: it is the request-id upstream');
+	ok($rec && !exists $rec->{headers}{'x-dynamo-request-id'},
+		'rid UUID: client x-dynamo-request-id removed');
+
+	my $rid = id();
+	$r = post('/generate', qq[{"rid":"$rid","text":"x"}], undef,
+		headers => [ 'request-id' => '11111111-1111-4111-8111-111111111111' ]);
+	$rec = fwd($rid);
+	like($rec && $rec->{headers}{'request-id'} // '',
+		qr/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\z/,
+		'rid not a UUID: a UUIDv7 minted as request-id');
+	is($rec && $rec->{headers}{'x-request-id'}, $rid,
+		'rid not a UUID: x-request-id is the rid');
+
+	my $id = id();
+	$r = post('/generate', '{"rid":"x","rid":"y"}', $id);
+	is($r->{status}, 400, '/generate bad_body: 400');
+	my $e = eval { decode_json($r->{body}) } // {};
+	is(ref $e->{error} && $e->{error}{code}, 400,
+		'/generate bad_body: nested error');
 }
 
 # bodies in temp files, request buffering off
