@@ -963,8 +963,14 @@ ngx_http_dynamo_rl_upload_url_valid(u_char *p, size_t len,
             continue;
         }
 
+        /*
+         * a ".." segment ends the path too where the query or the fragment
+         * begins, and ";" ends it for servlet containers
+         */
+
         if (*p == '.' && p - seg == 1 && seg[0] == '.'
-            && (p + 1 == end || p[1] == '/'))
+            && (p + 1 == end || p[1] == '/' || p[1] == '?' || p[1] == '#'
+                || p[1] == ';'))
         {
             return NGX_DECLINED;
         }
