@@ -237,18 +237,33 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
     if (ctx->passed) {
 
         /*
-         * back after an internal redirect: an upstream was created, so a
-         * plane location forwarded the request once; a static error page
-         * may answer, no location content handler may forward it again
+         * back after an internal redirect: the request passed a plane
+         * location once, and was forwarded there (an upstream was
+         * created) or refused before it (nginx's 413, 400 or 408 of a
+         * body the policy was reading, that error_page sent on); a static
+         * error page may answer, no location content handler may forward
+         * it, for the first time unjudged or again
          */
 
         clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
 
-        if (r->upstream == NULL
-            || (drlcf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE
-                && clcf->handler == NULL))
+        if (drlcf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE
+            && clcf->handler == NULL)
         {
             return NGX_DECLINED;
+        }
+
+        if (r->upstream == NULL) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "dynamo rl: request refused before it was "
+                          "forwarded, not sent to \"%V\" after an internal "
+                          "redirect", &r->uri);
+
+            return ngx_http_dynamo_rl_deny(r, NGX_HTTP_BAD_GATEWAY,
+                                           "redirected",
+                                           "the request was refused in a "
+                                           "plane location and is not "
+                                           "forwarded after a redirect");
         }
 
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
