@@ -413,12 +413,24 @@ for my $c (
 {
 	my $id = id();
 	my $body = '{"nvext":{"metadata_upload":{}}}';
-	my $raw = http("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+	my $s = http("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
 		. "Connection: close\r\nExpect: 100-continue\r\n"
 		. "X-Dynamo-Attempt-Id: $id\r\n"
-		. 'Content-Length: ' . length($body) . "\r\n\r\n",
-		body => $body, sleep => 0.2);
-	my @st = ($raw // '') =~ m{^HTTP/1.1 (\d{3})}mg;
+		. 'Content-Length: ' . length($body) . "\r\n\r\n", start => 1);
+
+	# the body goes once nginx has asked for it
+
+	my $raw = '';
+	my $sel = IO::Select->new($s);
+
+	while ($raw !~ /\r\n\r\n/ && $sel->can_read(5)) {
+		last unless sysread($s, $raw, 4096, length $raw);
+	}
+
+	syswrite($s, $body);
+	$raw .= http_end($s);
+
+	my @st = $raw =~ m{^HTTP/1.1 (\d{3})}mg;
 	is("@st", '100 403', '100-continue: 100, then 403');
 	ok(!fwd($id), '100-continue: not forwarded');
 
@@ -427,7 +439,7 @@ for my $c (
 		. "Connection: close\r\nExpect: 100-continue\r\n"
 		. "Content-Encoding: gzip\r\nX-Dynamo-Attempt-Id: $id\r\n"
 		. 'Content-Length: ' . length($body) . "\r\n\r\n",
-		body => $body, sleep => 0.2);
+		body => $body);
 	like($raw, qr{^HTTP/1.1 415}m, '100-continue, gzip: 415');
 	ok(!fwd($id), '100-continue, gzip: not forwarded');
 
@@ -616,10 +628,14 @@ for my $c (
 		@$parts) . ($tail // "0\r\n\r\n");
 	my $s = http($req, body => $body, start => 1);
 
+	# the answer first: a connection to the upstream would come before it
+
+	$r = resp(http_end($s, timeout => 10));
+
 	my $got = '';
 	my $sel = IO::Select->new($capture);
 
-	if ($sel->can_read(2)) {
+	if ($sel->can_read(0)) {
 		my $u = $capture->accept();
 		my $us = IO::Select->new($u);
 		while ($us->can_read(1)) {
@@ -627,8 +643,6 @@ for my $c (
 		}
 		close $u;
 	}
-
-	$r = resp(http_end($s, timeout => 10));
 
 	is($got, '', "finding 3: error_page $name: nothing reaches an upstream");
 	ok($r->{status} >= 400, "error_page $name: an error answer");
