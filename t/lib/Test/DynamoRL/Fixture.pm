@@ -118,6 +118,8 @@ package Test::DynamoRL::Fixture;
 #     listener_fetches($t)  how many requests the fake listener answered
 #     worker_counts($t) / worker_records_since($t, $counts)
 #                           what the fake workers received since
+#     worker_calls($t, $counts)  the same, by worker: n => [ records ]
+#     worker_state($t, $n)  the state file of fake worker $n, decoded
 #     admin_call($t, $method, $path, %o)  an admin-plane call with its
 #                           access-log entry, error-log lines and the
 #                           worker records it caused (see below)
@@ -146,6 +148,10 @@ package Test::DynamoRL::Fixture;
 #                           TEST_PYTHON), its output in a file; every
 #                           proxy variable of its environment set to $url,
 #                           or unset without one; returns the run
+#     refresh_args($version)  the arguments of a refresh to weight
+#                           version $version (model /models/policy-
+#                           $version) at the tests' pace: a 30 s lease,
+#                           10 s timeouts, a poll every 50 ms
 #     refresh_output($run)  what it has printed so far
 #     refresh_finish($run)  waits for it (60 s, then kills it); returns
 #                           { rc => exit code or -1, out => its output }
@@ -164,14 +170,15 @@ use strict;
 
 use base qw/ Exporter /;
 
-our @EXPORT_OK = qw/ time_limit rl_conf raw call start hold resp json flat
-	json_error is_true is_false iso_ms api metrics concurrent read_until
-	vllm_routes worker doc json_lines err_since frontend_records
+our @EXPORT_OK = qw/ time_limit rl_conf raw call start hold resp json
+	flat json_error is_true is_false iso_ms api metrics concurrent
+	read_until vllm_routes worker doc json_lines err_since frontend_records
 	frontend_requests forwarded listener_fetches worker_counts
-	worker_records_since admin_call curl_response fork_server samples
-	record_with faketime set_clock clock_is refresh_python refresh_start
-	refresh_output refresh_finish promtool promtool_check parse_labels plane_reasons
-	duration_buckets slurp /;
+	worker_records_since worker_calls worker_state admin_call curl_response
+	fork_server samples record_with faketime set_clock clock_is
+	refresh_python refresh_start refresh_args refresh_output refresh_finish
+	promtool promtool_check parse_labels plane_reasons duration_buckets
+	slurp /;
 
 use Cwd qw/ abs_path /;
 use File::Basename qw/ dirname /;
@@ -722,6 +729,20 @@ sub worker_records_since {
 	return @new;
 }
 
+sub worker_calls {
+	my ($t, $before) = @_;
+
+	return map {
+		my $recs = $t->fake_records("worker-$_");
+		($_ => [ @$recs[$before->{$_} .. $#$recs] ]);
+	} sort keys %$before;
+}
+
+sub worker_state {
+	my ($t, $n) = @_;
+	return decode_json($t->read_file("fake/worker-$n.state"));
+}
+
 # one admin-plane call, tagged with an "X-Test" header that the access
 # log "rl.log" records as "t"; returns the response with "json" (a hash,
 # {} if none), the access-log entry ("log"), the new non-debug error-log
@@ -873,6 +894,14 @@ sub refresh_start {
 	$REFRESH_PIDS{$pid} = $$;
 
 	return { pid => $pid, file => $file };
+}
+
+sub refresh_args {
+	my ($ver) = @_;
+
+	return ('--model-path', "/models/policy-$ver", '--weight-version', $ver,
+		'--lease', '30s', '--timeout', '10', '--drain-timeout', '10',
+		'--poll-interval', '0.05');
 }
 
 sub refresh_finish {
