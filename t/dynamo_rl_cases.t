@@ -1769,8 +1769,7 @@ $extra
     # a frontend that could redirect into it
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         location /v1/ {
             dynamo_rl_plane request;
@@ -1809,8 +1808,7 @@ $extra
     # the chaos daemon as the frontend, next to an admin plane
 
     server {
-        listen       127.0.0.1:8083;
-        server_name  localhost;
+        %%RL_LISTEN 8083%%
 
         location /v1/ {
             dynamo_rl_plane request;
@@ -1838,8 +1836,7 @@ $extra
     # the listener is down: nothing listens on 8099
 
     server {
-        listen       127.0.0.1:8084;
-        server_name  localhost;
+        %%RL_LISTEN 8084%%
 
         location = /v1/rl/workers {
             dynamo_rl_plane discovery;
@@ -1863,8 +1860,7 @@ $extra
     # the fast listener, kept alive: swaps and many refreshes (D12, D14)
 
     server {
-        listen       127.0.0.1:8085;
-        server_name  localhost;
+        %%RL_LISTEN 8085%%
 
         # 10 000 requests: no debug log for them, one connection for all
 
@@ -1895,8 +1891,7 @@ $extra
     # valid=60s, and a short client_header_timeout (L3, L5)
 
     server {
-        listen       127.0.0.1:8086;
-        server_name  localhost;
+        %%RL_LISTEN 8086%%
 
         client_header_timeout 2s;
 
@@ -2401,10 +2396,7 @@ sub generation {
 sub small_zone_conf {
 	return rl_conf(<<'EOF');
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%%
@@ -2414,8 +2406,7 @@ http {
     %%RL_PROXY_KEEPALIVE%%
 
     server {
-        listen       127.0.0.1:8088;
-        server_name  localhost;
+        %%RL_LISTEN 8088%%
 
         location = /v1/rl/workers {
             dynamo_rl_plane discovery;

@@ -543,10 +543,7 @@ alarm(0);
 sub nginx_conf {
 	return rl_conf(<<'EOF');
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%%
@@ -566,8 +563,7 @@ http {
     # any namespace, valid=0
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         gzip on;
         gzip_types application/json;
@@ -586,8 +582,7 @@ http {
     # admin only, valid=60s
 
     server {
-        listen       127.0.0.1:8083;
-        server_name  localhost;
+        %%RL_LISTEN 8083%%
 
         %%RL_ADMIN_PLANE valid=60s%%
     }
@@ -595,8 +590,7 @@ http {
     # max_size=1k, for both planes
 
     server {
-        listen       127.0.0.1:8084;
-        server_name  localhost;
+        %%RL_LISTEN 8084%%
 
         dynamo_rl_discovery /_rl_discovery valid=0 max_size=1k;
 
@@ -604,8 +598,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8085;
-        server_name  localhost;
+        %%RL_LISTEN 8085%%
 
         dynamo_rl_namespace prefix=prod-rl;
         dynamo_rl_discovery /_rl_discovery valid=0;
@@ -614,8 +607,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8086;
-        server_name  localhost;
+        %%RL_LISTEN 8086%%
 
         dynamo_rl_namespace exact=ns suffix=abc;
         dynamo_rl_discovery /_rl_discovery valid=0;
@@ -624,8 +616,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8087;
-        server_name  localhost;
+        %%RL_LISTEN 8087%%
 
         dynamo_rl_namespace prefix=ns-;
         dynamo_rl_discovery /_rl_discovery valid=0;
@@ -634,8 +625,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8088;
-        server_name  localhost;
+        %%RL_LISTEN 8088%%
 
         dynamo_rl_namespace prefix=ns;
         dynamo_rl_discovery /_rl_discovery valid=0;
@@ -644,8 +634,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8089;
-        server_name  localhost;
+        %%RL_LISTEN 8089%%
 
         dynamo_rl_namespace env;
         dynamo_rl_discovery /_rl_discovery valid=0;
@@ -654,8 +643,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8094;
-        server_name  localhost;
+        %%RL_LISTEN 8094%%
 
         dynamo_rl_namespace prefix=dynamo;
         dynamo_rl_discovery /_rl_discovery valid=0;
@@ -666,8 +654,7 @@ http {
     # the internal location with nginx's default buffers
 
     server {
-        listen       127.0.0.1:8095;
-        server_name  localhost;
+        %%RL_LISTEN 8095%%
 
         %%RL_DISCOVERY_PLANE%%
 
@@ -685,8 +672,7 @@ http {
     # a listener slower than proxy_read_timeout
 
     server {
-        listen       127.0.0.1:8090;
-        server_name  localhost;
+        %%RL_LISTEN 8090%%
 
         proxy_read_timeout 1s;
 

@@ -59,10 +59,7 @@ $t->plan(97);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:4m;
@@ -76,8 +73,7 @@ http {
     # rollout clients over h2c, otherwise as in examples/dynamo-rl.conf
 
     server {
-        listen       127.0.0.1:8080 http2;
-        server_name  localhost;
+        %%RL_LISTEN 8080 http2%%
 
         access_log %%TESTDIR%%/rl.log rl;
 
@@ -88,8 +84,7 @@ http {
     # trusted: attempts API and metrics, over HTTP/1.1
 
     server {
-        listen       127.0.0.1:8070;
-        server_name  localhost;
+        %%RL_LISTEN 8070%%
 
         %%RL_APIS attempts metrics%%
     }

@@ -40,13 +40,7 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(58);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-worker_processes 2;
-
-events {
-    worker_connections 1024;
-}
+%%RL_MAIN workers=2 connections=1024%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
@@ -69,9 +63,7 @@ http {
     # both worker processes
 
     server {
-        listen       127.0.0.1:8080;
-        listen       127.0.0.1:8073 reuseport;
-        server_name  localhost;
+        %%RL_LISTEN 8080 8073 reuseport%%
 
         %%RL_REQUEST_PLANE%%
         %%RL_NOT_FOUND%%
@@ -80,9 +72,7 @@ http {
     # trusted network; 8074 spreads as 8073 does
 
     server {
-        listen       127.0.0.1:8070;
-        listen       127.0.0.1:8074 reuseport;
-        server_name  localhost;
+        %%RL_LISTEN 8070 8074 reuseport%%
 
         %%RL_DISCOVERY_PLANE%%
 

@@ -564,13 +564,7 @@ sub nginx_conf {
 
 	return rl_conf(<<"EOF");
 
-%%TEST_GLOBALS%%
-
-worker_processes 2;
-
-events {
-    worker_connections 1024;
-}
+%%RL_MAIN workers=2 connections=1024%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;

@@ -35,12 +35,7 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(25);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-worker_processes 1;
-
-events {
-}
+%%RL_MAIN workers=1%%
 
 http {
     %%TEST_GLOBALS_HTTP%%

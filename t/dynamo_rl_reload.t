@@ -133,12 +133,7 @@ sub nginx_conf {
 
 	return rl_conf(<<"EOF");
 
-%%TEST_GLOBALS%%
-
-worker_processes $workers;
-
-events {
-}
+%%RL_MAIN workers=$workers%%
 
 http {
     %%TEST_GLOBALS_HTTP%%
@@ -157,9 +152,7 @@ http {
     %%RL_PROXY_KEEPALIVE%%
 
     server {
-        listen       127.0.0.1:8080;
-        listen       127.0.0.1:8083 reuseport;
-        server_name  localhost;
+        %%RL_LISTEN 8080 8083 reuseport%%
 
         location = /version {
             return 200 "$version";
@@ -169,8 +162,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8084;
-        server_name  localhost;
+        %%RL_LISTEN 8084%%
 
         %%RL_ADMIN_PLANE valid=0%%
     }

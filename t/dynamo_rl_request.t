@@ -34,10 +34,7 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(283);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
@@ -61,8 +58,7 @@ http {
     # rollout clients, as in the product's configuration
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         access_log %%TESTDIR%%/rl.log rl;
 
@@ -80,8 +76,7 @@ http {
     # other attempt header names
 
     server {
-        listen       127.0.0.1:8083;
-        server_name  localhost;
+        %%RL_LISTEN 8083%%
 
         dynamo_rl_attempt_header X-Trace-Id;
         dynamo_rl_attempt_upstream_header off;
@@ -112,8 +107,7 @@ http {
     # routing headers kept, and a POST-only location
 
     server {
-        listen       127.0.0.1:8084;
-        server_name  localhost;
+        %%RL_LISTEN 8084%%
 
         location /v1/ {
             dynamo_rl_plane request;
@@ -139,8 +133,7 @@ http {
     # an upstream nginx would retry on: "error timeout" is the default
 
     server {
-        listen       127.0.0.1:8085;
-        server_name  localhost;
+        %%RL_LISTEN 8085%%
 
         location /v1/ {
             dynamo_rl_plane request;

@@ -41,10 +41,7 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(128);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
@@ -54,15 +51,13 @@ http {
     %%RL_PROXY_KEEPALIVE unbuffered%%
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         %%RL_REQUEST_PLANE%%
     }
 
     server {
-        listen       127.0.0.1:8070;
-        server_name  localhost;
+        %%RL_LISTEN 8070%%
 
         %%RL_DISCOVERY_PLANE%%
 

@@ -26,6 +26,14 @@ package Test::DynamoRL::Fixture;
 #                           the heredoc still hold (as in Test::DynamoRL);
 #                           pass the result to $t->write_file_expand()
 #
+#         %%RL_MAIN [workers=N] [connections=N]%%  the main context:
+#                                 %%TEST_GLOBALS%%, worker_processes
+#                                 and the events block
+#         %%RL_LISTEN port [params] [port [params]] ...%%  the head of
+#                                 a server: a listen on 127.0.0.1 for
+#                                 each port, with the parameters that
+#                                 follow it (reuseport, http2), and
+#                                 server_name localhost
 #         %%RL_REQUEST_PLANE [options]%%  location /v1/ proxied to
 #                                 "frontend"; "keepalive" adds HTTP/1.1
 #                                 with an empty Connection, "unbuffered"
@@ -210,6 +218,35 @@ sub time_limit {
 ###############################################################################
 
 my %CONF = (
+	RL_MAIN => sub {
+		my (%o) = map { split /=/, $_, 2 } @_;
+
+		my @bad = grep { !/^(?:workers|connections)$/ } keys %o;
+		die "no option \"@bad\"\n" if @bad;
+
+		return '%%TEST_GLOBALS%%'
+			. (defined $o{workers}
+				? " worker_processes $o{workers};" : '')
+			. ' events {'
+			. (defined $o{connections}
+				? " worker_connections $o{connections};" : '')
+			. ' }';
+	},
+
+	RL_LISTEN => sub {
+		my (@args) = @_;
+
+		die "no port\n" unless @args && $args[0] =~ /^\d+$/;
+
+		my $listen = '';
+
+		for my $a (@args) {
+			$listen .= $a =~ /^\d+$/ ? "; listen 127.0.0.1:$a" : " $a";
+		}
+
+		return substr($listen, 2) . '; server_name localhost;';
+	},
+
 	RL_REQUEST_PLANE => sub {
 		my (@args) = @_;
 

@@ -548,8 +548,7 @@ http {
     proxy_buffering off;
 
     server {
-        listen       127.0.0.1:$listen;
-        server_name  localhost;
+        %%RL_LISTEN $listen%%
 
         access_log %%TESTDIR%%/rl.log rl;
 
@@ -577,8 +576,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:$api;
-        server_name  localhost;
+        %%RL_LISTEN $api%%
 
         access_log %%TESTDIR%%/rl.log rl;
 
