@@ -169,24 +169,11 @@ for d in $instances; do
     mkdir -p "$prefix/$d"
 done
 
-head_conf() {
-    # head_conf dir: the lines every instance shares
-    cat <<EOF
-worker_processes  1;
-pid               $prefix/$1/nginx.pid;
-error_log         $prefix/$1/error.log warn;
-
-events {
-    worker_connections  4096;
-}
-EOF
-}
-
 # ~600 bytes, the shape of an OpenAI /v1/completions response
 completion='{"id":"cmpl-8c1f6b0e2d4a4e0f9a7b3c5d1e2f3a4b","object":"text_completion","created":1732890000,"model":"Qwen/Qwen3-0.6B-Instruct","choices":[{"index":0,"text":" Hello! It is nice to meet you. I am a small language model served by Dynamo behind an nginx gateway, and this fixed completion stands in for generated text so that the benchmark measures the gateway rather than the model. Each response carries the same bytes, whatever the prompt said.","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":64,"total_tokens":72},"system_fingerprint":"fp_bench_0001"}'
 
 cat > "$prefix/up/nginx.conf" <<EOF
-$(head_conf up)
+$(conf_head up)
 
 http {
 $(temp_paths "$prefix/up")
@@ -219,7 +206,7 @@ cat > "$prefix/sse/nginx.conf" <<EOF
 load_module  $modules_dir/ndk_http_module.so;
 load_module  $modules_dir/ngx_http_lua_module.so;
 
-$(head_conf sse)
+$(conf_head sse)
 
 http {
 $(temp_paths "$prefix/sse")
@@ -297,7 +284,7 @@ gateway_conf() {
         echo "load_module  $modules_dir/ngx_http_lua_module.so;" ;;
     esac
     echo
-    head_conf "$kind"
+    conf_head "$kind"
     cat <<EOF
 
 http {
