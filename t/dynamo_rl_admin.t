@@ -725,15 +725,7 @@ http {
 
     dynamo_rl_zone zone=rl:5m;
 
-    log_format rl escape=json '{"t":"\$http_x_test","status":"\$status",'
-        '"port":"\$server_port","pid":"\$pid",'
-        '"plane":"\$dynamo_rl_plane","deny":"\$dynamo_rl_deny_reason",'
-        '"system_url":"\$dynamo_rl_system_url",'
-        '"engine_path":"\$dynamo_rl_engine_path",'
-        '"instance_id":"\$dynamo_rl_instance_id",'
-        '"route":"\$dynamo_rl_route",'
-        '"generation":"\$dynamo_rl_snapshot_generation",'
-        '"uri":"\$request_uri"}';
+    %%RL_LOG_FORMAT rl t status port pid plane deny system_url engine_path instance_id route generation uri%%
 
     access_log %%TESTDIR%%/rl.log rl;
 

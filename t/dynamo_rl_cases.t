@@ -41,8 +41,8 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ fork_server rl_conf time_limit vllm_routes
-	worker /;
+use Test::DynamoRL::Fixture qw/ fork_server read_until rl_conf time_limit
+	vllm_routes worker /;
 
 ###############################################################################
 
@@ -1731,14 +1731,7 @@ http {
 
     dynamo_rl_zone zone=rl:$zone;
 $extra
-    log_format cases escape=json '{"case":"\$http_x_case","status":"\$status",'
-        '"port":"\$server_port","pid":"\$pid",'
-        '"plane":"\$dynamo_rl_plane","deny":"\$dynamo_rl_deny_reason",'
-        '"outcome":"\$dynamo_rl_outcome","attempt":"\$dynamo_rl_attempt_id",'
-        '"system_url":"\$dynamo_rl_system_url",'
-        '"engine_path":"\$dynamo_rl_engine_path",'
-        '"generation":"\$dynamo_rl_snapshot_generation",'
-        '"uri":"\$request_uri","msec":"\$msec"}';
+    %%RL_LOG_FORMAT cases case status port pid plane deny outcome attempt system_url engine_path generation uri msec%%
 
     access_log %%TESTDIR%%/cases.log cases;
 
@@ -2199,22 +2192,6 @@ sub chunked_request {
 }
 
 # reads until $re matches, EOF, or $secs; returns what was read
-
-sub read_until {
-	my ($sock, $re, $secs) = @_;
-
-	my $sel = IO::Select->new($sock);
-	my $deadline = time() + $secs;
-	my $buf = '';
-
-	while (!defined $re || $buf !~ $re) {
-		my $left = $deadline - time();
-		last if $left <= 0 || !$sel->can_read($left);
-		last unless sysread($sock, $buf, 65536, length $buf);
-	}
-
-	return $buf;
-}
 
 # reads what arrives for $secs, or until EOF
 

@@ -550,9 +550,7 @@ http {
 
     dynamo_rl_zone zone=rl:5m;
 
-    log_format rl escape=json '{"t":"$http_x_test","status":"$status",'
-        '"port":"$server_port","plane":"$dynamo_rl_plane",'
-        '"deny":"$dynamo_rl_deny_reason","uri":"$request_uri"}';
+    %%RL_LOG_FORMAT rl t status port plane deny uri%%
 
     access_log %%TESTDIR%%/rl.log rl;
 

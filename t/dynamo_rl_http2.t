@@ -64,9 +64,7 @@ $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:4m;
 
-    log_format rl escape=json '{"attempt":"$dynamo_rl_attempt_id",'
-                              '"outcome":"$dynamo_rl_outcome",'
-                              '"status":"$status","proto":"$server_protocol"}';
+    %%RL_LOG_FORMAT rl attempt outcome status proto%%
 
     %%RL_FRONTEND 32%%
 

@@ -45,12 +45,7 @@ $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
 
-    log_format rl escape=json '{"attempt":"$dynamo_rl_attempt_id",'
-                              '"outcome":"$dynamo_rl_outcome",'
-                              '"deny":"$dynamo_rl_deny_reason",'
-                              '"status":"$status",'
-                              '"body_bytes":"$body_bytes_sent",'
-                              '"pid":"$pid","uri":"$request_uri"}';
+    %%RL_LOG_FORMAT rl attempt outcome deny status body_bytes pid uri%%
 
     %%RL_FRONTEND 8%%
 

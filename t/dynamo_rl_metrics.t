@@ -28,7 +28,7 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call duration_buckets parse_labels
+use Test::DynamoRL::Fixture qw/ call deny_reasons duration_buckets parse_labels
 	plane_reasons promtool promtool_check raw read_until resp rl_conf samples
 	time_limit /;
 
@@ -45,13 +45,7 @@ $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
 
-    log_format rl escape=json '{"t":"$http_x_test","status":"$status",'
-                              '"pid":"$pid","plane":"$dynamo_rl_plane",'
-                              '"attempt":"$dynamo_rl_attempt_id",'
-                              '"deny":"$dynamo_rl_deny_reason",'
-                              '"outcome":"$dynamo_rl_outcome",'
-                              '"admin_result":"$dynamo_rl_admin_result",'
-                              '"uri":"$request_uri"}';
+    %%RL_LOG_FORMAT rl t status pid plane attempt deny outcome admin_result uri%%
 
     access_log %%TESTDIR%%/rl.log rl;
 
@@ -112,12 +106,7 @@ my %OUTCOMES = (
 	admin => [ qw/ ok error rejected / ],
 );
 
-my @REASONS = qw/ method bad_path bad_attempt_id duplicate_attempt
-	ledger_full gate_closed discovery_unavailable unknown_worker
-	ambiguous_worker worker_invalid worker_error no_system_url
-	route_not_advertised discovery_invalid redirected cross_origin
-	caller_scope bad_body unsupported_encoding metadata_upload_denied
-	rid_mismatch /;
+my @REASONS = deny_reasons();
 
 # the reasons each plane can give: no series for the others
 

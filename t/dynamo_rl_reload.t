@@ -140,10 +140,7 @@ http {
 
     dynamo_rl_zone zone=rl:5m;
 
-    log_format rl escape=json '{"t":"\$http_x_test","status":"\$status",'
-        '"port":"\$server_port","pid":"\$pid",'
-        '"deny":"\$dynamo_rl_deny_reason",'
-        '"generation":"\$dynamo_rl_snapshot_generation"}';
+    %%RL_LOG_FORMAT rl t status port pid deny generation%%
 
     access_log %%TESTDIR%%/rl.log rl;
 

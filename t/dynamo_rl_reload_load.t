@@ -334,9 +334,7 @@ http {
 
     dynamo_rl_zone zone=rl:5m;
 
-    log_format rl escape=json '{"attempt":"\$dynamo_rl_attempt_id",'
-        '"status":"\$status","pid":"\$pid","uri":"\$request_uri",'
-        '"outcome":"\$dynamo_rl_outcome"}';
+    %%RL_LOG_FORMAT rl attempt status pid uri outcome%%
 
     access_log %%TESTDIR%%/rl.log rl;
 

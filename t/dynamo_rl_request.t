@@ -39,11 +39,7 @@ $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
 
-    log_format rl escape=json '{"attempt":"$dynamo_rl_attempt_id",'
-                              '"plane":"$dynamo_rl_plane",'
-                              '"deny":"$dynamo_rl_deny_reason",'
-                              '"outcome":"$dynamo_rl_outcome",'
-                              '"status":"$status","uri":"$request_uri"}';
+    %%RL_LOG_FORMAT rl attempt plane deny outcome status uri%%
 
     %%RL_FRONTEND 8%%
 

@@ -43,11 +43,7 @@ http {
 
     dynamo_rl_zone zone=rl:5m;
 
-    log_format rl escape=json '{"t":"$http_x_test","status":"$status",'
-        '"deny":"$dynamo_rl_deny_reason",'
-        '"result":"$dynamo_rl_admin_result",'
-        '"engine_path":"$dynamo_rl_engine_path",'
-        '"uri":"$request_uri"}';
+    %%RL_LOG_FORMAT rl t status deny result=dynamo_rl_admin_result engine_path uri%%
 
     access_log %%TESTDIR%%/rl.log rl;
 

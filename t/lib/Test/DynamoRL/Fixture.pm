@@ -34,6 +34,12 @@ package Test::DynamoRL::Fixture;
 #                                 each port, with the parameters that
 #                                 follow it (reuseport, http2), and
 #                                 server_name localhost
+#         %%RL_LOG_FORMAT name field[=variable] ...%%  log_format
+#                                 name escape=json, one JSON object of
+#                                 string fields; a field without a
+#                                 variable takes the one %LOG_FIELDS
+#                                 names (attempt: $dynamo_rl_attempt_id,
+#                                 uri: $request_uri, t: $http_x_test...)
 #         %%RL_REQUEST_PLANE [options]%%  location /v1/ proxied to
 #                                 "frontend"; "keepalive" adds HTTP/1.1
 #                                 with an empty Connection, "unbuffered"
@@ -85,6 +91,8 @@ package Test::DynamoRL::Fixture;
 #     json_error($r)        "<status> <error of the JSON body>"
 #     api($id, port => N)   GET /rl/attempts/<id> on 8070, with "json"
 #     metrics($port)        the samples of GET /metrics: name => value
+#     deny_reasons()        every reason of $dynamo_rl_deny_reason, in
+#                           the order of the status page
 #     plane_reasons()       the reasons of dynamo_rl_denials_total that
 #                           each plane can give: plane => [ reasons ]
 #     duration_buckets()    the "le" of every duration histogram
@@ -98,6 +106,9 @@ package Test::DynamoRL::Fixture;
 #                           read the answers
 #     read_until($sock, $re, $seconds)  reads until $re matches, the
 #                           socket closes or the time (scale()d) is over
+#     output(@cmd)          the standard output of a command, its stderr
+#                           dropped, without the trailing white space;
+#                           '' if it could not be started
 #     curl_response(@cmd)   runs a command that prints a response with
 #                           its header (curl -i), its stderr dropped;
 #                           returns parse_response() of the output
@@ -178,7 +189,7 @@ use strict;
 
 use base qw/ Exporter /;
 
-our @EXPORT_OK = qw/ time_limit rl_conf raw call start hold resp json
+our @EXPORT_OK = qw/ deny_reasons output time_limit rl_conf raw call start hold resp json
 	flat json_error is_true is_false iso_ms api metrics concurrent
 	read_until vllm_routes worker doc json_lines err_since frontend_records
 	frontend_requests forwarded listener_fetches worker_counts
@@ -217,7 +228,31 @@ sub time_limit {
 
 ###############################################################################
 
+# the variables of the fields of %%RL_LOG_FORMAT%%, by field name
+
+my %LOG_FIELDS = (
+	t => 'http_x_test', case => 'http_x_case', status => 'status',
+	pid => 'pid', port => 'server_port', proto => 'server_protocol',
+	uri => 'request_uri', msec => 'msec', body_bytes => 'body_bytes_sent',
+	map({ $_ => "dynamo_rl_$_" } qw/ plane outcome admin_result route
+		system_url engine_path instance_id /),
+	attempt => 'dynamo_rl_attempt_id', deny => 'dynamo_rl_deny_reason',
+	generation => 'dynamo_rl_snapshot_generation',
+);
+
 my %CONF = (
+	RL_LOG_FORMAT => sub {
+		my ($name, @fields) = @_;
+
+		my @json = map {
+			my ($k, $v) = split /=/, $_, 2;
+			$v //= $LOG_FIELDS{$k} // die "no field \"$k\"\n";
+			qq["$k":"\$$v"];
+		} @fields;
+
+		return "log_format $name escape=json '{" . join(',', @json) . "}';";
+	},
+
 	RL_MAIN => sub {
 		my (%o) = map { split /=/, $_, 2 } @_;
 
@@ -490,6 +525,15 @@ sub metrics {
 	return \%m;
 }
 
+sub deny_reasons {
+	return qw/ method bad_path bad_attempt_id duplicate_attempt
+		ledger_full gate_closed discovery_unavailable unknown_worker
+		ambiguous_worker worker_invalid worker_error no_system_url
+		route_not_advertised discovery_invalid redirected cross_origin
+		caller_scope bad_body unsupported_encoding metadata_upload_denied
+		rid_mismatch /;
+}
+
 sub plane_reasons {
 	return (
 		request => [ qw/ method bad_path bad_attempt_id duplicate_attempt
@@ -594,20 +638,35 @@ sub read_until {
 	return $buf;
 }
 
-sub curl_response {
+# the standard output of a command, its stderr dropped, with its status
+# in $?; undef if it could not fork
+
+sub _stdout {
 	my (@cmd) = @_;
 
-	my $pid = open(my $fh, '-|') // die "cannot fork: $!\n";
+	my $pid = open(my $fh, '-|') // return undef;
 
 	if ($pid == 0) {
 		open STDERR, '>', '/dev/null';
-		exec(@cmd) or POSIX::_exit(127);
+		{ exec @cmd; }
+		POSIX::_exit(127);
 	}
 
 	local $/;
-	my $out = <$fh>;
+	my $out = <$fh> // '';
 	close $fh;
 
+	return $out;
+}
+
+sub output {
+	my $out = _stdout(@_) // return '';
+	$out =~ s/\s+\z//;
+	return $out;
+}
+
+sub curl_response {
+	my $out = _stdout(@_) // die "cannot fork: $!\n";
 	return (parse_response($out), $out);
 }
 
