@@ -224,6 +224,19 @@ $(temp_paths "$prefix/sse")
 }
 EOF
 
+lua_headers() {
+    # lua_headers: the attempt id of the Lua ledgers to the upstream and
+    # back to the client, as the module sends them
+    cat <<'EOF'
+
+            proxy_set_header   Connection "";
+            proxy_set_header   X-Dynamo-Attempt-Id $attempt_id;
+            proxy_set_header   X-Request-Id $attempt_id;
+            proxy_hide_header  X-Dynamo-Attempt-Id;
+            add_header         X-Dynamo-Attempt-Id $attempt_id always;
+EOF
+}
+
 policy() {
     # policy kind: the lines of a /v1/ location
     case $1 in
@@ -247,14 +260,8 @@ policy() {
             access_by_lua_block         { require("store").access() }
             header_filter_by_lua_block  { require("store").header() }
             log_by_lua_block            { require("store").log() }
-
-            proxy_set_header   Connection "";
-            proxy_set_header   X-Dynamo-Attempt-Id $attempt_id;
-            proxy_set_header   X-Request-Id $attempt_id;
-            proxy_hide_header  X-Dynamo-Attempt-Id;
-            add_header         X-Dynamo-Attempt-Id $attempt_id always;
 EOF
-        ;;
+        lua_headers ;;
     lua|lualedger)
         # the same directives; the Lua module is attempt.lua or ledger.lua
         if [ "$1" = lua ]; then lua_mod=attempt; else lua_mod=ledger; fi
@@ -262,14 +269,8 @@ EOF
             set  $attempt_id  "";
             access_by_lua_block  { require("@MOD@").access() }
             log_by_lua_block     { require("@MOD@").log() }
-
-            proxy_set_header   Connection "";
-            proxy_set_header   X-Dynamo-Attempt-Id $attempt_id;
-            proxy_set_header   X-Request-Id $attempt_id;
-            proxy_hide_header  X-Dynamo-Attempt-Id;
-            add_header         X-Dynamo-Attempt-Id $attempt_id always;
 EOF
-        ;;
+        lua_headers ;;
     esac
 }
 
@@ -381,8 +382,9 @@ EOF
         echo
         echo "    server {"
         echo "        listen  127.0.0.1:$4;"
+        # the Lua ledgers' count of requests in flight
         case $kind in
-        lua)
+        lua|luaredis|lualedger)
             cat <<'EOF'
 
         location = /lua/in_flight {
@@ -393,15 +395,12 @@ EOF
         }
 EOF
             ;;
+        esac
+        case $kind in
+        lua)
+            ;;
         luaredis)
             cat <<'EOF'
-
-        location = /lua/in_flight {
-            default_type  text/plain;
-            content_by_lua_block {
-                ngx.print(ngx.shared.dynamo_rl:get("in_flight") or 0)
-            }
-        }
 
         # an attempt's state in the store: accepted ... or none
         location /lua/attempts/ {
@@ -415,13 +414,6 @@ EOF
             ;;
         lualedger)
             cat <<'EOF'
-
-        location = /lua/in_flight {
-            default_type  text/plain;
-            content_by_lua_block {
-                ngx.print(ngx.shared.dynamo_rl:get("in_flight") or 0)
-            }
-        }
 
         # the ledger dict: entries (a walk of all of them: not during a
         # run), capacity and whole free pages, in bytes
