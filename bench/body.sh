@@ -35,54 +35,28 @@ duration=${DURATION:-3}
 conns=${CONNECTIONS:-32}
 gw_cpu=${GATEWAY_CPU:-0}
 load_cpu=${LOAD_CPU:-1}
-hz=$(getconf CLK_TCK)
 
 prefix=$(mktemp -d /tmp/dynamo-rl-bench-body.XXXXXX)
-masters=
+bench_name=body.sh
+instances="up plain off on"
 
-cleanup() {
-    for m in $masters; do
-        kill -QUIT "$m" 2> /dev/null || true
-    done
-    sleep 0.5
-    rm -rf "$prefix"
-}
+. "$top/bench/lib.sh"
 
-trap cleanup EXIT
+bench_traps
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-up_port=$(free_port)
-declare -A port
+# the upstream, then the gateways plain, off and on
+free_ports 4
+up_port=$base
+declare -A port=([plain]=$((base + 1)) [off]=$((base + 2)) [on]=$((base + 3)))
 
 completion='{"id":"cmpl-8c1f6b0e2d4a4e0f9a7b3c5d1e2f3a4b","object":"text_completion","created":1732890000,"model":"Qwen/Qwen3-0.6B-Instruct","choices":[{"index":0,"text":" Hello! It is nice to meet you. I am a small language model served by Dynamo behind an nginx gateway, and this fixed completion stands in for generated text so that the benchmark measures the gateway rather than the model.","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":64,"total_tokens":72}}'
-
-conf_head() {
-    cat <<EOT
-worker_processes  1;
-pid               $prefix/$1/nginx.pid;
-error_log         $prefix/$1/error.log warn;
-
-events {
-    worker_connections  4096;
-}
-EOT
-}
-
-temp_paths() {
-    for t in client_body proxy fastcgi uwsgi scgi; do
-        echo "    ${t}_temp_path $prefix/$1/${t}_temp;"
-    done
-}
 
 mkdir -p "$prefix/up"
 cat > "$prefix/up/nginx.conf" <<EOT
 $(conf_head up)
 
 http {
-$(temp_paths up)
+$(temp_paths "$prefix/up")
     access_log  off;
     keepalive_requests  1000000;
     client_max_body_size  4m;
@@ -100,14 +74,13 @@ $(temp_paths up)
 EOT
 
 for g in plain off on; do
-    port[$g]=$(free_port)
     mkdir -p "$prefix/$g"
 
     {
         [ $g = plain ] || echo "load_module  $module;"
         conf_head $g
         echo "http {"
-        temp_paths $g
+        temp_paths "$prefix/$g"
         echo "    access_log  off;"
         echo "    keepalive_requests  1000000;"
         echo "    client_max_body_size  4m;"
@@ -129,25 +102,16 @@ for g in plain off on; do
     } > "$prefix/$g/nginx.conf"
 done
 
-start() {
-    # start name cpu
-    taskset -c "$2" "$nginx" -p "$prefix/$1/" -c "$prefix/$1/nginx.conf" \
-        -e "$prefix/$1/error.log"
-
-    for _ in $(seq 50); do
-        [ -s "$prefix/$1/nginx.pid" ] && break
-        sleep 0.1
-    done
-
-    masters="$masters $(cat "$prefix/$1/nginx.pid")"
-}
-
 start up "$load_cpu"
 for g in plain off on; do start $g "$gw_cpu"; done
 
 declare -A worker
+for g in up plain off on; do
+    wait_pid $g
+    wait_for "${port[$g]:-$up_port}"
+done
 for g in plain off on; do
-    worker[$g]=$(pgrep -P "$(cat "$prefix/$g/nginx.pid")" | head -1)
+    worker[$g]=$(worker_of $g)
 done
 
 # the bodies: the small completion of bench/wrk-request.lua, a 200 KB
@@ -171,21 +135,17 @@ for g in plain off on; do
     done
 done
 
-jiffies() {
-    awk '{ print $14 + $15 }' "/proc/$1/stat"
-}
-
 results="$prefix/results.txt"
 : > "$results"
 
 for r in $(seq "$rounds"); do
     for b in small big; do
         for g in plain off on; do
-            j0=$(jiffies "${worker[$g]}")
+            j0=$(proc_jiffies "${worker[$g]}")
             out=$(taskset -c "$load_cpu" wrk -t1 -c"$conns" -d"${duration}s" \
                 -s "$top/bench/wrk-body.lua" \
                 "http://127.0.0.1:${port[$g]}" -- "$prefix/$b.json")
-            j1=$(jiffies "${worker[$g]}")
+            j1=$(proc_jiffies "${worker[$g]}")
             n=$(awk '/requests in/ { print $1 }' <<< "$out")
             non2xx=$(awk '/Non-2xx/ { print $NF }' <<< "$out")
             [ -z "$non2xx" ] || { echo "$g $b: $non2xx non-2xx" >&2; exit 1; }

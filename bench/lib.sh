@@ -87,6 +87,19 @@ free_ports() {
     done
 }
 
+conf_head() {
+    # conf_head dir: the main context every instance shares
+    cat <<EOF
+worker_processes  1;
+pid               $prefix/$1/nginx.pid;
+error_log         $prefix/$1/error.log warn;
+
+events {
+    worker_connections  4096;
+}
+EOF
+}
+
 temp_paths() {
     for t in client_body proxy fastcgi uwsgi scgi; do
         echo "    ${t}_temp_path $1/${t}_temp;"
@@ -105,6 +118,16 @@ wait_for() {
     until (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do
         i=$((i + 1))
         [ $i -le 100 ] || die "nothing listens on 127.0.0.1:$1"
+        sleep 0.1
+    done
+}
+
+wait_pid() {
+    # wait_pid dir: until the instance's master has written its PID
+    i=0
+    until [ -s "$prefix/$1/nginx.pid" ]; do
+        i=$((i + 1))
+        [ $i -le 50 ] || die "$1 wrote no nginx.pid"
         sleep 0.1
     done
 }

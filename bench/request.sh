@@ -169,24 +169,11 @@ for d in $instances; do
     mkdir -p "$prefix/$d"
 done
 
-head_conf() {
-    # head_conf dir: the lines every instance shares
-    cat <<EOF
-worker_processes  1;
-pid               $prefix/$1/nginx.pid;
-error_log         $prefix/$1/error.log warn;
-
-events {
-    worker_connections  4096;
-}
-EOF
-}
-
 # ~600 bytes, the shape of an OpenAI /v1/completions response
 completion='{"id":"cmpl-8c1f6b0e2d4a4e0f9a7b3c5d1e2f3a4b","object":"text_completion","created":1732890000,"model":"Qwen/Qwen3-0.6B-Instruct","choices":[{"index":0,"text":" Hello! It is nice to meet you. I am a small language model served by Dynamo behind an nginx gateway, and this fixed completion stands in for generated text so that the benchmark measures the gateway rather than the model. Each response carries the same bytes, whatever the prompt said.","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":64,"total_tokens":72},"system_fingerprint":"fp_bench_0001"}'
 
 cat > "$prefix/up/nginx.conf" <<EOF
-$(head_conf up)
+$(conf_head up)
 
 http {
 $(temp_paths "$prefix/up")
@@ -219,7 +206,7 @@ cat > "$prefix/sse/nginx.conf" <<EOF
 load_module  $modules_dir/ndk_http_module.so;
 load_module  $modules_dir/ngx_http_lua_module.so;
 
-$(head_conf sse)
+$(conf_head sse)
 
 http {
 $(temp_paths "$prefix/sse")
@@ -236,6 +223,19 @@ $(temp_paths "$prefix/sse")
     }
 }
 EOF
+
+lua_headers() {
+    # lua_headers: the attempt id of the Lua ledgers to the upstream and
+    # back to the client, as the module sends them
+    cat <<'EOF'
+
+            proxy_set_header   Connection "";
+            proxy_set_header   X-Dynamo-Attempt-Id $attempt_id;
+            proxy_set_header   X-Request-Id $attempt_id;
+            proxy_hide_header  X-Dynamo-Attempt-Id;
+            add_header         X-Dynamo-Attempt-Id $attempt_id always;
+EOF
+}
 
 policy() {
     # policy kind: the lines of a /v1/ location
@@ -260,14 +260,8 @@ policy() {
             access_by_lua_block         { require("store").access() }
             header_filter_by_lua_block  { require("store").header() }
             log_by_lua_block            { require("store").log() }
-
-            proxy_set_header   Connection "";
-            proxy_set_header   X-Dynamo-Attempt-Id $attempt_id;
-            proxy_set_header   X-Request-Id $attempt_id;
-            proxy_hide_header  X-Dynamo-Attempt-Id;
-            add_header         X-Dynamo-Attempt-Id $attempt_id always;
 EOF
-        ;;
+        lua_headers ;;
     lua|lualedger)
         # the same directives; the Lua module is attempt.lua or ledger.lua
         if [ "$1" = lua ]; then lua_mod=attempt; else lua_mod=ledger; fi
@@ -275,14 +269,8 @@ EOF
             set  $attempt_id  "";
             access_by_lua_block  { require("@MOD@").access() }
             log_by_lua_block     { require("@MOD@").log() }
-
-            proxy_set_header   Connection "";
-            proxy_set_header   X-Dynamo-Attempt-Id $attempt_id;
-            proxy_set_header   X-Request-Id $attempt_id;
-            proxy_hide_header  X-Dynamo-Attempt-Id;
-            add_header         X-Dynamo-Attempt-Id $attempt_id always;
 EOF
-        ;;
+        lua_headers ;;
     esac
 }
 
@@ -297,7 +285,7 @@ gateway_conf() {
         echo "load_module  $modules_dir/ngx_http_lua_module.so;" ;;
     esac
     echo
-    head_conf "$kind"
+    conf_head "$kind"
     cat <<EOF
 
 http {
@@ -394,8 +382,9 @@ EOF
         echo
         echo "    server {"
         echo "        listen  127.0.0.1:$4;"
+        # the Lua ledgers' count of requests in flight
         case $kind in
-        lua)
+        lua|luaredis|lualedger)
             cat <<'EOF'
 
         location = /lua/in_flight {
@@ -406,15 +395,12 @@ EOF
         }
 EOF
             ;;
+        esac
+        case $kind in
+        lua)
+            ;;
         luaredis)
             cat <<'EOF'
-
-        location = /lua/in_flight {
-            default_type  text/plain;
-            content_by_lua_block {
-                ngx.print(ngx.shared.dynamo_rl:get("in_flight") or 0)
-            }
-        }
 
         # an attempt's state in the store: accepted ... or none
         location /lua/attempts/ {
@@ -428,13 +414,6 @@ EOF
             ;;
         lualedger)
             cat <<'EOF'
-
-        location = /lua/in_flight {
-            default_type  text/plain;
-            content_by_lua_block {
-                ngx.print(ngx.shared.dynamo_rl:get("in_flight") or 0)
-            }
-        }
 
         # the ledger dict: entries (a walk of all of them: not during a
         # run), capacity and whole free pages, in bytes

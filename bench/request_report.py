@@ -17,6 +17,8 @@ Ratios are medians of the per-round ratios, never ratios of medians.
 import os
 import sys
 
+from sse_client import pct  # nearest rank, as the SSE client reports
+
 # a round is quiet when other processes used at most this % of one CPU
 QUIET = int(os.environ.get("QUIET", "20"))
 
@@ -43,14 +45,6 @@ def median(values):
     if n == 0:
         return float("nan")
     return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
-
-
-def pct(sorted_values, p):
-    if not sorted_values:
-        return float("nan")
-    k = max(0, min(len(sorted_values) - 1,
-                   int(-(-p * len(sorted_values) // 100)) - 1))
-    return sorted_values[k]
 
 
 def num(x):

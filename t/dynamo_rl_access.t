@@ -28,10 +28,7 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(12);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%%

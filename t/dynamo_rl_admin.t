@@ -718,27 +718,14 @@ sub nginx_conf {
 
 	return rl_conf(<<"EOF");
 
-%%TEST_GLOBALS%%
-
-worker_processes $workers;
-
-events {
-}
+%%RL_MAIN workers=$workers%%
 
 http {
     %%TEST_GLOBALS_HTTP%%
 
     dynamo_rl_zone zone=rl:5m;
 
-    log_format rl escape=json '{"t":"\$http_x_test","status":"\$status",'
-        '"port":"\$server_port","pid":"\$pid",'
-        '"plane":"\$dynamo_rl_plane","deny":"\$dynamo_rl_deny_reason",'
-        '"system_url":"\$dynamo_rl_system_url",'
-        '"engine_path":"\$dynamo_rl_engine_path",'
-        '"instance_id":"\$dynamo_rl_instance_id",'
-        '"route":"\$dynamo_rl_route",'
-        '"generation":"\$dynamo_rl_snapshot_generation",'
-        '"uri":"\$request_uri"}';
+    %%RL_LOG_FORMAT rl t status port pid plane deny system_url engine_path instance_id route generation uri%%
 
     access_log %%TESTDIR%%/rl.log rl;
 
@@ -749,8 +736,7 @@ http {
     # valid=0: every call refreshes
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         %%RL_DISCOVERY_PLANE%%
 
@@ -765,8 +751,7 @@ http {
     # valid=30s
 
     server {
-        listen       127.0.0.1:8083;
-        server_name  localhost;
+        %%RL_LISTEN 8083%%
 
         %%RL_ADMIN_PLANE valid=30s%%
     }
@@ -774,8 +759,7 @@ http {
     # a static allowlist on top of what workers advertise
 
     server {
-        listen       127.0.0.1:8084;
-        server_name  localhost;
+        %%RL_LISTEN 8084%%
 
         location /v1/rl/workers/ {
             dynamo_rl_plane admin;
@@ -796,8 +780,7 @@ http {
     # valid=1s (scaled): single flight and failed refreshes
 
     server {
-        listen       127.0.0.1:8085;
-        server_name  localhost;
+        %%RL_LISTEN 8085%%
 
         %%RL_ADMIN_PLANE valid=${VALID}s%%
     }
@@ -805,8 +788,7 @@ http {
     # the listener is down: nothing listens on 8099
 
     server {
-        listen       127.0.0.1:8086;
-        server_name  localhost;
+        %%RL_LISTEN 8086%%
 
         location /v1/rl/workers/ {
             dynamo_rl_plane admin;
@@ -825,8 +807,7 @@ http {
     # valid=1s (scaled), spread over the worker processes
 
     server {
-        listen       127.0.0.1:8087 reuseport;
-        server_name  localhost;
+        %%RL_LISTEN 8087 reuseport%%
 
         %%RL_ADMIN_PLANE valid=${VALID}s%%
     }

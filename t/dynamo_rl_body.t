@@ -30,10 +30,7 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy http_v2/)->plan(133);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
@@ -45,9 +42,7 @@ http {
     # rollout clients: the defaults, one upload destination allowed
 
     server {
-        listen       127.0.0.1:8080;
-        listen       127.0.0.1:8085 http2;
-        server_name  localhost;
+        %%RL_LISTEN 8080 8085 http2%%
 
         dynamo_rl_metadata_upload s3://bucket/rl/ file:///var/rl/;
 
@@ -73,8 +68,7 @@ http {
     # the policy off, routing pins kept, bodies not buffered
 
     server {
-        listen       127.0.0.1:8083;
-        server_name  localhost;
+        %%RL_LISTEN 8083%%
 
         location /v1/ {
             dynamo_rl_plane request;
@@ -102,8 +96,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8084;
-        server_name  localhost;
+        %%RL_LISTEN 8084%%
 
         location /v1/ {
             dynamo_rl_plane request;
@@ -116,8 +109,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8086;
-        server_name  localhost;
+        %%RL_LISTEN 8086%%
 
         %%RL_APIS attempts%%
     }

@@ -69,10 +69,7 @@ my $DIR = $t->testdir();
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
@@ -85,9 +82,7 @@ http {
     }
 
     server {
-        listen 127.0.0.1:8080;
-        listen 127.0.0.1:8083 http2;
-        server_name localhost;
+        %%RL_LISTEN 8080 8083 http2%%
 
         # traps: what a refresh's subrequest must never pass on
 

@@ -64,10 +64,7 @@ $t->plan(8 + 15 + $XO + 3);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
@@ -77,8 +74,7 @@ http {
     # a listener that serves a valid document as text/html
 
     server {
-        listen       127.0.0.1:8086;
-        server_name  localhost;
+        %%RL_LISTEN 8086%%
 
         location = /v1/rl/workers {
             default_type text/html;
@@ -92,9 +88,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8090;
-        listen       127.0.0.1:8099 http2;
-        server_name  localhost;
+        %%RL_LISTEN 8090 8099 http2%%
 
         location = /v1/rl/workers {
             dynamo_rl_plane discovery;

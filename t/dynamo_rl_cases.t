@@ -41,8 +41,8 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ fork_server rl_conf time_limit vllm_routes
-	worker /;
+use Test::DynamoRL::Fixture qw/ fork_server read_until rl_conf time_limit
+	vllm_routes worker /;
 
 ###############################################################################
 
@@ -1731,14 +1731,7 @@ http {
 
     dynamo_rl_zone zone=rl:$zone;
 $extra
-    log_format cases escape=json '{"case":"\$http_x_case","status":"\$status",'
-        '"port":"\$server_port","pid":"\$pid",'
-        '"plane":"\$dynamo_rl_plane","deny":"\$dynamo_rl_deny_reason",'
-        '"outcome":"\$dynamo_rl_outcome","attempt":"\$dynamo_rl_attempt_id",'
-        '"system_url":"\$dynamo_rl_system_url",'
-        '"engine_path":"\$dynamo_rl_engine_path",'
-        '"generation":"\$dynamo_rl_snapshot_generation",'
-        '"uri":"\$request_uri","msec":"\$msec"}';
+    %%RL_LOG_FORMAT cases case status port pid plane deny outcome attempt system_url engine_path generation uri msec%%
 
     access_log %%TESTDIR%%/cases.log cases;
 
@@ -1769,8 +1762,7 @@ $extra
     # a frontend that could redirect into it
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         location /v1/ {
             dynamo_rl_plane request;
@@ -1809,8 +1801,7 @@ $extra
     # the chaos daemon as the frontend, next to an admin plane
 
     server {
-        listen       127.0.0.1:8083;
-        server_name  localhost;
+        %%RL_LISTEN 8083%%
 
         location /v1/ {
             dynamo_rl_plane request;
@@ -1838,8 +1829,7 @@ $extra
     # the listener is down: nothing listens on 8099
 
     server {
-        listen       127.0.0.1:8084;
-        server_name  localhost;
+        %%RL_LISTEN 8084%%
 
         location = /v1/rl/workers {
             dynamo_rl_plane discovery;
@@ -1863,8 +1853,7 @@ $extra
     # the fast listener, kept alive: swaps and many refreshes (D12, D14)
 
     server {
-        listen       127.0.0.1:8085;
-        server_name  localhost;
+        %%RL_LISTEN 8085%%
 
         # 10 000 requests: no debug log for them, one connection for all
 
@@ -1895,8 +1884,7 @@ $extra
     # valid=60s, and a short client_header_timeout (L3, L5)
 
     server {
-        listen       127.0.0.1:8086;
-        server_name  localhost;
+        %%RL_LISTEN 8086%%
 
         client_header_timeout 2s;
 
@@ -2205,22 +2193,6 @@ sub chunked_request {
 
 # reads until $re matches, EOF, or $secs; returns what was read
 
-sub read_until {
-	my ($sock, $re, $secs) = @_;
-
-	my $sel = IO::Select->new($sock);
-	my $deadline = time() + $secs;
-	my $buf = '';
-
-	while (!defined $re || $buf !~ $re) {
-		my $left = $deadline - time();
-		last if $left <= 0 || !$sel->can_read($left);
-		last unless sysread($sock, $buf, 65536, length $buf);
-	}
-
-	return $buf;
-}
-
 # reads what arrives for $secs, or until EOF
 
 sub read_for {
@@ -2401,10 +2373,7 @@ sub generation {
 sub small_zone_conf {
 	return rl_conf(<<'EOF');
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%%
@@ -2414,8 +2383,7 @@ http {
     %%RL_PROXY_KEEPALIVE%%
 
     server {
-        listen       127.0.0.1:8088;
-        server_name  localhost;
+        %%RL_LISTEN 8088%%
 
         location = /v1/rl/workers {
             dynamo_rl_plane discovery;

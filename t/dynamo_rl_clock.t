@@ -62,8 +62,7 @@ http {
     %%RL_PROXY_KEEPALIVE unbuffered%%
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         location /v1/ {
             dynamo_rl_plane request;
@@ -73,8 +72,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8084;
-        server_name  localhost;
+        %%RL_LISTEN 8084%%
 
         location /v1/ {
             dynamo_rl_plane request;
@@ -85,8 +83,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8083;
-        server_name  localhost;
+        %%RL_LISTEN 8083%%
 
         %%RL_APIS attempts gate status%%
     }

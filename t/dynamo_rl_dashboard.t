@@ -55,10 +55,7 @@ my $DIR = $t->testdir();
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
@@ -67,15 +64,13 @@ http {
     %%RL_PROXY_KEEPALIVE unbuffered%%
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         %%RL_REQUEST_PLANE%%
     }
 
     server {
-        listen       127.0.0.1:8070;
-        server_name  localhost;
+        %%RL_LISTEN 8070%%
 
         %%RL_APIS gate status%%
     }

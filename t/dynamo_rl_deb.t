@@ -27,6 +27,7 @@ use File::Temp qw/ tempdir /;
 use POSIX ();
 
 use lib 't/lib';
+use Test::DynamoRL ();
 use Test::DynamoRL::Fixture qw/ slurp /;
 
 ###############################################################################
@@ -300,20 +301,9 @@ sub dpkg {
 sub run {
 	my @cmd = @_;
 
-	my $pid = open(my $fh, '-|') // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-		open STDERR, '>&', \*STDOUT;
+	return Test::DynamoRL::run_command(sub {
 		$ENV{DEBIAN_FRONTEND} = 'noninteractive';
-		{ exec @cmd; }
-		print "cannot exec $cmd[0]: $!\n";
-		POSIX::_exit(127);
-	}
-
-	my $out = join '', <$fh>;
-	close $fh;
-
-	return ($? >> 8, $out);
+	}, @cmd);
 }
 
 ###############################################################################

@@ -543,19 +543,14 @@ alarm(0);
 sub nginx_conf {
 	return rl_conf(<<'EOF');
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%%
 
     dynamo_rl_zone zone=rl:5m;
 
-    log_format rl escape=json '{"t":"$http_x_test","status":"$status",'
-        '"port":"$server_port","plane":"$dynamo_rl_plane",'
-        '"deny":"$dynamo_rl_deny_reason","uri":"$request_uri"}';
+    %%RL_LOG_FORMAT rl t status port plane deny uri%%
 
     access_log %%TESTDIR%%/rl.log rl;
 
@@ -566,8 +561,7 @@ http {
     # any namespace, valid=0
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         gzip on;
         gzip_types application/json;
@@ -586,8 +580,7 @@ http {
     # admin only, valid=60s
 
     server {
-        listen       127.0.0.1:8083;
-        server_name  localhost;
+        %%RL_LISTEN 8083%%
 
         %%RL_ADMIN_PLANE valid=60s%%
     }
@@ -595,8 +588,7 @@ http {
     # max_size=1k, for both planes
 
     server {
-        listen       127.0.0.1:8084;
-        server_name  localhost;
+        %%RL_LISTEN 8084%%
 
         dynamo_rl_discovery /_rl_discovery valid=0 max_size=1k;
 
@@ -604,8 +596,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8085;
-        server_name  localhost;
+        %%RL_LISTEN 8085%%
 
         dynamo_rl_namespace prefix=prod-rl;
         dynamo_rl_discovery /_rl_discovery valid=0;
@@ -614,8 +605,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8086;
-        server_name  localhost;
+        %%RL_LISTEN 8086%%
 
         dynamo_rl_namespace exact=ns suffix=abc;
         dynamo_rl_discovery /_rl_discovery valid=0;
@@ -624,8 +614,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8087;
-        server_name  localhost;
+        %%RL_LISTEN 8087%%
 
         dynamo_rl_namespace prefix=ns-;
         dynamo_rl_discovery /_rl_discovery valid=0;
@@ -634,8 +623,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8088;
-        server_name  localhost;
+        %%RL_LISTEN 8088%%
 
         dynamo_rl_namespace prefix=ns;
         dynamo_rl_discovery /_rl_discovery valid=0;
@@ -644,8 +632,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8089;
-        server_name  localhost;
+        %%RL_LISTEN 8089%%
 
         dynamo_rl_namespace env;
         dynamo_rl_discovery /_rl_discovery valid=0;
@@ -654,8 +641,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8094;
-        server_name  localhost;
+        %%RL_LISTEN 8094%%
 
         dynamo_rl_namespace prefix=dynamo;
         dynamo_rl_discovery /_rl_discovery valid=0;
@@ -666,8 +652,7 @@ http {
     # the internal location with nginx's default buffers
 
     server {
-        listen       127.0.0.1:8095;
-        server_name  localhost;
+        %%RL_LISTEN 8095%%
 
         %%RL_DISCOVERY_PLANE%%
 
@@ -685,8 +670,7 @@ http {
     # a listener slower than proxy_read_timeout
 
     server {
-        listen       127.0.0.1:8090;
-        server_name  localhost;
+        %%RL_LISTEN 8090%%
 
         proxy_read_timeout 1s;
 

@@ -30,12 +30,7 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(14);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-worker_processes 2;
-
-events {
-}
+%%RL_MAIN workers=2%%
 
 http {
     %%TEST_GLOBALS_HTTP%%

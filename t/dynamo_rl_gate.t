@@ -38,22 +38,12 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(255);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-worker_processes 2;
-
-events {
-    worker_connections 1024;
-}
+%%RL_MAIN workers=2 connections=1024%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
 
-    log_format rl escape=json '{"attempt":"$dynamo_rl_attempt_id",'
-                              '"deny":"$dynamo_rl_deny_reason",'
-                              '"outcome":"$dynamo_rl_outcome",'
-                              '"status":"$status","pid":"$pid",'
-                              '"port":"$server_port","uri":"$request_uri"}';
+    %%RL_LOG_FORMAT rl attempt deny outcome status pid port uri%%
 
     %%RL_FRONTEND 8%%
 
@@ -63,9 +53,7 @@ http {
     # both worker processes
 
     server {
-        listen       127.0.0.1:8080;
-        listen       127.0.0.1:8073 reuseport;
-        server_name  localhost;
+        %%RL_LISTEN 8080 8073 reuseport%%
 
         access_log %%TESTDIR%%/rl.log rl;
 
@@ -86,9 +74,7 @@ http {
     # trusted network
 
     server {
-        listen       127.0.0.1:8070;
-        listen       127.0.0.1:8074 reuseport;
-        server_name  localhost;
+        %%RL_LISTEN 8070 8074 reuseport%%
 
         access_log %%TESTDIR%%/rl.log rl;
 

@@ -59,25 +59,19 @@ $t->plan(97);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:4m;
 
-    log_format rl escape=json '{"attempt":"$dynamo_rl_attempt_id",'
-                              '"outcome":"$dynamo_rl_outcome",'
-                              '"status":"$status","proto":"$server_protocol"}';
+    %%RL_LOG_FORMAT rl attempt outcome status proto%%
 
     %%RL_FRONTEND 32%%
 
     # rollout clients over h2c, otherwise as in examples/dynamo-rl.conf
 
     server {
-        listen       127.0.0.1:8080 http2;
-        server_name  localhost;
+        %%RL_LISTEN 8080 http2%%
 
         access_log %%TESTDIR%%/rl.log rl;
 
@@ -88,8 +82,7 @@ http {
     # trusted: attempts API and metrics, over HTTP/1.1
 
     server {
-        listen       127.0.0.1:8070;
-        server_name  localhost;
+        %%RL_LISTEN 8070%%
 
         %%RL_APIS attempts metrics%%
     }

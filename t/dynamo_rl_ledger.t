@@ -40,32 +40,19 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(357);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-worker_processes 2;
-
-events {
-    worker_connections 1024;
-}
+%%RL_MAIN workers=2 connections=1024%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
 
-    log_format rl escape=json '{"attempt":"$dynamo_rl_attempt_id",'
-                              '"outcome":"$dynamo_rl_outcome",'
-                              '"deny":"$dynamo_rl_deny_reason",'
-                              '"status":"$status",'
-                              '"body_bytes":"$body_bytes_sent",'
-                              '"pid":"$pid","uri":"$request_uri"}';
+    %%RL_LOG_FORMAT rl attempt outcome deny status body_bytes pid uri%%
 
     %%RL_FRONTEND 8%%
 
     # rollout clients, over HTTP/1.1 and HTTP/2 (prior knowledge)
 
     server {
-        listen       127.0.0.1:8080;
-        listen       127.0.0.1:8071 http2;
-        server_name  localhost;
+        %%RL_LISTEN 8080 8071 http2%%
 
         access_log %%TESTDIR%%/rl.log rl;
 
@@ -123,8 +110,7 @@ http {
     # connections of a burst over both
 
     server {
-        listen       127.0.0.1:8073 reuseport;
-        server_name  localhost;
+        %%RL_LISTEN 8073 reuseport%%
 
         access_log %%TESTDIR%%/rl.log rl;
 
@@ -134,8 +120,7 @@ http {
     # trusted network
 
     server {
-        listen       127.0.0.1:8070;
-        server_name  localhost;
+        %%RL_LISTEN 8070%%
 
         %%RL_APIS attempts%%
     }
@@ -672,11 +657,7 @@ my $m = Test::DynamoRL->new();
 
 $m->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-    worker_connections 2048;
-}
+%%RL_MAIN connections=2048%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:48k;
@@ -684,8 +665,7 @@ http {
     %%RL_FRONTEND 4%%
 
     server {
-        listen       127.0.0.1:8074;
-        server_name  localhost;
+        %%RL_LISTEN 8074%%
 
         %%RL_REQUEST_PLANE keepalive unbuffered%%
 

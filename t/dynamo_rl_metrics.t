@@ -28,7 +28,7 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call duration_buckets parse_labels
+use Test::DynamoRL::Fixture qw/ call deny_reasons duration_buckets parse_labels
 	plane_reasons promtool promtool_check raw read_until resp rl_conf samples
 	time_limit /;
 
@@ -40,24 +40,12 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(58);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-worker_processes 2;
-
-events {
-    worker_connections 1024;
-}
+%%RL_MAIN workers=2 connections=1024%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
 
-    log_format rl escape=json '{"t":"$http_x_test","status":"$status",'
-                              '"pid":"$pid","plane":"$dynamo_rl_plane",'
-                              '"attempt":"$dynamo_rl_attempt_id",'
-                              '"deny":"$dynamo_rl_deny_reason",'
-                              '"outcome":"$dynamo_rl_outcome",'
-                              '"admin_result":"$dynamo_rl_admin_result",'
-                              '"uri":"$request_uri"}';
+    %%RL_LOG_FORMAT rl t status pid plane attempt deny outcome admin_result uri%%
 
     access_log %%TESTDIR%%/rl.log rl;
 
@@ -69,9 +57,7 @@ http {
     # both worker processes
 
     server {
-        listen       127.0.0.1:8080;
-        listen       127.0.0.1:8073 reuseport;
-        server_name  localhost;
+        %%RL_LISTEN 8080 8073 reuseport%%
 
         %%RL_REQUEST_PLANE%%
         %%RL_NOT_FOUND%%
@@ -80,9 +66,7 @@ http {
     # trusted network; 8074 spreads as 8073 does
 
     server {
-        listen       127.0.0.1:8070;
-        listen       127.0.0.1:8074 reuseport;
-        server_name  localhost;
+        %%RL_LISTEN 8070 8074 reuseport%%
 
         %%RL_DISCOVERY_PLANE%%
 
@@ -122,12 +106,7 @@ my %OUTCOMES = (
 	admin => [ qw/ ok error rejected / ],
 );
 
-my @REASONS = qw/ method bad_path bad_attempt_id duplicate_attempt
-	ledger_full gate_closed discovery_unavailable unknown_worker
-	ambiguous_worker worker_invalid worker_error no_system_url
-	route_not_advertised discovery_invalid redirected cross_origin
-	caller_scope bad_body unsupported_encoding metadata_upload_denied
-	rid_mismatch /;
+my @REASONS = deny_reasons();
 
 # the reasons each plane can give: no series for the others
 

@@ -71,15 +71,13 @@ http {
     %%RL_PROXY_KEEPALIVE unbuffered%%
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         %%RL_REQUEST_PLANE%%
     }
 
     server {
-        listen       127.0.0.1:8070;
-        server_name  localhost;
+        %%RL_LISTEN 8070%%
 
         %%RL_DISCOVERY_PLANE%%
         %%RL_ADMIN_PLANE valid=1h%%
@@ -89,8 +87,7 @@ http {
     # a snapshot that is never fresh: every admin call refreshes
 
     server {
-        listen       127.0.0.1:8071;
-        server_name  localhost;
+        %%RL_LISTEN 8071%%
 
         %%RL_ADMIN_PLANE valid=1ms%%
     }

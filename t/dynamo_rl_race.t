@@ -189,12 +189,7 @@ sub nginx_conf {
 
 	return rl_conf(<<"EOF");
 
-%%TEST_GLOBALS%%
-
-worker_processes 2;
-
-events {
-}
+%%RL_MAIN workers=2%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:16m;
@@ -204,8 +199,7 @@ http {
     %%RL_PROXY_KEEPALIVE%%
 
     server {
-        listen       127.0.0.1:8070;
-        server_name  localhost;
+        %%RL_LISTEN 8070%%
 
         # "valid=0": every admin call refreshes the snapshot
 

@@ -24,13 +24,15 @@ use strict;
 use Test::More;
 
 use JSON::PP;
+use List::Util qw/ max min /;
 use Socket qw/ getaddrinfo getnameinfo SOCK_STREAM NI_NUMERICHOST
 	NIx_NOSERV /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ refresh_finish refresh_python refresh_start
-	rl_conf time_limit /;
+use Test::DynamoRL::Fixture qw/ json_lines refresh_args refresh_finish
+	refresh_python refresh_start rl_conf time_limit worker_calls
+	worker_counts worker_state /;
 
 ###############################################################################
 
@@ -139,9 +141,9 @@ is_deeply([ map { decode_json($_->{body}) } $calls{0}[0], $calls{0}[1] ],
 		{ model_path => "/models/policy-$v", weight_version => $v } ],
 	'success: pause and update bodies');
 
-is(join(' ', map { worker_state($_)->{version} } 0 .. 2), "$v $v $v",
+is(join(' ', map { worker_state($t1, $_)->{version} } 0 .. 2), "$v $v $v",
 	'success: weight version on every worker');
-is(join(' ', map { worker_state($_)->{paused} ? 'paused' : 'running' }
+is(join(' ', map { worker_state($t1, $_)->{paused} ? 'paused' : 'running' }
 	0 .. 2), 'running running running', 'success: every worker resumed');
 
 # step by step across the fleet: every pause before any update, ...
@@ -257,7 +259,7 @@ ok((grep { $_->{action} eq 'renew' } gate_posts($t1, $mark))
 	&& (grep { $_->{action} eq 'renew' } gate_posts($t2, $mark)),
 	'drain: both leases renewed');
 
-is(join(' ', map { worker_state($_)->{version} } 0 .. 2), "$v $v $v",
+is(join(' ', map { worker_state($t1, $_)->{version} } 0 .. 2), "$v $v $v",
 	'drain: weight version on every worker');
 
 ###############################################################################
@@ -404,7 +406,7 @@ failure('generation down', [ '--verify-url', "$GD/v1/completions",
 	who => "$GD/v1/completions", detail => qr/no answer: .*refused/i,
 	calls => { map { $_ => [ @SEQUENCE ] } 0 .. 2 });
 
-is(join(' ', map { worker_state($_)->{version} } 0 .. 2),
+is(join(' ', map { worker_state($t1, $_)->{version} } 0 .. 2),
 	"$version $version $version" =~ s/(\d+)/v$1/gr,
 	'generation down: weights were updated');
 
@@ -499,7 +501,7 @@ $v = next_version();
 $res = refresh($v, '--force');
 
 is($res->{rc}, 0, 'closed by someone, --force: exit 0') or diag($res->{out});
-is(join(' ', map { worker_state($_)->{version} } 0 .. 2), "$v $v $v",
+is(join(' ', map { worker_state($t1, $_)->{version} } 0 .. 2), "$v $v $v",
 	'closed by someone, --force: refreshed');
 
 # the replicas from DNS: every address of a name, the name as Host
@@ -523,7 +525,7 @@ SKIP: {
 	is(join(' ', sort keys %{{ map { $_->{host} => 1 }
 		access_log($t1, $mark->{a1}) }}), 'localhost',
 		'dns: the name as Host');
-	is(join(' ', map { worker_state($_)->{version} } 0 .. 2), "$v $v $v",
+	is(join(' ', map { worker_state($t1, $_)->{version} } 0 .. 2), "$v $v $v",
 		'dns: refreshed');
 }
 
@@ -562,13 +564,7 @@ sub nginx_conf {
 
 	return rl_conf(<<"EOF");
 
-%%TEST_GLOBALS%%
-
-worker_processes 2;
-
-events {
-    worker_connections 1024;
-}
+%%RL_MAIN workers=2 connections=1024%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
@@ -652,10 +648,6 @@ EOF
 
 # one refresh; a hash as the last argument replaces the replicas
 
-sub refresh {
-	return refresh_finish(start_refresh(@_));
-}
-
 sub start_refresh {
 	my ($ver, @args) = @_;
 
@@ -664,10 +656,12 @@ sub start_refresh {
 
 	# the client's proxies point where nothing listens
 
-	return refresh_start($t1, proxy => $GD, @$replicas,
-		'--model-path', "/models/policy-$ver",
-		'--weight-version', $ver, '--lease', '30s', '--timeout', '10',
-		'--drain-timeout', '10', '--poll-interval', '0.05', @args);
+	return refresh_start($t1, proxy => $GD, @$replicas, refresh_args($ver),
+		@args);
+}
+
+sub refresh {
+	return refresh_finish(start_refresh(@_));
 }
 
 # one injected failure, checked in full: exit status, the step and the
@@ -749,8 +743,7 @@ sub reset_all {
 
 sub mark {
 	return {
-		(map { ("w$_" => scalar @{$t1->fake_records("worker-$_")}) }
-			0 .. 2),
+		w => worker_counts($t1),
 		frontend => scalar @{$t1->fake_records('frontend')},
 		a1 => scalar(my @a1 = access_log($t1)),
 		a2 => scalar(my @a2 = access_log($t2)),
@@ -759,27 +752,13 @@ sub mark {
 
 sub calls_since {
 	my ($m) = @_;
-
-	my %c;
-
-	for my $i (0 .. 2) {
-		my $recs = $t1->fake_records("worker-$i");
-		$c{$i} = [ @$recs[$m->{"w$i"} .. $#$recs] ];
-	}
-
-	return %c;
-}
-
-sub worker_state {
-	my ($i) = @_;
-	return decode_json($t1->read_file("fake/worker-$i.state"));
+	return worker_calls($t1, $m->{w});
 }
 
 sub access_log {
 	my ($t, $from) = @_;
 
-	my $text = eval { $t->read_file('rl.log') } // '';
-	my @lines = map { decode_json($_) } grep { /\S/ } split /\n/, $text;
+	my @lines = json_lines($t->testdir() . '/rl.log');
 
 	return @lines[($from // 0) .. $#lines];
 }
@@ -891,18 +870,6 @@ sub in_flight {
 		. join('', map { "$_\r\n" } @headers)
 		. 'Content-Length: ' . length($body) . "\r\n\r\n$body",
 		PeerAddr => '127.0.0.1:' . port($p), start => 1);
-}
-
-sub min {
-	my $m = shift;
-	for (@_) { $m = $_ if $_ < $m }
-	return $m;
-}
-
-sub max {
-	my $m = shift;
-	for (@_) { $m = $_ if $_ > $m }
-	return $m;
 }
 
 ###############################################################################

@@ -21,8 +21,9 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ refresh_finish refresh_python refresh_start
-	rl_conf time_limit /;
+use Test::DynamoRL::Fixture qw/ refresh_args refresh_finish
+	refresh_python refresh_start rl_conf time_limit worker_calls
+	worker_counts worker_state /;
 
 ###############################################################################
 
@@ -34,12 +35,7 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(25);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-worker_processes 1;
-
-events {
-}
+%%RL_MAIN workers=1%%
 
 http {
     %%TEST_GLOBALS_HTTP%%
@@ -181,7 +177,7 @@ like($res->{out}, qr/^\[4\/9 pause\] +worker $ID[0]  HTTP 503 with an empty body
 	'starting: the retry said');
 like(calls($m)->{0} // '', qr{^(/engine/pause_generation )+/engine/update},
 	'starting: pause called again, then the update');
-is(join(' ', map { worker_state($_)->{version} } 0 .. 2), 'v2 v2 v2',
+is(join(' ', map { worker_state($t, $_)->{version} } 0 .. 2), 'v2 v2 v2',
 	'starting: every worker updated');
 
 # ... and one that never ends: the step fails after --timeout
@@ -262,48 +258,36 @@ sub refresh {
 sub start_refresh {
 	my ($ver, @args) = @_;
 
-	return refresh_start($t, '--gateway', $G,
-		'--model-path', "/models/policy-$ver",
-		'--weight-version', $ver, '--lease', '30s',
-		'--timeout', '10', '--drain-timeout', '10',
-		'--poll-interval', '0.05', @args);
+	return refresh_start($t, '--gateway', $G, refresh_args($ver), @args);
 }
 
 sub mark {
 	return {
-		(map { ("w$_" => scalar @{$t->fake_records("worker-$_")}) }
-			0 .. 2),
+		w => worker_counts($t),
 		frontend => scalar @{$t->fake_records('frontend')},
 	};
 }
 
+# the URIs each fake worker received since a mark
+
 sub calls {
 	my ($mk) = @_;
 
-	my %r;
-
-	for my $i (0 .. 2) {
-		$r{$i} = join ' ', map { $_->{uri} }
-			since($t->fake_records("worker-$i"), $mk->{"w$i"});
-	}
+	my %c = worker_calls($t, $mk->{w});
+	my %r = map { $_ => join ' ', map { $_->{uri} } @{$c{$_}} } keys %c;
 
 	return wantarray ? %r : \%r;
 }
 
 sub calls_n {
 	my ($mk, $i) = @_;
-	my @l = since($t->fake_records("worker-$i"), $mk->{"w$i"});
-	return scalar @l;
+	my %c = worker_calls($t, $mk->{w});
+	return scalar @{$c{$i}};
 }
 
 sub since {
 	my ($list, $from) = @_;
 	return @$list[$from .. $#$list];
-}
-
-sub worker_state {
-	my ($i) = @_;
-	return decode_json($t->read_file("fake/worker-$i.state"));
 }
 
 sub gate {

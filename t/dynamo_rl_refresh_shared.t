@@ -23,27 +23,23 @@ use strict;
 
 use Test::More;
 
-use Cwd qw/ abs_path /;
-use File::Basename qw/ dirname /;
 use IO::Socket::INET;
 use JSON::PP;
+use List::Util qw/ max min /;
 use POSIX qw/ WNOHANG /;
 use Time::HiRes ();
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ time_limit /;
+use Test::DynamoRL::Fixture qw/ refresh_args refresh_finish
+	refresh_python refresh_start time_limit worker_calls worker_counts
+	worker_state /;
 
 ###############################################################################
 
 time_limit(240);
 
-my $CLIENT = abs_path(dirname(__FILE__) . '/../examples/rl-refresh');
-my $PYTHON = $ENV{TEST_PYTHON} // 'python3';
-
-plan(skip_all => "no $PYTHON")
-	unless system("$PYTHON -c 'import sys; "
-		. "sys.exit(sys.version_info < (3, 6))' >/dev/null 2>&1") == 0;
+plan(skip_all => 'no python3 (or TEST_PYTHON)') unless refresh_python();
 
 # the trusted listeners of replicas a and b (the fake gate), of replica c
 # (another fake gate: another store), and of replica z (the zone's gate);
@@ -78,7 +74,7 @@ my $GB = 'http://127.0.0.1:' . port($TB);
 my $GC = 'http://127.0.0.1:' . port($TC);
 my $GZ = 'http://127.0.0.1:' . port($TZ);
 
-my (%pids, $res, $out, $mark, $v, $run, @posts);
+my ($res, $out, $mark, $v, $run, @posts);
 my $version = 0;
 
 ###############################################################################
@@ -152,7 +148,7 @@ ok(!waitpid($run->{pid}, WNOHANG), 'drain: still waiting');
 
 fleet({ in_flight => { a => 0, b => 0 } });
 
-$res = finish_refresh($run);
+$res = refresh_finish($run);
 
 is($res->{rc}, 0, 'drain: exit 0') or diag($res->{out});
 
@@ -198,7 +194,7 @@ $res = refresh($v, '--ignore-lost');
 is($res->{rc}, 0, 'ignore lost: exit 0') or diag($res->{out});
 like($res->{out}, qr/^\[2\/9 drain\] +replica \Q$GA\E  drained after \d+\.\ds: 2 replica\(s\) at epoch \d+, in_flight 0; lost and ignored: c$/m,
 	'ignore lost: said');
-is(join(' ', map { worker_state($_)->{version} } 0 .. 2), "$v $v $v",
+is(join(' ', map { worker_state($t, $_)->{version} } 0 .. 2), "$v $v $v",
 	'ignore lost: refreshed');
 
 # a replica that has not seen the close yet holds the drain too
@@ -226,7 +222,7 @@ ok(Test::DynamoRL::wait_for(sub { gate_state(1)->{state} eq 'closed' }, 10),
 
 gate_post(1, { action => 'open' });
 
-$res = finish_refresh($run);
+$res = refresh_finish($run);
 
 is($res->{rc}, 13, 'reopened: exit 13') or diag($res->{out});
 like($res->{out}, qr/^rl-refresh: FAILED at step 2\/9 drain, replica \Q$GA\E: the gate was reopened by someone else/m,
@@ -253,7 +249,7 @@ my $g = gate_state(1);
 gate_post(1, { action => 'close', reason => 'operator', lease => '60s',
 	epoch => $g->{epoch} });
 
-$res = finish_refresh($run);
+$res = refresh_finish($run);
 
 is($res->{rc}, 13, 'taken over: exit 13') or diag($res->{out});
 like($res->{out}, qr/^rl-refresh: FAILED at step 2\/9 drain, replica \Q$GA\E: the gate was changed by someone else/m,
@@ -394,76 +390,18 @@ EOF
 
 # the client
 
-sub refresh {
-	return finish_refresh(start_refresh(@_));
-}
-
 sub start_refresh {
 	my ($ver, @args) = @_;
 
 	my $o = ref $args[-1] eq 'HASH' ? pop @args : {};
 	my $replicas = $o->{replicas} // [ '--gateway', $GA, '--gateway', $GB ];
 
-	return spawn(@$replicas, '--model-path', "/models/policy-$ver",
-		'--weight-version', $ver, '--lease', '30s', '--timeout', '10',
-		'--drain-timeout', '10', '--poll-interval', '0.05',
+	return refresh_start($t, @$replicas, refresh_args($ver),
 		'--verify-model', 'Qwen/Qwen3-0.6B', @args);
 }
 
-my $RUNS;
-
-sub spawn {
-	my (@args) = @_;
-
-	my $file = $t->testdir() . '/refresh.' . ++$RUNS . '.out';
-
-	my $pid = fork() // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-		open STDIN, '<', '/dev/null';
-		open STDOUT, '>', $file or POSIX::_exit(126);
-		open STDERR, '>&', \*STDOUT;
-
-		delete $ENV{$_} for qw/ http_proxy HTTP_PROXY https_proxy
-			HTTPS_PROXY all_proxy ALL_PROXY /;
-
-		{ exec $PYTHON, $CLIENT, @args; }
-		print STDERR "cannot exec $PYTHON: $!\n";
-		POSIX::_exit(127);
-	}
-
-	$pids{$pid} = 1;
-
-	return { pid => $pid, file => $file };
-}
-
-sub finish_refresh {
-	my ($run) = @_;
-
-	my $status;
-
-	my $done = Test::DynamoRL::wait_for(sub {
-		waitpid($run->{pid}, WNOHANG) == $run->{pid} or return;
-		$status = $?;
-		return 1;
-	}, 60);
-
-	unless ($done) {
-		kill 'KILL', $run->{pid};
-		waitpid($run->{pid}, 0);
-		$status = -1;
-	}
-
-	delete $pids{$run->{pid}};
-
-	my $text = '';
-
-	if (open my $fh, '<', $run->{file}) {
-		local $/;
-		$text = <$fh> // '';
-	}
-
-	return { rc => $status == -1 ? -1 : $status >> 8, out => $text };
+sub refresh {
+	return refresh_finish(start_refresh(@_));
 }
 
 # one injected failure: exit status, the step and who, the gate closed
@@ -517,7 +455,7 @@ sub reset_all {
 
 sub mark {
 	return {
-		(map { ("w$_" => scalar @{$t->fake_records("worker-$_")}) } 0 .. 2),
+		w => worker_counts($t),
 		g1 => scalar(my @g1 = posts(1)),
 		g2 => scalar(my @g2 = posts(2)),
 		epoch => gate_state(1)->{epoch},
@@ -526,20 +464,7 @@ sub mark {
 
 sub calls_since {
 	my ($m) = @_;
-
-	my %c;
-
-	for my $i (0 .. 2) {
-		my $recs = $t->fake_records("worker-$i");
-		$c{$i} = [ @$recs[$m->{"w$i"} .. $#$recs] ];
-	}
-
-	return %c;
-}
-
-sub worker_state {
-	my ($i) = @_;
-	return decode_json($t->read_file("fake/worker-$i.state"));
+	return worker_calls($t, $m->{w});
 }
 
 # the fake gates' records of POSTs
@@ -591,25 +516,6 @@ sub fleet {
 		print $fh encode_json($f);
 		close $fh;
 		rename "$path.tmp", $path or die "$path: $!\n";
-	}
-}
-
-sub min {
-	my $m = shift;
-	for (@_) { $m = $_ if $_ < $m }
-	return $m;
-}
-
-sub max {
-	my $m = shift;
-	for (@_) { $m = $_ if $_ > $m }
-	return $m;
-}
-
-END {
-	for my $pid (keys %pids) {
-		kill 'KILL', $pid;
-		waitpid($pid, 0);
 	}
 }
 

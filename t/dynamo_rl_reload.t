@@ -133,22 +133,14 @@ sub nginx_conf {
 
 	return rl_conf(<<"EOF");
 
-%%TEST_GLOBALS%%
-
-worker_processes $workers;
-
-events {
-}
+%%RL_MAIN workers=$workers%%
 
 http {
     %%TEST_GLOBALS_HTTP%%
 
     dynamo_rl_zone zone=rl:5m;
 
-    log_format rl escape=json '{"t":"\$http_x_test","status":"\$status",'
-        '"port":"\$server_port","pid":"\$pid",'
-        '"deny":"\$dynamo_rl_deny_reason",'
-        '"generation":"\$dynamo_rl_snapshot_generation"}';
+    %%RL_LOG_FORMAT rl t status port pid deny generation%%
 
     access_log %%TESTDIR%%/rl.log rl;
 
@@ -157,9 +149,7 @@ http {
     %%RL_PROXY_KEEPALIVE%%
 
     server {
-        listen       127.0.0.1:8080;
-        listen       127.0.0.1:8083 reuseport;
-        server_name  localhost;
+        %%RL_LISTEN 8080 8083 reuseport%%
 
         location = /version {
             return 200 "$version";
@@ -169,8 +159,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8084;
-        server_name  localhost;
+        %%RL_LISTEN 8084%%
 
         %%RL_ADMIN_PLANE valid=0%%
     }

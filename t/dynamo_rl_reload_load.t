@@ -327,22 +327,14 @@ sub nginx_conf {
 
 	return rl_conf(<<"EOF");
 
-%%TEST_GLOBALS%%
-
-worker_processes 2;
-
-events {
-    worker_connections 1024;
-}
+%%RL_MAIN workers=2 connections=1024%%
 
 http {
     %%TEST_GLOBALS_HTTP%%
 
     dynamo_rl_zone zone=rl:5m;
 
-    log_format rl escape=json '{"attempt":"\$dynamo_rl_attempt_id",'
-        '"status":"\$status","pid":"\$pid","uri":"\$request_uri",'
-        '"outcome":"\$dynamo_rl_outcome"}';
+    %%RL_LOG_FORMAT rl attempt status pid uri outcome%%
 
     access_log %%TESTDIR%%/rl.log rl;
 

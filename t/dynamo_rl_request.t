@@ -34,19 +34,12 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(283);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
 
-    log_format rl escape=json '{"attempt":"$dynamo_rl_attempt_id",'
-                              '"plane":"$dynamo_rl_plane",'
-                              '"deny":"$dynamo_rl_deny_reason",'
-                              '"outcome":"$dynamo_rl_outcome",'
-                              '"status":"$status","uri":"$request_uri"}';
+    %%RL_LOG_FORMAT rl attempt plane deny outcome status uri%%
 
     %%RL_FRONTEND 8%%
 
@@ -61,8 +54,7 @@ http {
     # rollout clients, as in the product's configuration
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         access_log %%TESTDIR%%/rl.log rl;
 
@@ -80,8 +72,7 @@ http {
     # other attempt header names
 
     server {
-        listen       127.0.0.1:8083;
-        server_name  localhost;
+        %%RL_LISTEN 8083%%
 
         dynamo_rl_attempt_header X-Trace-Id;
         dynamo_rl_attempt_upstream_header off;
@@ -112,8 +103,7 @@ http {
     # routing headers kept, and a POST-only location
 
     server {
-        listen       127.0.0.1:8084;
-        server_name  localhost;
+        %%RL_LISTEN 8084%%
 
         location /v1/ {
             dynamo_rl_plane request;
@@ -139,8 +129,7 @@ http {
     # an upstream nginx would retry on: "error timeout" is the default
 
     server {
-        listen       127.0.0.1:8085;
-        server_name  localhost;
+        %%RL_LISTEN 8085%%
 
         location /v1/ {
             dynamo_rl_plane request;

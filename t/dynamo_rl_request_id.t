@@ -30,10 +30,7 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(33);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
@@ -41,8 +38,7 @@ http {
     %%RL_FRONTEND 8%%
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         location / {
             dynamo_rl_plane request;
@@ -54,8 +50,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8083;
-        server_name  localhost;
+        %%RL_LISTEN 8083%%
 
         location / {
             dynamo_rl_plane request;
@@ -68,8 +63,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:8086;
-        server_name  localhost;
+        %%RL_LISTEN 8086%%
 
         %%RL_APIS attempts%%
     }

@@ -36,23 +36,14 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy map http_v2/)->plan(150);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-worker_processes 1;
-
-events {
-}
+%%RL_MAIN workers=1%%
 
 http {
     %%TEST_GLOBALS_HTTP%%
 
     dynamo_rl_zone zone=rl:5m;
 
-    log_format rl escape=json '{"t":"$http_x_test","status":"$status",'
-        '"deny":"$dynamo_rl_deny_reason",'
-        '"result":"$dynamo_rl_admin_result",'
-        '"engine_path":"$dynamo_rl_engine_path",'
-        '"uri":"$request_uri"}';
+    %%RL_LOG_FORMAT rl t status deny result=dynamo_rl_admin_result engine_path uri%%
 
     access_log %%TESTDIR%%/rl.log rl;
 
@@ -89,9 +80,7 @@ http {
     %%RL_PROXY_KEEPALIVE%%
 
     server {
-        listen       127.0.0.1:8080;
-        listen       127.0.0.1:8085 http2;
-        server_name  localhost;
+        %%RL_LISTEN 8080 8085 http2%%
 
         location = /v1/rl/workers {
             dynamo_rl_plane discovery;
@@ -126,8 +115,7 @@ http {
     # inherited into a nested location; the two-argument form
 
     server {
-        listen       127.0.0.1:8083;
-        server_name  localhost;
+        %%RL_LISTEN 8083%%
 
         dynamo_rl_namespace exact=$http_x_ns suffix=$http_x_sfx;
 

@@ -58,10 +58,7 @@ $t->plan(93);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
@@ -71,8 +68,7 @@ http {
     # rollout clients, as in examples/dynamo-rl.conf
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         %%RL_REQUEST_PLANE sse%%
         %%RL_NOT_FOUND json%%
@@ -81,8 +77,7 @@ http {
     # trusted: the attempts API
 
     server {
-        listen       127.0.0.1:8070;
-        server_name  localhost;
+        %%RL_LISTEN 8070%%
 
         %%RL_APIS attempts metrics%%
     }

@@ -37,11 +37,7 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(37);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-    worker_connections 2048;
-}
+%%RL_MAIN connections=2048%%
 
 http {
     %%TEST_GLOBALS_HTTP%%
@@ -439,10 +435,7 @@ sub tiny_conf {
 
 	return rl_conf(<<"EOF");
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%%

@@ -368,17 +368,13 @@ http {
     %%RL_FRONTEND%%
 
     server {
-        listen       127.0.0.1:8080;
-        listen       127.0.0.1:$request;
-        server_name  localhost;
+        %%RL_LISTEN 8080 $request%%
 
         %%RL_REQUEST_PLANE%%
     }
 
     server {
-        listen       127.0.0.1:8070;
-        listen       127.0.0.1:$extra;
-        server_name  localhost;
+        %%RL_LISTEN 8070 $extra%%
 
         %%RL_APIS gate attempts%%
     }

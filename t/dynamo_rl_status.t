@@ -30,8 +30,8 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call doc iso_ms rl_conf time_limit vllm_routes
-	worker /;
+use Test::DynamoRL::Fixture qw/ call deny_reasons doc iso_ms plane_reasons
+	rl_conf time_limit vllm_routes worker /;
 
 ###############################################################################
 
@@ -41,10 +41,7 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(128);
 
 $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
     %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
@@ -54,15 +51,13 @@ http {
     %%RL_PROXY_KEEPALIVE unbuffered%%
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         %%RL_REQUEST_PLANE%%
     }
 
     server {
-        listen       127.0.0.1:8070;
-        server_name  localhost;
+        %%RL_LISTEN 8070%%
 
         %%RL_DISCOVERY_PLANE%%
 
@@ -108,25 +103,11 @@ my $DUP = '18446744073709551615';
 
 my @PLANES = qw/ request discovery admin /;
 
-my @REASONS = qw/ method bad_path bad_attempt_id duplicate_attempt
-	ledger_full gate_closed discovery_unavailable unknown_worker
-	ambiguous_worker worker_invalid worker_error no_system_url
-	route_not_advertised discovery_invalid redirected cross_origin
-	caller_scope bad_body unsupported_encoding metadata_upload_denied
-	rid_mismatch /;
+my @REASONS = deny_reasons();
 
 # the reasons each plane can give: the counters have only these
 
-my %PLANE_REASONS = (
-	request => [ qw/ method bad_path bad_attempt_id duplicate_attempt
-		ledger_full gate_closed redirected bad_body unsupported_encoding
-		metadata_upload_denied rid_mismatch / ],
-	discovery => [ qw/ method bad_path discovery_invalid redirected
-		caller_scope / ],
-	admin => [ qw/ method bad_path discovery_unavailable unknown_worker
-		ambiguous_worker worker_invalid worker_error no_system_url
-		route_not_advertised redirected cross_origin caller_scope / ],
-);
+my %PLANE_REASONS = plane_reasons();
 
 my ($r, $j, $w);
 

@@ -54,7 +54,7 @@ use POSIX qw/ WNOHANG /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ time_limit call start json /;
+use Test::DynamoRL::Fixture qw/ call json output start time_limit /;
 
 ###############################################################################
 
@@ -490,22 +490,7 @@ sub redis_stop {
 
 sub redis {
 	my (@args) = @_;
-
-	my $pid = open(my $fh, '-|') // return '';
-
-	if ($pid == 0) {
-		open STDERR, '>', '/dev/null';
-		{ exec $CLI, '-h', '127.0.0.1', '-p', port(8379), @args; }
-		POSIX::_exit(127);
-	}
-
-	local $/;
-	my $out = <$fh> // '';
-	close $fh;
-
-	$out =~ s/\s+\z//;
-
-	return $out;
+	return output($CLI, '-h', '127.0.0.1', '-p', port(8379), @args);
 }
 
 # a TCP relay to the store; while "cut" holds a string, the first command

@@ -24,7 +24,7 @@ use POSIX qw/ WNOHANG /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ time_limit /;
+use Test::DynamoRL::Fixture qw/ output time_limit /;
 
 ###############################################################################
 
@@ -370,25 +370,8 @@ sub stop_redis {
 sub cli {
 	my @args = @_;
 
-	my $pid = open(my $fh, '-|') // return '';
-
-	if ($pid == 0) {
-		open STDERR, '>', '/dev/null';
-
-		{
-			exec 'redis-cli', '-h', '127.0.0.1', '-p', port(8379),
-				'--no-auth-warning', '-a', 's3cret-pass', @args;
-		}
-
-		POSIX::_exit(127);
-	}
-
-	local $/;
-	my $out = <$fh> // '';
-	close $fh;
-
-	$out =~ s/\s+\z//;
-	return $out;
+	return output('redis-cli', '-h', '127.0.0.1', '-p', port(8379),
+		'--no-auth-warning', '-a', 's3cret-pass', @args);
 }
 
 sub clients {

@@ -600,10 +600,7 @@ sub nginx_t {
 		'-e', "$d/t-error.log");
 	_verbose("nginx_t: @cmd");
 
-	my $pid = open(my $fh, '-|') // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-		open STDERR, '>&', \*STDOUT;
+	return run_command(sub {
 
 		# nginx -t exits without freeing its cycle, by design: under
 		# make asan, LeakSanitizer would report all of it at exit and
@@ -615,7 +612,20 @@ sub nginx_t {
 			$ENV{ASAN_OPTIONS} = join ':', grep { length }
 				$ENV{ASAN_OPTIONS} // '', 'detect_leaks=0';
 		}
+	}, @cmd);
+}
 
+# run_command($setup, @cmd): the exit code and the output of a command,
+# its stderr with its stdout; $setup, if any, runs in the child first
+
+sub run_command {
+	my ($setup, @cmd) = @_;
+
+	my $pid = open(my $fh, '-|') // die "cannot fork: $!\n";
+
+	if ($pid == 0) {
+		open STDERR, '>&', \*STDOUT;
+		$setup->() if $setup;
 		{ exec @cmd; }
 		print "cannot exec $cmd[0]: $!\n";
 		POSIX::_exit(127);

@@ -26,6 +26,20 @@ package Test::DynamoRL::Fixture;
 #                           the heredoc still hold (as in Test::DynamoRL);
 #                           pass the result to $t->write_file_expand()
 #
+#         %%RL_MAIN [workers=N] [connections=N]%%  the main context:
+#                                 %%TEST_GLOBALS%%, worker_processes
+#                                 and the events block
+#         %%RL_LISTEN port [params] [port [params]] ...%%  the head of
+#                                 a server: a listen on 127.0.0.1 for
+#                                 each port, with the parameters that
+#                                 follow it (reuseport, http2), and
+#                                 server_name localhost
+#         %%RL_LOG_FORMAT name field[=variable] ...%%  log_format
+#                                 name escape=json, one JSON object of
+#                                 string fields; a field without a
+#                                 variable takes the one %LOG_FIELDS
+#                                 names (attempt: $dynamo_rl_attempt_id,
+#                                 uri: $request_uri, t: $http_x_test...)
 #         %%RL_REQUEST_PLANE [options]%%  location /v1/ proxied to
 #                                 "frontend"; "keepalive" adds HTTP/1.1
 #                                 with an empty Connection, "unbuffered"
@@ -77,6 +91,8 @@ package Test::DynamoRL::Fixture;
 #     json_error($r)        "<status> <error of the JSON body>"
 #     api($id, port => N)   GET /rl/attempts/<id> on 8070, with "json"
 #     metrics($port)        the samples of GET /metrics: name => value
+#     deny_reasons()        every reason of $dynamo_rl_deny_reason, in
+#                           the order of the status page
 #     plane_reasons()       the reasons of dynamo_rl_denials_total that
 #                           each plane can give: plane => [ reasons ]
 #     duration_buckets()    the "le" of every duration histogram
@@ -90,6 +106,9 @@ package Test::DynamoRL::Fixture;
 #                           read the answers
 #     read_until($sock, $re, $seconds)  reads until $re matches, the
 #                           socket closes or the time (scale()d) is over
+#     output(@cmd)          the standard output of a command, its stderr
+#                           dropped, without the trailing white space;
+#                           '' if it could not be started
 #     curl_response(@cmd)   runs a command that prints a response with
 #                           its header (curl -i), its stderr dropped;
 #                           returns parse_response() of the output
@@ -118,6 +137,8 @@ package Test::DynamoRL::Fixture;
 #     listener_fetches($t)  how many requests the fake listener answered
 #     worker_counts($t) / worker_records_since($t, $counts)
 #                           what the fake workers received since
+#     worker_calls($t, $counts)  the same, by worker: n => [ records ]
+#     worker_state($t, $n)  the state file of fake worker $n, decoded
 #     admin_call($t, $method, $path, %o)  an admin-plane call with its
 #                           access-log entry, error-log lines and the
 #                           worker records it caused (see below)
@@ -146,6 +167,10 @@ package Test::DynamoRL::Fixture;
 #                           TEST_PYTHON), its output in a file; every
 #                           proxy variable of its environment set to $url,
 #                           or unset without one; returns the run
+#     refresh_args($version)  the arguments of a refresh to weight
+#                           version $version (model /models/policy-
+#                           $version) at the tests' pace: a 30 s lease,
+#                           10 s timeouts, a poll every 50 ms
 #     refresh_output($run)  what it has printed so far
 #     refresh_finish($run)  waits for it (60 s, then kills it); returns
 #                           { rc => exit code or -1, out => its output }
@@ -164,14 +189,15 @@ use strict;
 
 use base qw/ Exporter /;
 
-our @EXPORT_OK = qw/ time_limit rl_conf raw call start hold resp json flat
-	json_error is_true is_false iso_ms api metrics concurrent read_until
-	vllm_routes worker doc json_lines err_since frontend_records
+our @EXPORT_OK = qw/ deny_reasons output time_limit rl_conf raw call start hold resp json
+	flat json_error is_true is_false iso_ms api metrics concurrent
+	read_until vllm_routes worker doc json_lines err_since frontend_records
 	frontend_requests forwarded listener_fetches worker_counts
-	worker_records_since admin_call curl_response fork_server samples
-	record_with faketime set_clock clock_is refresh_python refresh_start
-	refresh_output refresh_finish promtool promtool_check parse_labels plane_reasons
-	duration_buckets slurp /;
+	worker_records_since worker_calls worker_state admin_call curl_response
+	fork_server samples record_with faketime set_clock clock_is
+	refresh_python refresh_start refresh_args refresh_output refresh_finish
+	promtool promtool_check parse_labels plane_reasons duration_buckets
+	slurp /;
 
 use Cwd qw/ abs_path /;
 use File::Basename qw/ dirname /;
@@ -202,7 +228,60 @@ sub time_limit {
 
 ###############################################################################
 
+# the variables of the fields of %%RL_LOG_FORMAT%%, by field name
+
+my %LOG_FIELDS = (
+	t => 'http_x_test', case => 'http_x_case', status => 'status',
+	pid => 'pid', port => 'server_port', proto => 'server_protocol',
+	uri => 'request_uri', msec => 'msec', body_bytes => 'body_bytes_sent',
+	map({ $_ => "dynamo_rl_$_" } qw/ plane outcome admin_result route
+		system_url engine_path instance_id /),
+	attempt => 'dynamo_rl_attempt_id', deny => 'dynamo_rl_deny_reason',
+	generation => 'dynamo_rl_snapshot_generation',
+);
+
 my %CONF = (
+	RL_LOG_FORMAT => sub {
+		my ($name, @fields) = @_;
+
+		my @json = map {
+			my ($k, $v) = split /=/, $_, 2;
+			$v //= $LOG_FIELDS{$k} // die "no field \"$k\"\n";
+			qq["$k":"\$$v"];
+		} @fields;
+
+		return "log_format $name escape=json '{" . join(',', @json) . "}';";
+	},
+
+	RL_MAIN => sub {
+		my (%o) = map { split /=/, $_, 2 } @_;
+
+		my @bad = grep { !/^(?:workers|connections)$/ } keys %o;
+		die "no option \"@bad\"\n" if @bad;
+
+		return '%%TEST_GLOBALS%%'
+			. (defined $o{workers}
+				? " worker_processes $o{workers};" : '')
+			. ' events {'
+			. (defined $o{connections}
+				? " worker_connections $o{connections};" : '')
+			. ' }';
+	},
+
+	RL_LISTEN => sub {
+		my (@args) = @_;
+
+		die "no port\n" unless @args && $args[0] =~ /^\d+$/;
+
+		my $listen = '';
+
+		for my $a (@args) {
+			$listen .= $a =~ /^\d+$/ ? "; listen 127.0.0.1:$a" : " $a";
+		}
+
+		return substr($listen, 2) . '; server_name localhost;';
+	},
+
 	RL_REQUEST_PLANE => sub {
 		my (@args) = @_;
 
@@ -446,6 +525,15 @@ sub metrics {
 	return \%m;
 }
 
+sub deny_reasons {
+	return qw/ method bad_path bad_attempt_id duplicate_attempt
+		ledger_full gate_closed discovery_unavailable unknown_worker
+		ambiguous_worker worker_invalid worker_error no_system_url
+		route_not_advertised discovery_invalid redirected cross_origin
+		caller_scope bad_body unsupported_encoding metadata_upload_denied
+		rid_mismatch /;
+}
+
 sub plane_reasons {
 	return (
 		request => [ qw/ method bad_path bad_attempt_id duplicate_attempt
@@ -550,20 +638,35 @@ sub read_until {
 	return $buf;
 }
 
-sub curl_response {
+# the standard output of a command, its stderr dropped, with its status
+# in $?; undef if it could not fork
+
+sub _stdout {
 	my (@cmd) = @_;
 
-	my $pid = open(my $fh, '-|') // die "cannot fork: $!\n";
+	my $pid = open(my $fh, '-|') // return undef;
 
 	if ($pid == 0) {
 		open STDERR, '>', '/dev/null';
-		exec(@cmd) or POSIX::_exit(127);
+		{ exec @cmd; }
+		POSIX::_exit(127);
 	}
 
 	local $/;
-	my $out = <$fh>;
+	my $out = <$fh> // '';
 	close $fh;
 
+	return $out;
+}
+
+sub output {
+	my $out = _stdout(@_) // return '';
+	$out =~ s/\s+\z//;
+	return $out;
+}
+
+sub curl_response {
+	my $out = _stdout(@_) // die "cannot fork: $!\n";
 	return (parse_response($out), $out);
 }
 
@@ -722,6 +825,20 @@ sub worker_records_since {
 	return @new;
 }
 
+sub worker_calls {
+	my ($t, $before) = @_;
+
+	return map {
+		my $recs = $t->fake_records("worker-$_");
+		($_ => [ @$recs[$before->{$_} .. $#$recs] ]);
+	} sort keys %$before;
+}
+
+sub worker_state {
+	my ($t, $n) = @_;
+	return decode_json($t->read_file("fake/worker-$n.state"));
+}
+
 # one admin-plane call, tagged with an "X-Test" header that the access
 # log "rl.log" records as "t"; returns the response with "json" (a hash,
 # {} if none), the access-log entry ("log"), the new non-debug error-log
@@ -873,6 +990,14 @@ sub refresh_start {
 	$REFRESH_PIDS{$pid} = $$;
 
 	return { pid => $pid, file => $file };
+}
+
+sub refresh_args {
+	my ($ver) = @_;
+
+	return ('--model-path', "/models/policy-$ver", '--weight-version', $ver,
+		'--lease', '30s', '--timeout', '10', '--drain-timeout', '10',
+		'--poll-interval', '0.05');
 }
 
 sub refresh_finish {

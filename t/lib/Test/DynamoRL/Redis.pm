@@ -531,10 +531,7 @@ http {
     dynamo_rl_zone zone=rl:$zone;
     $store
 
-    log_format rl escape=json '{"attempt":"\$dynamo_rl_attempt_id",'
-                              '"deny":"\$dynamo_rl_deny_reason",'
-                              '"outcome":"\$dynamo_rl_outcome",'
-                              '"status":"\$status","uri":"\$uri"}';
+    %%RL_LOG_FORMAT rl attempt deny outcome status uri=uri%%
 
     upstream frontend {
         server 127.0.0.1:8081;
@@ -548,8 +545,7 @@ http {
     proxy_buffering off;
 
     server {
-        listen       127.0.0.1:$listen;
-        server_name  localhost;
+        %%RL_LISTEN $listen%%
 
         access_log %%TESTDIR%%/rl.log rl;
 
@@ -577,8 +573,7 @@ http {
     }
 
     server {
-        listen       127.0.0.1:$api;
-        server_name  localhost;
+        %%RL_LISTEN $api%%
 
         access_log %%TESTDIR%%/rl.log rl;
 
