@@ -225,6 +225,8 @@ static ngx_int_t ngx_http_dynamo_rl_store_handshake(
 static ngx_int_t ngx_http_dynamo_rl_store_noscript(
     ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_http_dynamo_rl_store_cmd_t *cmd);
+static ngx_uint_t ngx_http_dynamo_rl_store_waited(
+    ngx_http_dynamo_rl_store_cmd_t *cmd);
 static ngx_int_t ngx_http_dynamo_rl_store_load(
     ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t kind);
 static ngx_int_t ngx_http_dynamo_rl_store_reload(
@@ -2392,6 +2394,27 @@ ngx_http_dynamo_rl_store_dispatch(ngx_http_dynamo_rl_store_conn_t *conn,
     {
         freeReplyObject(reply);
 
+        if (cmd->script == NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM
+            && !ngx_http_dynamo_rl_store_waited(cmd))
+        {
+            /*
+             * the claims did not run, and their requests, past their
+             * deadline, were refused and sent their releases: sent again,
+             * the claims would run after the releases and use up the ids
+             */
+
+            ngx_http_dynamo_rl_store_finish(conn, cmd,
+                                            NGX_HTTP_DYNAMO_RL_STORE_R_ERROR,
+                                            NGX_ERROR, NULL);
+            ngx_http_dynamo_rl_store_cmd_free(conn, cmd);
+
+            if (!conn->loading) {
+                (void) ngx_http_dynamo_rl_store_reload(conn);
+            }
+
+            return NGX_OK;
+        }
+
         if (ngx_http_dynamo_rl_store_noscript(conn, cmd) != NGX_OK) {
             ngx_queue_insert_head(&conn->fifo, q);
             conn->nfifo++;
@@ -2510,6 +2533,33 @@ ngx_http_dynamo_rl_store_handshake(ngx_http_dynamo_rl_store_conn_t *conn,
     }
 
     return NGX_OK;
+}
+
+
+/* whether a command, or a member of a batch, still has a waiter */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_store_waited(ngx_http_dynamo_rl_store_cmd_t *cmd)
+{
+    ngx_queue_t                     *q;
+    ngx_http_dynamo_rl_store_cmd_t  *m;
+
+    if (!cmd->nmembers) {
+        return cmd->handler != NULL && !cmd->done;
+    }
+
+    for (q = ngx_queue_head(&cmd->members);
+         q != ngx_queue_sentinel(&cmd->members);
+         q = ngx_queue_next(q))
+    {
+        m = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+
+        if (m->handler != NULL && !m->done) {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 

@@ -39,7 +39,7 @@ use Test::DynamoRL::Redis qw/ admit gen reason replica_conf resp_proxy
 
 time_limit(Test::DynamoRL::scale(240));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(62 + 2);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(66 + 2);
 my $tl = Test::DynamoRL->new()->check_at_end();
 
 my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
@@ -119,6 +119,31 @@ for my $kind (qw/ stall close /) {
 	$r = gen(\%F, $id);
 	is($r->{status}, 200, "$kind: the same id passes afterwards");
 	is(forwarded($t, $id), 1, "$kind: forwarded once");
+}
+
+# a claim answered NOSCRIPT after its deadline: it did not run, and its
+# request, refused, sent its release; it is not sent again as EVAL behind
+# the release, which would use up the id (the scripts are loaded again)
+
+{
+	my $id = 'fault-noscript-1';
+	my $log = "$PROXY/commands.log";
+	my $loads = () = (-e $log ? $t->read_file('proxy/commands.log') : '')
+		=~ /^SCRIPT LOAD/mg;
+
+	$r = gen(\%F, $id);
+	is($r->{status} . ' ' . (reason($r) // '-'), '503 store_unavailable',
+		'late NOSCRIPT: 503 store_unavailable');
+
+	ok(Test::DynamoRL::wait_for(sub {
+		my $n = () = $t->read_file('proxy/commands.log')
+			=~ /^SCRIPT LOAD/mg;
+		return $n > $loads;
+	}), 'late NOSCRIPT: the scripts loaded again');
+
+	$r = gen(\%F, $id);
+	is($r->{status}, 200, 'late NOSCRIPT: the same id passes afterwards');
+	is(forwarded($t, $id), 1, 'late NOSCRIPT: forwarded once');
 }
 
 # a server that accepts and never answers

@@ -96,6 +96,8 @@ package Test::DynamoRL::Redis;
 #       connection is closed;
 #     - "fault-garbage-<x>": passed on, and bytes that are not RESP sent
 #       instead of its reply;
+#     - an EVALSHA with "fault-noscript-<x>": not passed on, answered
+#       -NOSCRIPT after 0.6 s (past a timeout of 250ms);
 #
 # each of them once per id (a file <dir>/fired-<id>).  While the file
 # <dir>/mode holds "silent", it accepts connections and never answers,
@@ -764,10 +766,21 @@ sub _proxy_conn {
 		while (my ($cmd) = resp_parse(\$in)) {
 			_proxy_log($dir, $cmd);
 
+			my $fault = _fault($dir, $cmd);
+
+			if (defined $fault && $fault eq 'noscript') {
+
+				# the store lost its scripts, and says so after
+				# the client's deadline (timeout=250ms)
+
+				select(undef, undef, undef, 0.6);
+				_write($c, "-NOSCRIPT No matching script."
+					. " Please use EVAL.\r\n");
+				next;
+			}
+
 			_write($r, resp_encode(@$cmd));
 			my (undef, $raw) = _read_reply($r, \(my $buf = ''), 30);
-
-			my $fault = _fault($dir, $cmd);
 
 			if (!defined $fault) {
 				_write($c, $raw);
@@ -800,8 +813,11 @@ sub _fault {
 	my ($dir, $cmd) = @_;
 
 	for my $arg (@$cmd) {
-		my ($id, $kind) = $arg =~ /(fault-(stall|close|garbage)-[\w.-]+)/
+		my ($id, $kind) = $arg
+			=~ /(fault-(stall|close|garbage|noscript)-[\w.-]+)/
 			or next;
+
+		next if $kind eq 'noscript' && uc $cmd->[0] ne 'EVALSHA';
 
 		sysopen(my $fh, "$dir/fired-$id", O_CREAT | O_EXCL | O_WRONLY)
 			or return undef;
