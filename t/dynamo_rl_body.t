@@ -20,20 +20,16 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ record_with rl_conf time_limit /;
+use Test::DynamoRL::Fixture qw/ record_with rl_test /;
 
 ###############################################################################
 
-time_limit(300);
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy http_v2/)->plan(133);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(300, 133, <<'EOF', has => [qw/ http proxy http_v2 /]);
 
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     %%RL_FRONTEND 8%%
 
@@ -108,17 +104,12 @@ http {
         }
     }
 
-    server {
-        %%RL_LISTEN 8086%%
-
-        %%RL_APIS attempts%%
-    }
+    %%RL_API_SERVER 8086 attempts%%
 }
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 my $JSON = JSON::PP->new->canonical;
 

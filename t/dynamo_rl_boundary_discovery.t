@@ -72,7 +72,7 @@ $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
+    %%RL_HTTP 5m%%
 
     log_format rl '$uri $status $dynamo_rl_deny_reason';
     access_log %%TESTDIR%%/rl.log rl;

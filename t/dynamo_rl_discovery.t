@@ -43,8 +43,7 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(213);
 
 $t->write_file_expand('nginx.conf', nginx_conf());
 $t->write_file('scoped.conf', scoped_conf());
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 ###############################################################################
 
@@ -546,13 +545,9 @@ sub nginx_conf {
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%%
+    %%RL_HTTP 5m%%
 
-    dynamo_rl_zone zone=rl:5m;
-
-    %%RL_LOG_FORMAT rl t status port plane deny uri%%
-
-    access_log %%TESTDIR%%/rl.log rl;
+    %%RL_ACCESS_LOG t status port plane deny uri%%
 
     %%RL_LISTENER%%
 
@@ -567,23 +562,14 @@ http {
         gzip_types application/json;
         gzip_min_length 1;
 
-        %%RL_DISCOVERY_PLANE%%
+        %%RL_CONTROL_PLANES valid=0%%
 
-        %%RL_ADMIN_PLANE valid=0%%
-
-        location / {
-            default_type application/json;
-            return 404 '{"error":"not_found","message":"no such endpoint"}';
-        }
+        %%RL_NOT_FOUND error%%
     }
 
     # admin only, valid=60s
 
-    server {
-        %%RL_LISTEN 8083%%
-
-        %%RL_ADMIN_PLANE valid=60s%%
-    }
+    %%RL_ADMIN_SERVER 8083 valid=60s%%
 
     # max_size=1k, for both planes
 
@@ -656,13 +642,7 @@ http {
 
         %%RL_DISCOVERY_PLANE%%
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=0;
-
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
+        %%RL_ADMIN_LOCATION /_rl_discovery valid=0%%
 
         %%RL_DISCOVERY_FETCH rl_listener%%
     }
@@ -676,13 +656,7 @@ http {
 
         %%RL_DISCOVERY_PLANE%%
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_slow valid=0;
-
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
+        %%RL_ADMIN_LOCATION /_rl_slow valid=0%%
 
         location = /_rl_slow {
             internal;

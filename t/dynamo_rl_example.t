@@ -43,8 +43,7 @@ my $REPO = abs_path(dirname(__FILE__) . '/..');
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(76);
 
 $t->write_file('nginx.conf', example());
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 my $ROLLOUT = '127.0.0.1:' . port(8080);
 my $TRUSTED = '127.0.0.1:' . port(8090);

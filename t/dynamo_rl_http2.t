@@ -62,7 +62,7 @@ $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:4m;
+    %%RL_HTTP 4m%%
 
     %%RL_LOG_FORMAT rl attempt outcome status proto%%
 
@@ -81,17 +81,12 @@ http {
 
     # trusted: attempts API and metrics, over HTTP/1.1
 
-    server {
-        %%RL_LISTEN 8070%%
-
-        %%RL_APIS attempts metrics%%
-    }
+    %%RL_API_SERVER 8070 attempts metrics%%
 }
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 my $DIR = $t->testdir();
 my $BASE = 'http://127.0.0.1:' . port(8080);

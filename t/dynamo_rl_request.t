@@ -23,21 +23,17 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call flat frontend_records frontend_requests
-	json raw read_until record_with rl_conf time_limit /;
+use Test::DynamoRL::Fixture qw/ call flat frontend_records
+	frontend_requests json raw read_until record_with rl_test /;
 
 ###############################################################################
 
-time_limit(300);
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(283);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(300, 283, <<'EOF');
 
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     %%RL_LOG_FORMAT rl attempt plane deny outcome status uri%%
 
@@ -64,9 +60,7 @@ http {
             return 200 "SECRET";
         }
 
-        location / {
-            return 404;
-        }
+        %%RL_NOT_FOUND%%
     }
 
     # other attempt header names
@@ -155,8 +149,7 @@ http {
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 # helpers below read the fake's records through this path, not through $t:
 # a named sub that closed over $t would keep it alive past Test::More's

@@ -45,8 +45,7 @@ my $CERTS = $t->testdir() . '/certs';
 make_certs();
 
 $t->write_file('nginx.conf', example());
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 ###############################################################################
 

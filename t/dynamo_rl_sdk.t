@@ -61,7 +61,7 @@ $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     %%RL_FRONTEND 8%%
 
@@ -76,17 +76,12 @@ http {
 
     # trusted: the attempts API
 
-    server {
-        %%RL_LISTEN 8070%%
-
-        %%RL_APIS attempts metrics%%
-    }
+    %%RL_API_SERVER 8070 attempts metrics%%
 }
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 my $FRONTEND_LOG = $t->fake_dir() . '/frontend.log';
 my $STDERR_LOG = $t->testdir() . '/node.stderr';
