@@ -20,7 +20,7 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ record_with rl_test /;
+use Test::DynamoRL::Fixture qw/ output record_with rl_test /;
 
 ###############################################################################
 
@@ -46,9 +46,7 @@ http {
             dynamo_rl_plane request;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
+            %%RL_PROXY_KEEPALIVE unbuffered%%
         }
 
         location /v1/chat/ {
@@ -56,8 +54,7 @@ http {
             dynamo_rl_metadata_upload off;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            %%RL_PROXY_KEEPALIVE%%
         }
     }
 
@@ -71,8 +68,7 @@ http {
             dynamo_rl_body_policy off;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            %%RL_PROXY_KEEPALIVE%%
         }
 
         location ~ ^/(generate|v1/none)$ {
@@ -86,8 +82,7 @@ http {
             dynamo_rl_strip_routing_headers off;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            %%RL_PROXY_KEEPALIVE%%
         }
     }
 
@@ -98,8 +93,7 @@ http {
             dynamo_rl_plane request;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            %%RL_PROXY_KEEPALIVE%%
             proxy_request_buffering off;
         }
     }
@@ -498,14 +492,16 @@ sub curl_h2 {
 	return system('curl --version 2>/dev/null | grep -q HTTP2') == 0
 		unless defined $uri;
 
-	my $dir = $t->testdir();
-	open my $fh, '>', "$dir/h2.body" or die "$!\n";
-	print $fh $body;
-	close $fh;
+	$t->write_file('h2.body', $body);
 
-	my $head = `curl -sS --http2-prior-knowledge -o /dev/null -D - \\
-		-H 'content-type: application/json' -H 'x-dynamo-attempt-id: $id' \\
-		--data-binary \@$dir/h2.body http://127.0.0.1:@{[ port(8085) ]}$uri`;
+	# the response head only (-D -), the body to /dev/null
+
+	my $head = output('curl', '-sS', '--http2-prior-knowledge',
+		'-o', '/dev/null', '-D', '-',
+		'-H', 'content-type: application/json',
+		'-H', "x-dynamo-attempt-id: $id",
+		'--data-binary', '@' . $t->testdir() . '/h2.body',
+		'http://127.0.0.1:' . port(8085) . $uri);
 
 	my ($status) = $head =~ m{^HTTP/2 (\d{3})}m;
 

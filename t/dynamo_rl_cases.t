@@ -1733,9 +1733,7 @@ $extra
 
     access_log %%TESTDIR%%/cases.log cases;
 
-    %%RL_FRONTEND 8%%
-
-    %%RL_LISTENER%%
+    %%RL_UPSTREAMS 8%%
 
     upstream chaos_front {
         server 127.0.0.1:8070;

@@ -41,6 +41,17 @@ delete @ENV{qw/ DYN_NAMESPACE DYN_NAMESPACE_PREFIX
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(213);
 
+# the namespace scopes of nginx.conf, by port
+
+my @SCOPES = (
+	[ 8085, 'prefix=prod-rl' ],
+	[ 8086, 'exact=ns suffix=abc' ],
+	[ 8087, 'prefix=ns-' ],
+	[ 8088, 'prefix=ns' ],
+	[ 8089, 'env' ],
+	[ 8094, 'prefix=dynamo' ],
+);
+
 $t->write_file_expand('nginx.conf', nginx_conf());
 $t->write_file('scoped.conf', scoped_conf());
 $t->run_fake_dynamo()->run();
@@ -540,7 +551,7 @@ alarm(0);
 ###############################################################################
 
 sub nginx_conf {
-	return rl_conf(<<'EOF');
+	return rl_conf(<<"EOF");
 
 %%RL_MAIN%%
 
@@ -581,60 +592,9 @@ http {
         include scoped.conf;
     }
 
-    server {
-        %%RL_LISTEN 8085%%
+    # a server for each namespace scope (scoped_server below)
 
-        dynamo_rl_namespace prefix=prod-rl;
-        dynamo_rl_discovery /_rl_discovery valid=0;
-
-        include scoped.conf;
-    }
-
-    server {
-        %%RL_LISTEN 8086%%
-
-        dynamo_rl_namespace exact=ns suffix=abc;
-        dynamo_rl_discovery /_rl_discovery valid=0;
-
-        include scoped.conf;
-    }
-
-    server {
-        %%RL_LISTEN 8087%%
-
-        dynamo_rl_namespace prefix=ns-;
-        dynamo_rl_discovery /_rl_discovery valid=0;
-
-        include scoped.conf;
-    }
-
-    server {
-        %%RL_LISTEN 8088%%
-
-        dynamo_rl_namespace prefix=ns;
-        dynamo_rl_discovery /_rl_discovery valid=0;
-
-        include scoped.conf;
-    }
-
-    server {
-        %%RL_LISTEN 8089%%
-
-        dynamo_rl_namespace env;
-        dynamo_rl_discovery /_rl_discovery valid=0;
-
-        include scoped.conf;
-    }
-
-    server {
-        %%RL_LISTEN 8094%%
-
-        dynamo_rl_namespace prefix=dynamo;
-        dynamo_rl_discovery /_rl_discovery valid=0;
-
-        include scoped.conf;
-    }
-
+@{[ join '', map { scoped_server(@$_) } @SCOPES ]}
     # the internal location with nginx's default buffers
 
     server {
@@ -665,6 +625,25 @@ http {
         }
     }
 }
+
+EOF
+}
+
+# a server on $port scoped to the namespaces of $scope, with the planes
+# of scoped.conf
+
+sub scoped_server {
+	my ($port, $scope) = @_;
+
+	return <<"EOF";
+    server {
+        %%RL_LISTEN $port%%
+
+        dynamo_rl_namespace $scope;
+        dynamo_rl_discovery /_rl_discovery valid=0;
+
+        include scoped.conf;
+    }
 
 EOF
 }

@@ -52,9 +52,7 @@ http {
 
         access_log %%TESTDIR%%/rl.log rl;
 
-        proxy_http_version 1.1;
-        proxy_set_header Connection "";
-        proxy_buffering off;
+        %%RL_PROXY_KEEPALIVE unbuffered%%
 
         %%RL_REQUEST_PLANE%%
 

@@ -43,8 +43,7 @@ http {
 
     %%RL_ACCESS_LOG t status pid plane attempt deny outcome admin_result uri%%
 
-    %%RL_FRONTEND 8%%
-    %%RL_LISTENER%%
+    %%RL_UPSTREAMS 8%%
     %%RL_PROXY_KEEPALIVE unbuffered%%
 
     # rollout clients; on 8073 the kernel spreads the connections over

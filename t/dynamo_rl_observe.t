@@ -53,8 +53,7 @@ my $t = rl_test(Test::DynamoRL::scale(180), 48, <<'EOF');
 http {
     %%RL_HTTP 5m%%
 
-    %%RL_FRONTEND%%
-    %%RL_LISTENER%%
+    %%RL_UPSTREAMS%%
     %%RL_PROXY_KEEPALIVE unbuffered%%
 
     %%RL_REQUEST_SERVER 8080%%

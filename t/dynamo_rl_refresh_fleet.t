@@ -36,9 +36,7 @@ my $t = rl_test(300, 25, <<'EOF');
 http {
     %%RL_HTTP 5m%%
 
-    %%RL_FRONTEND%%
-
-    %%RL_LISTENER%%
+    %%RL_UPSTREAMS%%
 
     %%RL_PROXY_KEEPALIVE%%
 

@@ -357,8 +357,7 @@ EOF
 http {
     %%RL_HTTP 5m%%
 
-    %%RL_FRONTEND%%
-    %%RL_LISTENER%%
+    %%RL_UPSTREAMS%%
     %%RL_PROXY_KEEPALIVE%%
 
 $trusted

@@ -340,9 +340,7 @@ http {
     server {
         listen 127.0.0.1:8080;
 
-        proxy_http_version 1.1;
-        proxy_set_header Connection "";
-        proxy_buffering off;
+        %%RL_PROXY_KEEPALIVE unbuffered%%
 
         %%RL_REQUEST_PLANE%%
 

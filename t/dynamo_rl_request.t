@@ -78,9 +78,7 @@ http {
             dynamo_rl_attempt_header X-Request-Id;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
+            %%RL_PROXY_KEEPALIVE unbuffered%%
         }
 
         location /v1/chat/ {
@@ -88,9 +86,7 @@ http {
             dynamo_rl_attempt_upstream_header X-Upstream-Id;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
+            %%RL_PROXY_KEEPALIVE unbuffered%%
         }
     }
 
@@ -104,9 +100,7 @@ http {
             dynamo_rl_strip_routing_headers off;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
+            %%RL_PROXY_KEEPALIVE unbuffered%%
         }
 
         location /v1/completions {
@@ -114,9 +108,7 @@ http {
             dynamo_rl_methods POST;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
+            %%RL_PROXY_KEEPALIVE unbuffered%%
         }
     }
 
@@ -129,9 +121,7 @@ http {
             dynamo_rl_plane request;
 
             proxy_pass http://frontend_twice;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
+            %%RL_PROXY_KEEPALIVE unbuffered%%
             proxy_next_upstream error timeout;
         }
 
@@ -139,9 +129,7 @@ http {
             dynamo_rl_plane request;
 
             proxy_pass http://frontend_twice;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
+            %%RL_PROXY_KEEPALIVE unbuffered%%
             proxy_next_upstream error timeout non_idempotent;
         }
     }

@@ -40,8 +40,7 @@ http {
             dynamo_rl_plane request;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            %%RL_PROXY_KEEPALIVE%%
         }
     }
 
@@ -53,8 +52,7 @@ http {
             dynamo_rl_attempt_upstream_header off;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            %%RL_PROXY_KEEPALIVE%%
         }
     }
 

@@ -42,8 +42,7 @@ my $t = rl_test(300, 128, <<'EOF');
 http {
     %%RL_HTTP 5m%%
 
-    %%RL_FRONTEND 8%%
-    %%RL_LISTENER%%
+    %%RL_UPSTREAMS 8%%
     %%RL_PROXY_KEEPALIVE unbuffered%%
 
     %%RL_REQUEST_SERVER 8080%%

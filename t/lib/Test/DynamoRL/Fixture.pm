@@ -24,6 +24,9 @@ package Test::DynamoRL::Fixture;
 #                           proxy unless given) and plans $plan tests
 #                           (none if undef), and nginx.conf written from
 #                           rl_conf($conf); returns the harness
+#     fail_without($name, $problem)  with a $problem (what a tool the
+#                           file needs lacks), plans one test, fails it
+#                           as $name, gives the problem and exits 1
 #
 # Configuration:
 #
@@ -66,6 +69,8 @@ package Test::DynamoRL::Fixture;
 #                                 (8081), with "keepalive n" if given
 #         %%RL_LISTENER%%         upstream "rl_listener": the fake RL
 #                                 listener (8082)
+#         %%RL_UPSTREAMS [n]%%    both upstreams of the fake Dynamo:
+#                                 %%RL_FRONTEND n%% and %%RL_LISTENER%%
 #         %%RL_PROXY_KEEPALIVE [unbuffered]%%  HTTP/1.1 with an empty
 #                                 Connection to upstreams, for their
 #                                 keepalive; "unbuffered" adds
@@ -95,10 +100,17 @@ package Test::DynamoRL::Fixture;
 #                                 127.0.0.1:8099, where nothing listens
 #         %%RL_REQUEST_SERVER port [options]%%  a server on port with
 #                                 only %%RL_REQUEST_PLANE options%%
+#         %%RL_ROLLOUT_SERVER port%%  the rollout clients' server of
+#                                 examples/dynamo-rl.conf on port:
+#                                 %%RL_REQUEST_PLANE sse%% and
+#                                 %%RL_NOT_FOUND json%%
 #         %%RL_ADMIN_SERVER port args%%  a server on port with only
 #                                 %%RL_ADMIN_PLANE args%%
 #         %%RL_API_SERVER port [names]%%  a server on port with only
 #                                 %%RL_APIS names%%
+#         %%RL_DISCOVERY_SOURCE location url%%  an internal location
+#                                 (= location) proxied to url, for
+#                                 dynamo_rl_discovery
 #         %%RL_DISCOVERY_FETCH [upstream]%%  the internal
 #                                 /_rl_discovery, proxied to the fake
 #                                 listener (127.0.0.1:8082) or upstream
@@ -123,6 +135,8 @@ package Test::DynamoRL::Fixture;
 #     is_true($v), is_false($v)  a JSON boolean of that value
 #     iso_ms($iso)          an ISO 8601 UTC time with milliseconds, in ms
 #     json_error($r)        "<status> <error of the JSON body>"
+#     attempt_record($id, port => N)  the attempts API's record of $id
+#                           on 8070 (http_json), or { http => status }
 #     api($id, port => N)   GET /rl/attempts/<id> on 8070, with "json"
 #     metrics($port)        the samples of GET /metrics: name => value
 #     deny_reasons()        every reason of $dynamo_rl_deny_reason, in
@@ -216,6 +230,19 @@ package Test::DynamoRL::Fixture;
 #     refresh_finish($run)  waits for it (60 s, then kills it); returns
 #                           { rc => exit code or -1, out => its output }
 #
+#     run_timed($cmd, $log, $seconds, kids => \@pids, poll => $s)
+#                           runs the command @$cmd with stdout and stderr
+#                           to $log, in its own process group, killed
+#                           after $seconds (not scale()d); its pid is in
+#                           @pids while it runs (for an alarm handler
+#                           that kills them), its exit polled every $s
+#                           (0.2); returns the exit status or a reason
+#
+#     example_conf($t, $name)  examples/$name as make run fills it in:
+#                           the module of TEST_NGINX_MODULES (or build/),
+#                           the test directory for @PREFIX@, the fake
+#                           listener (8082) for @RL_LISTENER@
+#
 # Servers of a test's own:
 #
 #     fork_server($port, $name, $conn, backlog => N)  the body of a
@@ -230,14 +257,15 @@ use strict;
 
 use base qw/ Exporter /;
 
-our @EXPORT_OK = qw/ deny_reasons output time_limit rl_test rl_conf raw call start hold resp json
+our @EXPORT_OK = qw/ deny_reasons output time_limit rl_test fail_without
+	rl_conf raw call start hold resp json
 	flat json_error is_true is_false iso_ms api metrics concurrent
 	read_until vllm_routes worker doc json_lines err_since frontend_records
 	frontend_requests forwarded listener_fetches worker_counts
 	worker_records_since worker_calls worker_state admin_call curl_response
 	fork_server samples record_with faketime set_clock clock_is
 	refresh_python refresh_start refresh_args refresh_output refresh_finish
-	refresh_replicas refresh_failure
+	refresh_replicas refresh_failure run_timed attempt_record example_conf
 	promtool promtool_check parse_labels plane_reasons duration_buckets
 	slurp /;
 
@@ -248,6 +276,7 @@ use IO::Socket::INET;
 use JSON::PP;
 use Math::BigInt;
 use POSIX qw/ WNOHANG /;
+use Test::More ();
 use Time::HiRes qw/ time /;
 use Time::Local qw/ timegm /;
 
@@ -266,6 +295,17 @@ sub time_limit {
 
 	$SIG{ALRM} = sub { die "test timed out\n" };
 	alarm($seconds);
+}
+
+sub fail_without {
+	my ($name, $problem) = @_;
+
+	return unless $problem;
+
+	Test::More::plan(tests => 1);
+	Test::More::fail($name);
+	Test::More::diag($problem);
+	exit 1;
 }
 
 sub rl_test {
@@ -388,6 +428,10 @@ my %CONF;
 		return 'upstream rl_listener { server 127.0.0.1:8082; }';
 	},
 
+	RL_UPSTREAMS => sub {
+		return $CONF{RL_FRONTEND}->(@_) . ' ' . $CONF{RL_LISTENER}->();
+	},
+
 	RL_PROXY_KEEPALIVE => sub {
 		my (@args) = @_;
 
@@ -465,6 +509,14 @@ my %CONF;
 			. $CONF{RL_REQUEST_PLANE}->(@args) . ' }';
 	},
 
+	RL_ROLLOUT_SERVER => sub {
+		my ($port) = @_;
+
+		return 'server { ' . $CONF{RL_LISTEN}->($port) . ' '
+			. $CONF{RL_REQUEST_PLANE}->('sse') . ' '
+			. $CONF{RL_NOT_FOUND}->('json') . ' }';
+	},
+
 	RL_ADMIN_SERVER => sub {
 		my ($port, @args) = @_;
 
@@ -477,6 +529,14 @@ my %CONF;
 
 		return 'server { ' . $CONF{RL_LISTEN}->($port) . ' '
 			. $CONF{RL_APIS}->(@names) . ' }';
+	},
+
+	RL_DISCOVERY_SOURCE => sub {
+		my ($location, $url) = @_;
+
+		die "no url\n" unless defined $url;
+
+		return "location = $location { internal; proxy_pass $url; }";
 	},
 
 	RL_DISCOVERY_FETCH => sub {
@@ -618,6 +678,16 @@ sub json_error {
 	my ($r) = @_;
 	my $j = eval { decode_json($r->{body}) } // {};
 	return "$r->{status} " . ($j->{error} // '-');
+}
+
+sub attempt_record {
+	my ($id, %o) = @_;
+
+	my $r = Test::DynamoRL::http_json("/rl/attempts/$id",
+		PeerAddr => '127.0.0.1:' . port($o{port} // 8070)) // {};
+
+	return $r->{status} && $r->{status} == 200 ? $r->{json}
+		: { http => $r->{status} };
 }
 
 sub api {
@@ -1177,6 +1247,58 @@ END {
 }
 
 ###############################################################################
+
+sub run_timed {
+	my ($cmd, $log, $seconds, %o) = @_;
+
+	my $kids = $o{kids} // [];
+
+	my $pid = fork() // return "cannot fork: $!";
+
+	if ($pid == 0) {
+		setpgrp(0, 0);
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>', $log;
+		open STDERR, '>&', \*STDOUT;
+		{ exec @$cmd; }
+		print STDERR "cannot exec $cmd->[0]: $!\n";
+		POSIX::_exit(127);
+	}
+
+	push @$kids, $pid;
+
+	my $done = Test::DynamoRL::wait_for(sub {
+		waitpid($pid, WNOHANG) == $pid
+	}, $seconds, $o{poll} // 0.2);
+
+	@$kids = grep { $_ != $pid } @$kids;
+
+	return $? >> 8 if $done;
+
+	kill 'KILL', -$pid;
+	kill 'KILL', $pid;
+	waitpid($pid, 0);
+
+	return "timed out after $seconds s";
+}
+
+sub example_conf {
+	my ($t, $name) = @_;
+
+	my $top = abs_path(dirname(__FILE__) . '/../../../..');
+	my $dir = $ENV{TEST_NGINX_MODULES} // "$top/build";
+	my $so = (abs_path($dir) // $dir) . '/ngx_http_dynamo_rl_module.so';
+	my $d = $t->testdir();
+
+	my $conf = slurp("$top/examples/$name")
+		// die "examples/$name: $!\n";
+
+	$conf =~ s/\@MODULE\@/$so/g;
+	$conf =~ s/\@PREFIX\@/$d/g;
+	$conf =~ s/\@RL_LISTENER\@/'127.0.0.1:' . port(8082)/ge;
+
+	return $conf;
+}
 
 sub fork_server {
 	my ($port, $name, $conn, %o) = @_;
