@@ -30,15 +30,11 @@ set -eu
 set -o pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
-nginx=${NGX_BIN:-/usr/sbin/nginx}
-module=${MODULE:-$top/build/ngx_http_dynamo_rl_module.so}
+
+. "$top/bench/lib.sh"
+
+bench_knobs 5 5 16 2
 snapbench=${SNAPSHOT_BENCH:-$top/build/snapshot-bench}
-rounds=${ROUNDS:-5}
-duration=${DURATION:-5}
-warmup=${WARMUP:-2}
-conns=${CONNECTIONS:-16}
-gw_cpu=${GATEWAY_CPU:-0}
-load_cpu=${LOAD_CPU:-1}
 big=${WORKERS:-10000}
 route=liveness_probe
 
@@ -46,8 +42,6 @@ prefix=$(mktemp -d /tmp/dynamo-rl-bench.XXXXXX)
 chmod 755 "$prefix"
 bench_name=admin.sh
 instances="gw1 gwbig stub"
-
-. "$top/bench/lib.sh"
 
 bench_traps
 

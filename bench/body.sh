@@ -28,19 +28,14 @@ set -eu
 set -o pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
-nginx=${NGX_BIN:-/usr/sbin/nginx}
-module=${MODULE:-$top/build/ngx_http_dynamo_rl_module.so}
-rounds=${ROUNDS:-7}
-duration=${DURATION:-3}
-conns=${CONNECTIONS:-32}
-gw_cpu=${GATEWAY_CPU:-0}
-load_cpu=${LOAD_CPU:-1}
+
+. "$top/bench/lib.sh"
+
+bench_knobs 7 3 32
 
 prefix=$(mktemp -d /tmp/dynamo-rl-bench-body.XXXXXX)
 bench_name=body.sh
 instances="up plain off on"
-
-. "$top/bench/lib.sh"
 
 bench_traps
 

@@ -40,9 +40,14 @@ typedef struct {
 } bench_body_t;
 
 
+typedef u_char *(*bench_item_pt)(u_char *p, ngx_uint_t i);
+
+
 static double now(void);
-static u_char *token_prompt(size_t target, size_t *len);
-static u_char *chat_prompt(size_t target, size_t *len);
+static u_char *prompt(size_t target, size_t *len, const char *head,
+    bench_item_pt item, const char *tail);
+static u_char *token_item(u_char *p, ngx_uint_t i);
+static u_char *word_item(u_char *p, ngx_uint_t i);
 static double run_scan(bench_body_t *b, ngx_uint_t n);
 static double run_jansson(bench_body_t *b, ngx_uint_t n);
 static int cmp_double(const void *a, const void *b);
@@ -63,8 +68,14 @@ now(void)
 }
 
 
+/*
+ * a request body of about "target" bytes: the head, items until the
+ * target is reached, the tail
+ */
+
 static u_char *
-token_prompt(size_t target, size_t *len)
+prompt(size_t target, size_t *len, const char *head, bench_item_pt item,
+    const char *tail)
 {
     u_char      *p, *s;
     ngx_uint_t   i;
@@ -75,15 +86,13 @@ token_prompt(size_t target, size_t *len)
     }
 
     p = s;
-    p += sprintf((char *) p, "{\"model\":\"Qwen/Qwen3-0.6B\",\"prompt\":[");
+    p += sprintf((char *) p, "%s", head);
 
     for (i = 0; (size_t) (p - s) < target; i++) {
-        p += sprintf((char *) p, "%s%u", i ? "," : "",
-                     (unsigned) ((i * 2654435761u) % 151936));
+        p = item(p, i);
     }
 
-    p += sprintf((char *) p, "],\"max_tokens\":64,\"temperature\":1.0,"
-                 "\"nvext\":{\"extra_fields\":[\"completion_token_ids\"]}}");
+    p += sprintf((char *) p, "%s", tail);
 
     *len = p - s;
 
@@ -91,30 +100,22 @@ token_prompt(size_t target, size_t *len)
 }
 
 
+/* completion_token_ids: a prompt of token ids */
+
 static u_char *
-chat_prompt(size_t target, size_t *len)
+token_item(u_char *p, ngx_uint_t i)
 {
-    u_char      *p, *s;
-    ngx_uint_t   i;
+    return p + sprintf((char *) p, "%s%u", i ? "," : "",
+                       (unsigned) ((i * 2654435761u) % 151936));
+}
 
-    s = malloc(target + 256);
-    if (s == NULL) {
-        exit(1);
-    }
 
-    p = s;
-    p += sprintf((char *) p, "{\"model\":\"m\",\"messages\":[{\"role\":"
-                 "\"user\",\"content\":\"");
+/* a chat message of words */
 
-    for (i = 0; (size_t) (p - s) < target; i++) {
-        p += sprintf((char *) p, "word%u \\n ", (unsigned) i % 1000);
-    }
-
-    p += sprintf((char *) p, "\"}],\"stream\":true}");
-
-    *len = p - s;
-
-    return s;
+static u_char *
+word_item(u_char *p, ngx_uint_t i)
+{
+    return p + sprintf((char *) p, "word%u \\n ", (unsigned) i % 1000);
 }
 
 
@@ -205,12 +206,20 @@ main(int argc, char **argv)
         budget = 0.02;
     }
 
-    bodies[0].p = token_prompt(200 * 1024, &bodies[0].len);
+    bodies[0].p = prompt(200 * 1024, &bodies[0].len,
+                         "{\"model\":\"Qwen/Qwen3-0.6B\",\"prompt\":[",
+                         token_item,
+                         "],\"max_tokens\":64,\"temperature\":1.0,"
+                         "\"nvext\":{\"extra_fields\":"
+                         "[\"completion_token_ids\"]}}");
     bodies[1].p = (u_char *) "{\"model\":\"m\",\"prompt\":\"Say hello\","
                              "\"max_tokens\":16,\"nvext\":{\"extra_fields\":"
                              "[\"completion_token_ids\"]}}";
     bodies[1].len = strlen((char *) bodies[1].p);
-    bodies[2].p = chat_prompt(200 * 1024, &bodies[2].len);
+    bodies[2].p = prompt(200 * 1024, &bodies[2].len,
+                         "{\"model\":\"m\",\"messages\":[{\"role\":"
+                         "\"user\",\"content\":\"", word_item,
+                         "\"}],\"stream\":true}");
 
     fails = 0;
 

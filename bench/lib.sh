@@ -1,6 +1,10 @@
-# bench/lib.sh: what the benchmark scripts share, sourced by them:
+# bench/lib.sh: what the benchmark scripts share, sourced by them once
+# they have set $top:
 #
 #     . "$top/bench/lib.sh"
+#
+# It sets $nginx (NGX_BIN, /usr/sbin/nginx) and $module (MODULE, the
+# build's), and bench_knobs sets the knobs of a load benchmark.
 #
 # Processes: the scratch directory, the nginx instances started there and
 # the pinned load client, and their cleanup; free ports.  Measurement: CPU
@@ -14,10 +18,29 @@
 #
 # and calls bench_traps once $prefix exists.
 
+# the nginx and the module under test ($top is the top of the tree)
+nginx=${NGX_BIN:-/usr/sbin/nginx}
+module=${MODULE:-$top/build/ngx_http_dynamo_rl_module.so}
+
 client_pid=
 
 # other daemons a script started (redis-server): stopped by their PIDs
 daemon_pids=
+
+# ---------------------------------------------------------------------
+# knobs
+
+bench_knobs() {
+    # bench_knobs ROUNDS DURATION CONNECTIONS [WARMUP]: the knobs of every
+    # load benchmark, from the environment or these defaults, and the CPUs
+    # of the gateways (GATEWAY_CPU, 0) and of the load client (LOAD_CPU, 1)
+    rounds=${ROUNDS:-$1}
+    duration=${DURATION:-$2}
+    conns=${CONNECTIONS:-$3}
+    warmup=${WARMUP:-${4:-0}}
+    gw_cpu=${GATEWAY_CPU:-0}
+    load_cpu=${LOAD_CPU:-1}
+}
 
 # ---------------------------------------------------------------------
 # processes

@@ -69,8 +69,9 @@ set -eu
 set -o pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
-nginx=${NGX_BIN:-/usr/sbin/nginx}
-module=${MODULE:-$top/build/ngx_http_dynamo_rl_module.so}
+
+. "$top/bench/lib.sh"
+
 modules_dir=${NGX_MODULES:-/usr/lib/nginx/modules}
 python=${PYTHON:-/usr/bin/python3}
 
@@ -79,11 +80,8 @@ if [ -n "${SMOKE:-}" ]; then
     : "${FILL_SECONDS:=1}" "${FILL_TRIES:=1}" "${WARMUP_TRIES:=1}"
 fi
 
-rounds=${ROUNDS:-8}
-duration=${DURATION:-3}
-warmup=${WARMUP:-2}
+bench_knobs 8 3 16 2
 warmup_tries=${WARMUP_TRIES:-6}
-conns=${CONNECTIONS:-16}
 h2=${H2:-1}
 sse_streams=${SSE_STREAMS:-4}
 sse_events=${SSE_EVENTS:-250}
@@ -93,8 +91,6 @@ zone_size=${ZONE:-8m}
 fill_seconds=${FILL_SECONDS:-3}
 fill_tries=${FILL_TRIES:-5}
 profile=${PROFILE:-0}
-gw_cpu=${GATEWAY_CPU:-0}
-load_cpu=${LOAD_CPU:-1}
 out_file=${OUT:-}
 store=${STORE:-0}
 
@@ -103,8 +99,6 @@ chmod 755 "$prefix"
 bench_name=request.sh
 instances="up sse plain module ledgeroff bodyoff lua lualedger fill"
 [ "$store" != 1 ] || instances="$instances store luaredis"
-
-. "$top/bench/lib.sh"
 
 bench_traps
 
@@ -691,27 +685,27 @@ done
 r=$(post "$plain_port" /v1/echo "X-Dynamo-Attempt-Id: plain-$tag")
 [ "$r" = "200||plain-$tag||" ] || die "plain: the echo gave: $r"
 
+sse_through() {
+    # sse_through NAME PORT: a stream of 5 events under attempt id $sid,
+    # which must end with [DONE]
+    curl -s -N -X POST -H 'Content-Type: application/json' \
+        -H "X-Dynamo-Attempt-Id: $sid" -d '{"stream":true}' \
+        "http://127.0.0.1:$2/v1/chat/completions?n=5&ms=2" \
+        > "$prefix/sse.out"
+    grep -q '^data: \[DONE\]' "$prefix/sse.out" \
+        && [ "$(grep -c '"t":' "$prefix/sse.out")" = 5 ] \
+        || die "the SSE route through $1 gave: $(cat "$prefix/sse.out")"
+}
+
 sid=sse-$tag
-curl -s -N -X POST -H 'Content-Type: application/json' \
-    -H "X-Dynamo-Attempt-Id: $sid" -d '{"stream":true}' \
-    "http://127.0.0.1:$module_port/v1/chat/completions?n=5&ms=2" \
-    > "$prefix/sse.out"
-grep -q '^data: \[DONE\]' "$prefix/sse.out" \
-    && [ "$(grep -c '"t":' "$prefix/sse.out")" = 5 ] \
-    || die "the SSE route through module gave: $(cat "$prefix/sse.out")"
+sse_through module "$module_port"
 r=$(curl -s "http://127.0.0.1:$module_api/rl/attempts/$sid")
 case $r in
 *'"state":"succeeded"'*'"stream":true'*) ;;
 *) die "the ledger's record of an SSE attempt: $r" ;;
 esac
 
-curl -s -N -X POST -H 'Content-Type: application/json' \
-    -H "X-Dynamo-Attempt-Id: $sid" -d '{"stream":true}' \
-    "http://127.0.0.1:$lualedger_port/v1/chat/completions?n=5&ms=2" \
-    > "$prefix/sse.out"
-grep -q '^data: \[DONE\]' "$prefix/sse.out" \
-    && [ "$(grep -c '"t":' "$prefix/sse.out")" = 5 ] \
-    || die "the SSE route through lua-ledger gave: $(cat "$prefix/sse.out")"
+sse_through lua-ledger "$lualedger_port"
 r=$(state_of lua-ledger "$sid")
 [ "$r" = succeeded ] || die "lua-ledger's state of an SSE attempt: $r"
 

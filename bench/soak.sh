@@ -59,8 +59,10 @@ set -eu
 set -o pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
-nginx=${NGX_BIN:-/usr/sbin/nginx}
-module=${MODULE:-$top/build/ngx_http_dynamo_rl_module.so}
+
+# $nginx and $module; soak.sh has its own cleanup and ports
+. "$top/bench/lib.sh"
+
 seconds=${SOAK_SECONDS:-600}
 report=${SOAK_REPORT:-$top/build/soak-report.md}
 

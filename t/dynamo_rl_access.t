@@ -18,22 +18,16 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ rl_conf time_limit /;
+use Test::DynamoRL::Fixture qw/ rl_test /;
 
 ###############################################################################
 
-time_limit(60);
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(12);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(60, 12, <<'EOF');
 
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%%
-
-    dynamo_rl_zone zone=rl:5m;
+    %%RL_HTTP 5m%%
 
     server {
         listen 127.0.0.1:8080;
@@ -64,8 +58,7 @@ http {
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 ###############################################################################
 

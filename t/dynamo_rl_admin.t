@@ -46,8 +46,7 @@ my $DELAY = Test::DynamoRL::scale(300);
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(291);
 
 $t->write_file_expand('nginx.conf', nginx_conf(1));
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 ###############################################################################
 
@@ -276,38 +275,27 @@ $r = admin("$W/0/engine/flush_cache");
 is(join(' ', $r->{status}, map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
 	'200 1 /engine/flush_cache', 'fleet: instance id 0');
 
-deny('unknown id', "$W/100/engine/liveness_probe", 404, 'unknown_worker');
-deny('string id', "$W/106/engine/liveness_probe", 404, 'unknown_worker');
-deny('negative id', "$W/112/engine/liveness_probe", 404, 'unknown_worker');
-deny('duplicate id', "$W/103/engine/liveness_probe", 409,
-	'ambiguous_worker');
-deny('routes not an array', "$W/104/engine/liveness_probe", 503,
-	'worker_invalid');
-deny('component missing', "$W/105/engine/liveness_probe", 503,
-	'worker_invalid');
-deny('empty route entry', "$W/111/engine/liveness_probe", 503,
-	'worker_invalid');
-deny('worker error', "$W/107/engine/liveness_probe", 503, 'worker_error');
-deny('no system_url', "$W/108/engine/liveness_probe", 503, 'no_system_url');
-deny('system_url userinfo', "$W/109/engine/liveness_probe", 503,
-	'no_system_url');
-deny('system_url path', "$W/110/engine/liveness_probe", 503,
-	'no_system_url');
+deny(@$_) for (
+	[ 'unknown id', "$W/100/engine/liveness_probe", 404, 'unknown_worker' ],
+	[ 'string id', "$W/106/engine/liveness_probe", 404, 'unknown_worker' ],
+	[ 'negative id', "$W/112/engine/liveness_probe", 404, 'unknown_worker' ],
+	[ 'duplicate id', "$W/103/engine/liveness_probe", 409, 'ambiguous_worker' ],
+	[ 'routes not an array', "$W/104/engine/liveness_probe", 503, 'worker_invalid' ],
+	[ 'component missing', "$W/105/engine/liveness_probe", 503, 'worker_invalid' ],
+	[ 'empty route entry', "$W/111/engine/liveness_probe", 503, 'worker_invalid' ],
+	[ 'worker error', "$W/107/engine/liveness_probe", 503, 'worker_error' ],
+	[ 'no system_url', "$W/108/engine/liveness_probe", 503, 'no_system_url' ],
+	[ 'system_url userinfo', "$W/109/engine/liveness_probe", 503, 'no_system_url' ],
+	[ 'system_url path', "$W/110/engine/liveness_probe", 503, 'no_system_url' ],
 
-deny('callable, not advertised', "$W/101/engine/control/sleep", 403,
-	'route_not_advertised');
-deny('another worker\'s route', "$W/101/engine/get_weight_version", 403,
-	'route_not_advertised');
-deny('prefix of a route', "$W/101/engine/liveness", 403,
-	'route_not_advertised');
-deny('extension of a route', "$W/101/engine/liveness_probe2", 403,
-	'route_not_advertised');
-deny('route below a route', "$W/101/engine/liveness_probe/x", 403,
-	'route_not_advertised');
-deny('case of a route', "$W/101/engine/Liveness_probe", 403,
-	'route_not_advertised');
-deny('dynamo_rl_admin_routes', "$W/101/engine/liveness_probe", 403,
-	'route_not_advertised', port => 8084);
+	[ 'callable, not advertised', "$W/101/engine/control/sleep", 403, 'route_not_advertised' ],
+	[ 'another worker\'s route', "$W/101/engine/get_weight_version", 403, 'route_not_advertised' ],
+	[ 'prefix of a route', "$W/101/engine/liveness", 403, 'route_not_advertised' ],
+	[ 'extension of a route', "$W/101/engine/liveness_probe2", 403, 'route_not_advertised' ],
+	[ 'route below a route', "$W/101/engine/liveness_probe/x", 403, 'route_not_advertised' ],
+	[ 'case of a route', "$W/101/engine/Liveness_probe", 403, 'route_not_advertised' ],
+	[ 'dynamo_rl_admin_routes', "$W/101/engine/liveness_probe", 403, 'route_not_advertised', port => 8084 ],
+);
 
 $r = admin("$W/101/engine/flush_cache", port => 8084);
 is(join(' ', $r->{status}, map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
@@ -721,13 +709,9 @@ sub nginx_conf {
 %%RL_MAIN workers=$workers%%
 
 http {
-    %%TEST_GLOBALS_HTTP%%
+    %%RL_HTTP 5m%%
 
-    dynamo_rl_zone zone=rl:5m;
-
-    %%RL_LOG_FORMAT rl t status port pid plane deny system_url engine_path instance_id route generation uri%%
-
-    access_log %%TESTDIR%%/rl.log rl;
+    %%RL_ACCESS_LOG t status port pid plane deny system_url engine_path instance_id route generation uri%%
 
     %%RL_LISTENER%%
 
@@ -738,23 +722,14 @@ http {
     server {
         %%RL_LISTEN 8080%%
 
-        %%RL_DISCOVERY_PLANE%%
+        %%RL_CONTROL_PLANES valid=0%%
 
-        %%RL_ADMIN_PLANE valid=0%%
-
-        location / {
-            default_type application/json;
-            return 404 '{"error":"not_found","message":"no such endpoint"}';
-        }
+        %%RL_NOT_FOUND error%%
     }
 
     # valid=30s
 
-    server {
-        %%RL_LISTEN 8083%%
-
-        %%RL_ADMIN_PLANE valid=30s%%
-    }
+    %%RL_ADMIN_SERVER 8083 valid=30s%%
 
     # a static allowlist on top of what workers advertise
 
@@ -779,29 +754,14 @@ http {
 
     # valid=1s (scaled): single flight and failed refreshes
 
-    server {
-        %%RL_LISTEN 8085%%
-
-        %%RL_ADMIN_PLANE valid=${VALID}s%%
-    }
+    %%RL_ADMIN_SERVER 8085 valid=${VALID}s%%
 
     # the listener is down: nothing listens on 8099
 
     server {
         %%RL_LISTEN 8086%%
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_down valid=0;
-
-            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_down {
-            internal;
-            proxy_pass http://127.0.0.1:8099/v1/rl/workers;
-        }
+        %%RL_ADMIN_DOWN%%
     }
 
     # valid=1s (scaled), spread over the worker processes

@@ -20,20 +20,16 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ record_with rl_conf time_limit /;
+use Test::DynamoRL::Fixture qw/ output record_with rl_test /;
 
 ###############################################################################
 
-time_limit(300);
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy http_v2/)->plan(133);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(300, 133, <<'EOF', has => [qw/ http proxy http_v2 /]);
 
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     %%RL_FRONTEND 8%%
 
@@ -50,9 +46,7 @@ http {
             dynamo_rl_plane request;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
+            %%RL_PROXY_KEEPALIVE unbuffered%%
         }
 
         location /v1/chat/ {
@@ -60,8 +54,7 @@ http {
             dynamo_rl_metadata_upload off;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            %%RL_PROXY_KEEPALIVE%%
         }
     }
 
@@ -75,8 +68,7 @@ http {
             dynamo_rl_body_policy off;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            %%RL_PROXY_KEEPALIVE%%
         }
 
         location ~ ^/(generate|v1/none)$ {
@@ -90,8 +82,7 @@ http {
             dynamo_rl_strip_routing_headers off;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            %%RL_PROXY_KEEPALIVE%%
         }
     }
 
@@ -102,23 +93,17 @@ http {
             dynamo_rl_plane request;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            %%RL_PROXY_KEEPALIVE%%
             proxy_request_buffering off;
         }
     }
 
-    server {
-        %%RL_LISTEN 8086%%
-
-        %%RL_APIS attempts%%
-    }
+    %%RL_API_SERVER 8086 attempts%%
 }
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 my $JSON = JSON::PP->new->canonical;
 
@@ -507,14 +492,16 @@ sub curl_h2 {
 	return system('curl --version 2>/dev/null | grep -q HTTP2') == 0
 		unless defined $uri;
 
-	my $dir = $t->testdir();
-	open my $fh, '>', "$dir/h2.body" or die "$!\n";
-	print $fh $body;
-	close $fh;
+	$t->write_file('h2.body', $body);
 
-	my $head = `curl -sS --http2-prior-knowledge -o /dev/null -D - \\
-		-H 'content-type: application/json' -H 'x-dynamo-attempt-id: $id' \\
-		--data-binary \@$dir/h2.body http://127.0.0.1:@{[ port(8085) ]}$uri`;
+	# the response head only (-D -), the body to /dev/null
+
+	my $head = output('curl', '-sS', '--http2-prior-knowledge',
+		'-o', '/dev/null', '-D', '-',
+		'-H', 'content-type: application/json',
+		'-H', "x-dynamo-attempt-id: $id",
+		'--data-binary', '@' . $t->testdir() . '/h2.body',
+		'http://127.0.0.1:' . port(8085) . $uri);
 
 	my ($status) = $head =~ m{^HTTP/2 (\d{3})}m;
 

@@ -72,7 +72,7 @@ $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
+    %%RL_HTTP 5m%%
 
     log_format rl '$uri $status $dynamo_rl_deny_reason';
     access_log %%TESTDIR%%/rl.log rl;
@@ -168,10 +168,7 @@ http {
             proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
         }
 
-        location = /_d/down {
-            internal;
-            proxy_pass http://127.0.0.1:8079/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_SOURCE /_d/down http://127.0.0.1:8079/v1/rl/workers%%
 
         location = /_d/named {
             internal;
@@ -179,15 +176,9 @@ http {
             proxy_pass http://127.0.0.1:8079/v1/rl/workers;
         }
 
-        location = /_d/accel {
-            internal;
-            proxy_pass http://127.0.0.1:8071/accel;
-        }
+        %%RL_DISCOVERY_SOURCE /_d/accel http://127.0.0.1:8071/accel%%
 
-        location = /_d/acceldoc {
-            internal;
-            proxy_pass http://127.0.0.1:8071/acceldoc;
-        }
+        %%RL_DISCOVERY_SOURCE /_d/acceldoc http://127.0.0.1:8071/acceldoc%%
 
         location = /_d/l500 {
             internal;
@@ -196,15 +187,9 @@ http {
             proxy_pass http://127.0.0.1:8071/500;
         }
 
-        location = /_d/l500plain {
-            internal;
-            proxy_pass http://127.0.0.1:8071/500;
-        }
+        %%RL_DISCOVERY_SOURCE /_d/l500plain http://127.0.0.1:8071/500%%
 
-        location = /_d/short {
-            internal;
-            proxy_pass http://127.0.0.1:8071/short;
-        }
+        %%RL_DISCOVERY_SOURCE /_d/short http://127.0.0.1:8071/short%%
 
         location = /_d/stall {
             internal;
@@ -212,15 +197,9 @@ http {
             proxy_pass http://127.0.0.1:8071/stall;
         }
 
-        location = /_d/upgrade {
-            internal;
-            proxy_pass http://127.0.0.1:8071/upgrade;
-        }
+        %%RL_DISCOVERY_SOURCE /_d/upgrade http://127.0.0.1:8071/upgrade%%
 
-        location = /_d/ok {
-            internal;
-            proxy_pass http://127.0.0.1:8071/ok;
-        }
+        %%RL_DISCOVERY_SOURCE /_d/ok http://127.0.0.1:8071/ok%%
 
         # the discovery plane
 

@@ -67,7 +67,7 @@ $t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
+    %%RL_HTTP 5m%%
 
     dynamo_rl_discovery /_rl_discovery valid=100s;
 

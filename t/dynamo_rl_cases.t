@@ -1727,17 +1727,13 @@ events {
 }
 
 http {
-    %%TEST_GLOBALS_HTTP%%
-
-    dynamo_rl_zone zone=rl:$zone;
+    %%RL_HTTP $zone%%
 $extra
     %%RL_LOG_FORMAT cases case status port pid plane deny outcome attempt system_url engine_path generation uri msec%%
 
     access_log %%TESTDIR%%/cases.log cases;
 
-    %%RL_FRONTEND 8%%
-
-    %%RL_LISTENER%%
+    %%RL_UPSTREAMS 8%%
 
     upstream chaos_front {
         server 127.0.0.1:8070;
@@ -1792,10 +1788,7 @@ $extra
             return 200 "SECRET";
         }
 
-        location / {
-            default_type application/json;
-            return 404 '{"error":"not_found","message":"no such endpoint"}';
-        }
+        %%RL_NOT_FOUND error%%
     }
 
     # the chaos daemon as the frontend, next to an admin plane
@@ -1811,13 +1804,7 @@ $extra
             proxy_read_timeout 5s;
         }
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=0;
-
-            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
+        %%RL_ADMIN_LOCATION /_rl_discovery valid=0%%
 
         %%RL_DISCOVERY_FETCH rl_listener%%
 
@@ -1836,18 +1823,7 @@ $extra
             proxy_pass http://127.0.0.1:8099;
         }
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_down valid=0;
-
-            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
-
-        location = /_rl_down {
-            internal;
-            proxy_pass http://127.0.0.1:8099/v1/rl/workers;
-        }
+        %%RL_ADMIN_DOWN%%
     }
 
     # the fast listener, kept alive: swaps and many refreshes (D12, D14)
@@ -1865,13 +1841,7 @@ $extra
             proxy_pass http://fast_listener;
         }
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_fast valid=0;
-
-            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
+        %%RL_ADMIN_LOCATION /_rl_fast valid=0%%
 
         location = /_rl_fast {
             internal;
@@ -1888,13 +1858,7 @@ $extra
 
         client_header_timeout 2s;
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery $source valid=60s;
-
-            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
+        %%RL_ADMIN_LOCATION $source valid=60s%%
 
         %%RL_DISCOVERY_FETCH rl_listener%%
 
@@ -2376,9 +2340,7 @@ sub small_zone_conf {
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%%
-
-    dynamo_rl_zone zone=rl:96k;
+    %%RL_HTTP 96k%%
 
     %%RL_PROXY_KEEPALIVE%%
 
@@ -2391,13 +2353,7 @@ http {
             proxy_pass http://127.0.0.1:8082;
         }
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=0 max_size=16k;
-
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
+        %%RL_ADMIN_LOCATION /_rl_discovery valid=0 max_size=16k%%
 
         %%RL_DISCOVERY_FETCH%%
     }

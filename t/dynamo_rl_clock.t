@@ -32,31 +32,17 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call clock_is faketime iso_ms json raw rl_conf
-	set_clock time_limit /;
+use Test::DynamoRL::Fixture qw/ call clock_is faketime iso_ms json raw
+	rl_test set_clock /;
 
 ###############################################################################
 
-time_limit(Test::DynamoRL::scale(120));
+my $t = rl_test(Test::DynamoRL::scale(120), 24, <<'EOF');
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(24);
-
-# nginx's wall clock only; nginx passes the FAKETIME_* variables to its
-# worker processes through "env"
-
-faketime($t);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
-
-%%TEST_GLOBALS%%
-
-%%RL_FAKETIME%%
-
-events {
-}
+%%RL_MAIN faketime%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     %%RL_FRONTEND%%
     %%RL_PROXY_KEEPALIVE unbuffered%%
@@ -82,17 +68,17 @@ http {
         }
     }
 
-    server {
-        %%RL_LISTEN 8083%%
-
-        %%RL_APIS attempts gate status%%
-    }
+    %%RL_API_SERVER 8083 attempts gate status%%
 }
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+# nginx's wall clock only; nginx passes the FAKETIME_* variables to its
+# worker processes through "env"
+
+faketime($t);
+
+$t->run_fake_dynamo()->run();
 
 ###############################################################################
 

@@ -285,8 +285,7 @@ $t->write_file('htpasswd', "rl:{PLAIN}secret\n");
 $t->write_file('errors/502.json', qq({"static":"error page"}\n))
 	if mkdir($t->testdir() . '/errors');
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 # every call to worker 0 is answered by a hostile worker
 

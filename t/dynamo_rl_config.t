@@ -55,46 +55,23 @@ unlike($out, qr/\[(?:emerg|alert|warn)\]/, 'valid: no messages');
 
 # dynamo_rl_plane
 
-emerg($t, 'unknown plane', location => 'dynamo_rl_plane foo;',
-	'invalid plane "foo", it must be "request", "discovery" or "admin"');
+emerg($t, @$_) for (
+	[ 'unknown plane', location => 'dynamo_rl_plane foo;', 'invalid plane "foo", it must be "request", "discovery" or "admin"' ],
+	[ 'plane in upper case', location => 'dynamo_rl_plane REQUEST;', 'invalid plane "REQUEST", it must be "request", "discovery" or "admin"' ],
+	[ 'duplicate plane', location => "dynamo_rl_plane request;\n dynamo_rl_plane admin;", '"dynamo_rl_plane" directive is duplicate' ],
+	[ 'plane without a value', location => 'dynamo_rl_plane;', 'invalid number of arguments in "dynamo_rl_plane" directive' ],
+	[ 'plane in server', server => 'dynamo_rl_plane request;', '"dynamo_rl_plane" directive is not allowed here' ],
+	[ 'plane in http', http => 'dynamo_rl_plane request;', '"dynamo_rl_plane" directive is not allowed here' ],
 
-emerg($t, 'plane in upper case', location => 'dynamo_rl_plane REQUEST;',
-	'invalid plane "REQUEST",'
-	. ' it must be "request", "discovery" or "admin"');
+	# dynamo_rl_methods
 
-emerg($t, 'duplicate plane',
-	location => "dynamo_rl_plane request;\n dynamo_rl_plane admin;",
-	'"dynamo_rl_plane" directive is duplicate');
-
-emerg($t, 'plane without a value', location => 'dynamo_rl_plane;',
-	'invalid number of arguments in "dynamo_rl_plane" directive');
-
-emerg($t, 'plane in server', server => 'dynamo_rl_plane request;',
-	'"dynamo_rl_plane" directive is not allowed here');
-
-emerg($t, 'plane in http', http => 'dynamo_rl_plane request;',
-	'"dynamo_rl_plane" directive is not allowed here');
-
-# dynamo_rl_methods
-
-emerg($t, 'bad method', location => 'dynamo_rl_methods GET FOO;',
-	'invalid method "FOO"');
-
-emerg($t, 'method in lower case', location => 'dynamo_rl_methods post;',
-	'invalid method "post"');
-
-emerg($t, 'duplicate method', location => 'dynamo_rl_methods GET POST GET;',
-	'duplicate method "GET"');
-
-emerg($t, 'duplicate dynamo_rl_methods',
-	location => "dynamo_rl_methods GET;\n dynamo_rl_methods POST;",
-	'"dynamo_rl_methods" directive is duplicate');
-
-emerg($t, 'methods without a value', location => 'dynamo_rl_methods;',
-	'invalid number of arguments in "dynamo_rl_methods" directive');
-
-emerg($t, 'methods in server', server => 'dynamo_rl_methods GET;',
-	'"dynamo_rl_methods" directive is not allowed here');
+	[ 'bad method', location => 'dynamo_rl_methods GET FOO;', 'invalid method "FOO"' ],
+	[ 'method in lower case', location => 'dynamo_rl_methods post;', 'invalid method "post"' ],
+	[ 'duplicate method', location => 'dynamo_rl_methods GET POST GET;', 'duplicate method "GET"' ],
+	[ 'duplicate dynamo_rl_methods', location => "dynamo_rl_methods GET;\n dynamo_rl_methods POST;", '"dynamo_rl_methods" directive is duplicate' ],
+	[ 'methods without a value', location => 'dynamo_rl_methods;', 'invalid number of arguments in "dynamo_rl_methods" directive' ],
+	[ 'methods in server', server => 'dynamo_rl_methods GET;', '"dynamo_rl_methods" directive is not allowed here' ],
+);
 
 # dynamo_rl_attempt_header and dynamo_rl_attempt_upstream_header
 
@@ -230,139 +207,66 @@ unlike($out, qr/\[(?:emerg|alert|warn)\]/, 'admin plane: no messages');
 
 # dynamo_rl_zone
 
-emerg($t, 'zone without a name', http => 'dynamo_rl_zone zone=:64k;',
-	'"dynamo_rl_zone" must have "zone" parameter', zone => '');
-
-emerg($t, 'zone without zone=', http => 'dynamo_rl_zone size=64k;',
-	'invalid parameter "size=64k"', zone => '');
-
-emerg($t, 'zone bad size', http => 'dynamo_rl_zone zone=rl:abc;',
-	'invalid zone size "zone=rl:abc"', zone => '');
-
-emerg($t, 'zone without size', http => 'dynamo_rl_zone zone=rl;',
-	'invalid zone size "zone=rl"', zone => '');
-
-emerg($t, 'zone too small', http => 'dynamo_rl_zone zone=rl:16k;',
-	'zone "zone=rl:16k" is too small', zone => '');
-
-emerg($t, 'zone one byte too small', http => 'dynamo_rl_zone zone=rl:32767;',
-	'zone "zone=rl:32767" is too small', zone => '');
+emerg($t, @$_) for (
+	[ 'zone without a name', http => 'dynamo_rl_zone zone=:64k;', '"dynamo_rl_zone" must have "zone" parameter', zone => '' ],
+	[ 'zone without zone=', http => 'dynamo_rl_zone size=64k;', 'invalid parameter "size=64k"', zone => '' ],
+	[ 'zone bad size', http => 'dynamo_rl_zone zone=rl:abc;', 'invalid zone size "zone=rl:abc"', zone => '' ],
+	[ 'zone without size', http => 'dynamo_rl_zone zone=rl;', 'invalid zone size "zone=rl"', zone => '' ],
+	[ 'zone too small', http => 'dynamo_rl_zone zone=rl:16k;', 'zone "zone=rl:16k" is too small', zone => '' ],
+	[ 'zone one byte too small', http => 'dynamo_rl_zone zone=rl:32767;', 'zone "zone=rl:32767" is too small', zone => '' ],
+);
 
 ($code, $out) = $t->nginx_t(config(zone => 'dynamo_rl_zone zone=rl:32k;',
 	location => 'dynamo_rl_plane request;'));
 
 is($code, 0, 'zone of 8 pages: accepted') or diag($out);
 
-emerg($t, 'zone duplicate', http => 'dynamo_rl_zone zone=rl2:64k;',
-	'"dynamo_rl_zone" directive is duplicate');
+emerg($t, @$_) for (
+	[ 'zone duplicate', http => 'dynamo_rl_zone zone=rl2:64k;', '"dynamo_rl_zone" directive is duplicate' ],
+	[ 'zone unknown parameter', http => 'dynamo_rl_zone zone=rl:64k foo;', 'invalid parameter "foo"', zone => '' ],
+	[ 'zone without a value', http => 'dynamo_rl_zone;', 'invalid number of arguments in "dynamo_rl_zone" directive', zone => '' ],
+	[ 'zone in server', server => 'dynamo_rl_zone zone=rl2:64k;', '"dynamo_rl_zone" directive is not allowed here' ],
+	[ 'zone name of another module', http => "limit_req_zone \$binary_remote_addr zone=rl:64k rate=1r/s;\n dynamo_rl_zone zone=rl:64k;", 'the shared memory zone "rl" is already declared for a different use', zone => '' ],
 
-emerg($t, 'zone unknown parameter', http => 'dynamo_rl_zone zone=rl:64k foo;',
-	'invalid parameter "foo"', zone => '');
+	# dynamo_rl_discovery
 
-emerg($t, 'zone without a value', http => 'dynamo_rl_zone;',
-	'invalid number of arguments in "dynamo_rl_zone" directive',
-	zone => '');
+	[ 'discovery bad uri', location => 'dynamo_rl_discovery foo;', 'invalid discovery location "foo"' ],
+	[ 'discovery empty uri', server => 'dynamo_rl_discovery "";', 'invalid discovery location ""' ],
+	[ 'discovery bad valid', location => 'dynamo_rl_discovery /d valid=abc;', 'invalid "valid" value "valid=abc"' ],
+	[ 'discovery bad max_size', location => 'dynamo_rl_discovery /d max_size=abc;', 'invalid "max_size" value "max_size=abc"' ],
+	[ 'discovery tiny max_size', http => 'dynamo_rl_discovery /d max_size=63;', 'invalid "max_size" value "max_size=63"' ],
+	[ 'discovery unknown parameter', location => 'dynamo_rl_discovery /d foo=1;', 'invalid parameter "foo=1"' ],
+	[ 'discovery duplicate', location => "dynamo_rl_discovery /d;\n dynamo_rl_discovery /e;", '"dynamo_rl_discovery" directive is duplicate' ],
+	[ 'discovery without a value', location => 'dynamo_rl_discovery;', 'invalid number of arguments in "dynamo_rl_discovery" directive' ],
 
-emerg($t, 'zone in server', server => 'dynamo_rl_zone zone=rl2:64k;',
-	'"dynamo_rl_zone" directive is not allowed here');
+	# dynamo_rl_namespace
 
-emerg($t, 'zone name of another module', http => 'limit_req_zone'
-	. ' $binary_remote_addr zone=rl:64k rate=1r/s;'
-	. "\n dynamo_rl_zone zone=rl:64k;",
-	'the shared memory zone "rl" is already declared for a different use',
-	zone => '');
+	[ 'namespace unknown mode', location => 'dynamo_rl_namespace foo;', 'invalid parameter "foo"' ],
+	[ 'namespace exact with a bad second parameter', location => 'dynamo_rl_namespace exact=ns bad;', 'invalid parameter "bad"' ],
+	[ 'namespace empty prefix', server => 'dynamo_rl_namespace prefix=;', 'invalid parameter "prefix="' ],
+	[ 'namespace duplicate', location => "dynamo_rl_namespace any;\n dynamo_rl_namespace env;", '"dynamo_rl_namespace" directive is duplicate' ],
+	[ 'namespace three parameters', http => 'dynamo_rl_namespace exact=a suffix=b c;', 'invalid number of arguments in "dynamo_rl_namespace" directive' ],
 
-# dynamo_rl_discovery
+	# dynamo_rl_admin_routes
 
-emerg($t, 'discovery bad uri', location => 'dynamo_rl_discovery foo;',
-	'invalid discovery location "foo"');
+	[ 'admin routes invalid route', location => 'dynamo_rl_admin_routes ../x;', 'invalid route "../x"' ],
+	[ 'admin routes second route invalid', server => 'dynamo_rl_admin_routes pause_generation a//b;', 'invalid route "a//b"' ],
+	[ 'admin routes duplicate', location => "dynamo_rl_admin_routes a;\n dynamo_rl_admin_routes b;", '"dynamo_rl_admin_routes" directive is duplicate' ],
 
-emerg($t, 'discovery empty uri', server => 'dynamo_rl_discovery "";',
-	'invalid discovery location ""');
+	# dynamo_rl_attempt_ttl, dynamo_rl_ledger, dynamo_rl_attempts_api
 
-emerg($t, 'discovery bad valid', location => 'dynamo_rl_discovery /d'
-	. ' valid=abc;', 'invalid "valid" value "valid=abc"');
+	[ 'attempt ttl bad time', location => 'dynamo_rl_attempt_ttl abc;', '"dynamo_rl_attempt_ttl" directive invalid value' ],
+	[ 'attempt ttl duplicate', http => "dynamo_rl_attempt_ttl 1s;\n dynamo_rl_attempt_ttl 2s;", '"dynamo_rl_attempt_ttl" directive is duplicate' ],
+	[ 'ledger bad flag', location => 'dynamo_rl_ledger yes;', 'invalid value "yes" in "dynamo_rl_ledger" directive, it must be "on" or "off"' ],
+	[ 'attempts api with another handler', extra => "location /rl/ {\n proxy_pass http://127.0.0.1:8081; dynamo_rl_attempts_api; }", '"dynamo_rl_attempts_api" directive is duplicate' ],
+	[ 'attempts api with a parameter', extra => 'location /rl/ { dynamo_rl_attempts_api on; }', 'invalid number of arguments in "dynamo_rl_attempts_api" directive' ],
+	[ 'attempts api in server', server => 'dynamo_rl_attempts_api;', '"dynamo_rl_attempts_api" directive is not allowed here' ],
 
-emerg($t, 'discovery bad max_size', location => 'dynamo_rl_discovery /d'
-	. ' max_size=abc;', 'invalid "max_size" value "max_size=abc"');
+	# dynamo_rl_log_level
 
-emerg($t, 'discovery tiny max_size', http => 'dynamo_rl_discovery /d'
-	. ' max_size=63;', 'invalid "max_size" value "max_size=63"');
-
-emerg($t, 'discovery unknown parameter', location => 'dynamo_rl_discovery'
-	. ' /d foo=1;', 'invalid parameter "foo=1"');
-
-emerg($t, 'discovery duplicate', location => "dynamo_rl_discovery /d;\n"
-	. ' dynamo_rl_discovery /e;',
-	'"dynamo_rl_discovery" directive is duplicate');
-
-emerg($t, 'discovery without a value', location => 'dynamo_rl_discovery;',
-	'invalid number of arguments in "dynamo_rl_discovery" directive');
-
-# dynamo_rl_namespace
-
-emerg($t, 'namespace unknown mode', location => 'dynamo_rl_namespace foo;',
-	'invalid parameter "foo"');
-
-emerg($t, 'namespace exact with a bad second parameter',
-	location => 'dynamo_rl_namespace exact=ns bad;',
-	'invalid parameter "bad"');
-
-emerg($t, 'namespace empty prefix', server => 'dynamo_rl_namespace prefix=;',
-	'invalid parameter "prefix="');
-
-emerg($t, 'namespace duplicate', location => "dynamo_rl_namespace any;\n"
-	. ' dynamo_rl_namespace env;',
-	'"dynamo_rl_namespace" directive is duplicate');
-
-emerg($t, 'namespace three parameters',
-	http => 'dynamo_rl_namespace exact=a suffix=b c;',
-	'invalid number of arguments in "dynamo_rl_namespace" directive');
-
-# dynamo_rl_admin_routes
-
-emerg($t, 'admin routes invalid route',
-	location => 'dynamo_rl_admin_routes ../x;', 'invalid route "../x"');
-
-emerg($t, 'admin routes second route invalid',
-	server => 'dynamo_rl_admin_routes pause_generation a//b;',
-	'invalid route "a//b"');
-
-emerg($t, 'admin routes duplicate', location => "dynamo_rl_admin_routes a;\n"
-	. ' dynamo_rl_admin_routes b;',
-	'"dynamo_rl_admin_routes" directive is duplicate');
-
-# dynamo_rl_attempt_ttl, dynamo_rl_ledger, dynamo_rl_attempts_api
-
-emerg($t, 'attempt ttl bad time', location => 'dynamo_rl_attempt_ttl abc;',
-	'"dynamo_rl_attempt_ttl" directive invalid value');
-
-emerg($t, 'attempt ttl duplicate', http => "dynamo_rl_attempt_ttl 1s;\n"
-	. ' dynamo_rl_attempt_ttl 2s;',
-	'"dynamo_rl_attempt_ttl" directive is duplicate');
-
-emerg($t, 'ledger bad flag', location => 'dynamo_rl_ledger yes;',
-	'invalid value "yes" in "dynamo_rl_ledger" directive,'
-	. ' it must be "on" or "off"');
-
-emerg($t, 'attempts api with another handler', extra => 'location /rl/ {'
-	. "\n proxy_pass http://127.0.0.1:8081; dynamo_rl_attempts_api; }",
-	'"dynamo_rl_attempts_api" directive is duplicate');
-
-emerg($t, 'attempts api with a parameter',
-	extra => 'location /rl/ { dynamo_rl_attempts_api on; }',
-	'invalid number of arguments in "dynamo_rl_attempts_api" directive');
-
-emerg($t, 'attempts api in server', server => 'dynamo_rl_attempts_api;',
-	'"dynamo_rl_attempts_api" directive is not allowed here');
-
-# dynamo_rl_log_level
-
-emerg($t, 'log level bad value', location => 'dynamo_rl_log_level foo;',
-	'invalid value "foo"');
-
-emerg($t, 'log level crit', http => 'dynamo_rl_log_level crit;',
-	'invalid value "crit"');
+	[ 'log level bad value', location => 'dynamo_rl_log_level foo;', 'invalid value "foo"' ],
+	[ 'log level crit', http => 'dynamo_rl_log_level crit;', 'invalid value "crit"' ],
+);
 
 ($code, $out) = $t->nginx_t(config(
 	location => 'dynamo_rl_plane request; dynamo_rl_log_level info;'

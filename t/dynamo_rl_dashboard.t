@@ -37,11 +37,9 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call raw read_until rl_conf slurp time_limit /;
+use Test::DynamoRL::Fixture qw/ call raw read_until rl_test slurp /;
 
 ###############################################################################
-
-time_limit(Test::DynamoRL::scale(300));
 
 my ($CHROMIUM) = grep { -x } map { "$_/chromium" }
 	split /:/, $ENV{PATH} // '/usr/bin';
@@ -49,37 +47,26 @@ my ($CHROMIUM) = grep { -x } map { "$_/chromium" }
 die "chromium is missing: install Debian's chromium (make test-deps)\n"
 	unless defined $CHROMIUM;
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(32);
-
-my $DIR = $t->testdir();
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(Test::DynamoRL::scale(300), 32, <<'EOF');
 
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     %%RL_FRONTEND 4%%
     %%RL_PROXY_KEEPALIVE unbuffered%%
 
-    server {
-        %%RL_LISTEN 8080%%
+    %%RL_REQUEST_SERVER 8080%%
 
-        %%RL_REQUEST_PLANE%%
-    }
-
-    server {
-        %%RL_LISTEN 8070%%
-
-        %%RL_APIS gate status%%
-    }
+    %%RL_API_SERVER 8070 gate status%%
 }
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+my $DIR = $t->testdir();
+
+$t->run_fake_dynamo()->run();
 
 my $BODY = '{"model":"m","prompt":"hello there"}';
 my $CHAT = '{"messages":[{"role":"user","content":"hi"}],"stream":true}';

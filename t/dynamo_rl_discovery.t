@@ -41,10 +41,20 @@ delete @ENV{qw/ DYN_NAMESPACE DYN_NAMESPACE_PREFIX
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(213);
 
+# the namespace scopes of nginx.conf, by port
+
+my @SCOPES = (
+	[ 8085, 'prefix=prod-rl' ],
+	[ 8086, 'exact=ns suffix=abc' ],
+	[ 8087, 'prefix=ns-' ],
+	[ 8088, 'prefix=ns' ],
+	[ 8089, 'env' ],
+	[ 8094, 'prefix=dynamo' ],
+);
+
 $t->write_file_expand('nginx.conf', nginx_conf());
 $t->write_file('scoped.conf', scoped_conf());
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 ###############################################################################
 
@@ -541,18 +551,14 @@ alarm(0);
 ###############################################################################
 
 sub nginx_conf {
-	return rl_conf(<<'EOF');
+	return rl_conf(<<"EOF");
 
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%%
+    %%RL_HTTP 5m%%
 
-    dynamo_rl_zone zone=rl:5m;
-
-    %%RL_LOG_FORMAT rl t status port plane deny uri%%
-
-    access_log %%TESTDIR%%/rl.log rl;
+    %%RL_ACCESS_LOG t status port plane deny uri%%
 
     %%RL_LISTENER%%
 
@@ -567,23 +573,14 @@ http {
         gzip_types application/json;
         gzip_min_length 1;
 
-        %%RL_DISCOVERY_PLANE%%
+        %%RL_CONTROL_PLANES valid=0%%
 
-        %%RL_ADMIN_PLANE valid=0%%
-
-        location / {
-            default_type application/json;
-            return 404 '{"error":"not_found","message":"no such endpoint"}';
-        }
+        %%RL_NOT_FOUND error%%
     }
 
     # admin only, valid=60s
 
-    server {
-        %%RL_LISTEN 8083%%
-
-        %%RL_ADMIN_PLANE valid=60s%%
-    }
+    %%RL_ADMIN_SERVER 8083 valid=60s%%
 
     # max_size=1k, for both planes
 
@@ -595,60 +592,9 @@ http {
         include scoped.conf;
     }
 
-    server {
-        %%RL_LISTEN 8085%%
+    # a server for each namespace scope (scoped_server below)
 
-        dynamo_rl_namespace prefix=prod-rl;
-        dynamo_rl_discovery /_rl_discovery valid=0;
-
-        include scoped.conf;
-    }
-
-    server {
-        %%RL_LISTEN 8086%%
-
-        dynamo_rl_namespace exact=ns suffix=abc;
-        dynamo_rl_discovery /_rl_discovery valid=0;
-
-        include scoped.conf;
-    }
-
-    server {
-        %%RL_LISTEN 8087%%
-
-        dynamo_rl_namespace prefix=ns-;
-        dynamo_rl_discovery /_rl_discovery valid=0;
-
-        include scoped.conf;
-    }
-
-    server {
-        %%RL_LISTEN 8088%%
-
-        dynamo_rl_namespace prefix=ns;
-        dynamo_rl_discovery /_rl_discovery valid=0;
-
-        include scoped.conf;
-    }
-
-    server {
-        %%RL_LISTEN 8089%%
-
-        dynamo_rl_namespace env;
-        dynamo_rl_discovery /_rl_discovery valid=0;
-
-        include scoped.conf;
-    }
-
-    server {
-        %%RL_LISTEN 8094%%
-
-        dynamo_rl_namespace prefix=dynamo;
-        dynamo_rl_discovery /_rl_discovery valid=0;
-
-        include scoped.conf;
-    }
-
+@{[ join '', map { scoped_server(@$_) } @SCOPES ]}
     # the internal location with nginx's default buffers
 
     server {
@@ -656,13 +602,7 @@ http {
 
         %%RL_DISCOVERY_PLANE%%
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=0;
-
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
+        %%RL_ADMIN_LOCATION /_rl_discovery valid=0%%
 
         %%RL_DISCOVERY_FETCH rl_listener%%
     }
@@ -676,13 +616,7 @@ http {
 
         %%RL_DISCOVERY_PLANE%%
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_slow valid=0;
-
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
+        %%RL_ADMIN_LOCATION /_rl_slow valid=0%%
 
         location = /_rl_slow {
             internal;
@@ -691,6 +625,25 @@ http {
         }
     }
 }
+
+EOF
+}
+
+# a server on $port scoped to the namespaces of $scope, with the planes
+# of scoped.conf
+
+sub scoped_server {
+	my ($port, $scope) = @_;
+
+	return <<"EOF";
+    server {
+        %%RL_LISTEN $port%%
+
+        dynamo_rl_namespace $scope;
+        dynamo_rl_discovery /_rl_discovery valid=0;
+
+        include scoped.conf;
+    }
 
 EOF
 }

@@ -32,7 +32,7 @@ use POSIX qw/ WNOHANG /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ time_limit /;
+use Test::DynamoRL::Fixture qw/ example_conf time_limit /;
 
 ###############################################################################
 
@@ -43,8 +43,7 @@ my $REPO = abs_path(dirname(__FILE__) . '/..');
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(76);
 
 $t->write_file('nginx.conf', example());
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 my $ROLLOUT = '127.0.0.1:' . port(8080);
 my $TRUSTED = '127.0.0.1:' . port(8090);
@@ -379,20 +378,9 @@ END {
 # the example as util/run-gateway fills it in, its listeners on free ports
 
 sub example {
-	my $d = $t->testdir();
+	my $conf = example_conf($t, 'dynamo-rl.conf');
 
-	my $dir = $ENV{TEST_NGINX_MODULES} // "$REPO/build";
-	my $so = (abs_path($dir) // $dir) . '/ngx_http_dynamo_rl_module.so';
-
-	open my $fh, '<', "$REPO/examples/dynamo-rl.conf"
-		or die "examples/dynamo-rl.conf: $!\n";
-	my $conf = do { local $/; <$fh> };
-	close $fh;
-
-	$conf =~ s/\@MODULE\@/$so/g;
-	$conf =~ s/\@PREFIX\@/$d/g;
 	$conf =~ s/\@FRONTEND\@/'127.0.0.1:' . port(8081)/ge;
-	$conf =~ s/\@RL_LISTENER\@/'127.0.0.1:' . port(8082)/ge;
 	$conf =~ s/127\.0\.0\.1:8080\b/'127.0.0.1:' . port(8080)/ge;
 	$conf =~ s/127\.0\.0\.1:9090\b/'127.0.0.1:' . port(8090)/ge;
 

@@ -20,22 +20,16 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ hold rl_conf time_limit /;
+use Test::DynamoRL::Fixture qw/ hold rl_test /;
 
 ###############################################################################
 
-time_limit(120);
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(14);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(120, 14, <<'EOF');
 
 %%RL_MAIN workers=2%%
 
 http {
-    %%TEST_GLOBALS_HTTP%%
-
-    dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     server {
         # one listening socket per worker process: the kernel spreads
@@ -61,8 +55,7 @@ http {
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 # the killed worker process is expected in the error log
 

@@ -26,22 +26,18 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ api call flat forwarded frontend_records
-	is_false is_true iso_ms metrics raw read_until resp rl_conf start
-	time_limit /;
+use Test::DynamoRL::Fixture qw/ api call flat forwarded
+	frontend_records is_false is_true iso_ms metrics raw read_until resp
+	rl_test start /;
 
 ###############################################################################
 
-time_limit(300);
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(255);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(300, 255, <<'EOF');
 
 %%RL_MAIN workers=2 connections=1024%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     %%RL_LOG_FORMAT rl attempt deny outcome status pid port uri%%
 
@@ -66,9 +62,7 @@ http {
             proxy_pass http://127.0.0.1:8072/v1/;
         }
 
-        location / {
-            return 404;
-        }
+        %%RL_NOT_FOUND%%
     }
 
     # trusted network
@@ -84,8 +78,7 @@ http {
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 my $ACCESS_LOG = $t->testdir() . '/rl.log';
 

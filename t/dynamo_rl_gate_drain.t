@@ -20,22 +20,16 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ hold rl_conf time_limit /;
+use Test::DynamoRL::Fixture qw/ hold rl_test /;
 
 ###############################################################################
 
-time_limit(90);
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(15);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(90, 15, <<'EOF');
 
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%%
-
-    dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     server {
         listen 127.0.0.1:8080;
@@ -51,8 +45,7 @@ http {
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 # the killed worker process below is expected in the error log
 

@@ -27,12 +27,12 @@ use File::Basename qw/ dirname /;
 use IO::Select;
 use IO::Socket::INET;
 use JSON::PP;
-use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ frontend_records record_with rl_conf slurp /;
+use Test::DynamoRL::Fixture qw/ attempt_record fail_without
+	frontend_records record_with rl_conf run_timed slurp /;
 
 ###############################################################################
 
@@ -48,21 +48,14 @@ my $REPO = abs_path(dirname(__FILE__) . '/..');
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy http_v2/);
 
-if (my $problem = tools()) {
-	plan(tests => 1);
-	fail('curl with HTTP/2 and h2load available');
-	diag($problem);
-	exit 1;
-}
+fail_without('curl with HTTP/2 and h2load available', tools());
 
-$t->plan(97);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+$t->plan(97)->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:4m;
+    %%RL_HTTP 4m%%
 
     %%RL_LOG_FORMAT rl attempt outcome status proto%%
 
@@ -81,17 +74,12 @@ http {
 
     # trusted: attempts API and metrics, over HTTP/1.1
 
-    server {
-        %%RL_LISTEN 8070%%
-
-        %%RL_APIS attempts metrics%%
-    }
+    %%RL_API_SERVER 8070 attempts metrics%%
 }
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 my $DIR = $t->testdir();
 my $BASE = 'http://127.0.0.1:' . port(8080);
@@ -427,37 +415,7 @@ sub run_cmd {
 
 	my $out = ($t->testdir() // '/tmp') . "/cmd.$$.out";
 
-	my $pid = fork() // return ("cannot fork: $!", '');
-
-	if ($pid == 0) {
-		setpgrp(0, 0);
-		open STDIN, '<', '/dev/null';
-		open STDOUT, '>', $out;
-		open STDERR, '>&', \*STDOUT;
-		{ exec @$cmd; }
-		print STDERR "cannot exec $cmd->[0]: $!\n";
-		POSIX::_exit(127);
-	}
-
-	push @KIDS, $pid;
-
-	my $done = Test::DynamoRL::wait_for(sub {
-		waitpid($pid, WNOHANG) == $pid
-	}, $seconds, 0.02);
-
-	@KIDS = grep { $_ != $pid } @KIDS;
-
-	my $st;
-
-	if ($done) {
-		$st = $? >> 8;
-
-	} else {
-		kill 'KILL', -$pid;
-		kill 'KILL', $pid;
-		waitpid($pid, 0);
-		$st = "timed out after $seconds s";
-	}
+	my $st = run_timed($cmd, $out, $seconds, kids => \@KIDS, poll => 0.02);
 
 	my $text = slurp($out) // '';
 	unlink $out;
@@ -568,13 +526,7 @@ sub wait_closed {
 }
 
 sub api {
-	my ($id) = @_;
-
-	my $r = http_json("/rl/attempts/$id",
-		PeerAddr => '127.0.0.1:' . port(8070)) // {};
-
-	return $r->{status} && $r->{status} == 200 ? $r->{json}
-		: { http => $r->{status} };
+	return attempt_record(@_);
 }
 
 sub wait_state {

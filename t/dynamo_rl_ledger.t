@@ -28,22 +28,18 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ api call flat forwarded frontend_records
-	frontend_requests is_false is_true iso_ms json raw read_until rl_conf
-	start time_limit /;
+use Test::DynamoRL::Fixture qw/ api call flat forwarded
+	frontend_records frontend_requests is_false is_true iso_ms json raw
+	read_until rl_conf rl_test start /;
 
 ###############################################################################
 
-time_limit(300);
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(357);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(300, 357, <<'EOF');
 
 %%RL_MAIN workers=2 connections=1024%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     %%RL_LOG_FORMAT rl attempt outcome deny status body_bytes pid uri%%
 
@@ -56,9 +52,7 @@ http {
 
         access_log %%TESTDIR%%/rl.log rl;
 
-        proxy_http_version 1.1;
-        proxy_set_header Connection "";
-        proxy_buffering off;
+        %%RL_PROXY_KEEPALIVE unbuffered%%
 
         %%RL_REQUEST_PLANE%%
 
@@ -101,9 +95,7 @@ http {
             proxy_pass http://127.0.0.1:8072/v1/;
         }
 
-        location / {
-            return 404;
-        }
+        %%RL_NOT_FOUND%%
     }
 
     # one listening socket per worker process: the kernel spreads the
@@ -119,17 +111,12 @@ http {
 
     # trusted network
 
-    server {
-        %%RL_LISTEN 8070%%
-
-        %%RL_APIS attempts%%
-    }
+    %%RL_API_SERVER 8070 attempts%%
 }
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 # helpers read the fake's records through this path, not through $t: a
 # named sub that closed over $t would keep it alive past the END checks
@@ -660,7 +647,7 @@ $m->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 %%RL_MAIN connections=2048%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:48k;
+    %%RL_HTTP 48k%%
 
     %%RL_FRONTEND 4%%
 

@@ -28,29 +28,22 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call deny_reasons duration_buckets parse_labels
-	plane_reasons promtool promtool_check raw read_until resp rl_conf samples
-	time_limit /;
+use Test::DynamoRL::Fixture qw/ call deny_reasons duration_buckets
+	parse_labels plane_reasons promtool promtool_check raw read_until resp
+	rl_test samples /;
 
 ###############################################################################
 
-time_limit(300);
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(58);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(300, 58, <<'EOF');
 
 %%RL_MAIN workers=2 connections=1024%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
+    %%RL_HTTP 5m%%
 
-    %%RL_LOG_FORMAT rl t status pid plane attempt deny outcome admin_result uri%%
+    %%RL_ACCESS_LOG t status pid plane attempt deny outcome admin_result uri%%
 
-    access_log %%TESTDIR%%/rl.log rl;
-
-    %%RL_FRONTEND 8%%
-    %%RL_LISTENER%%
+    %%RL_UPSTREAMS 8%%
     %%RL_PROXY_KEEPALIVE unbuffered%%
 
     # rollout clients; on 8073 the kernel spreads the connections over
@@ -80,8 +73,7 @@ http {
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 my $ACCESS_LOG = $t->testdir() . '/rl.log';
 

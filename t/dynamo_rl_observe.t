@@ -39,64 +39,44 @@ use YAML::XS ();
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ call clock_is duration_buckets faketime
-	plane_reasons promtool_check raw read_until rl_conf samples set_clock
-	slurp time_limit /;
+	plane_reasons promtool_check raw read_until rl_test samples set_clock
+	slurp /;
 
 ###############################################################################
 
-time_limit(Test::DynamoRL::scale(180));
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(48);
-
 my $EXAMPLES = dirname(__FILE__) . '/../examples';
 
-# nginx's wall clock only, as in dynamo_rl_clock.t
+my $t = rl_test(Test::DynamoRL::scale(180), 48, <<'EOF');
 
-faketime($t);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
-
-%%TEST_GLOBALS%%
-
-%%RL_FAKETIME%%
-
-events {
-}
+%%RL_MAIN faketime%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
+    %%RL_HTTP 5m%%
 
-    %%RL_FRONTEND%%
-    %%RL_LISTENER%%
+    %%RL_UPSTREAMS%%
     %%RL_PROXY_KEEPALIVE unbuffered%%
 
-    server {
-        %%RL_LISTEN 8080%%
-
-        %%RL_REQUEST_PLANE%%
-    }
+    %%RL_REQUEST_SERVER 8080%%
 
     server {
         %%RL_LISTEN 8070%%
 
-        %%RL_DISCOVERY_PLANE%%
-        %%RL_ADMIN_PLANE valid=1h%%
+        %%RL_CONTROL_PLANES valid=1h%%
         %%RL_APIS gate status metrics%%
     }
 
     # a snapshot that is never fresh: every admin call refreshes
 
-    server {
-        %%RL_LISTEN 8071%%
-
-        %%RL_ADMIN_PLANE valid=1ms%%
-    }
+    %%RL_ADMIN_SERVER 8071 valid=1ms%%
 }
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+# nginx's wall clock only, as in dynamo_rl_clock.t
+
+faketime($t);
+
+$t->run_fake_dynamo()->run();
 
 ###############################################################################
 

@@ -54,8 +54,7 @@ $t->asan_options('fast_unwind_on_malloc=1');
 chmod(01777, $t->testdir()) or die "cannot chmod: $!\n";
 
 $t->write_file_expand('nginx.conf', nginx_conf('one'));
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 ###############################################################################
 
@@ -192,7 +191,7 @@ sub nginx_conf {
 %%RL_MAIN workers=2%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:16m;
+    %%RL_HTTP 16m%%
 
     %%RL_LISTENER%%
 

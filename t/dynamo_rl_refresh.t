@@ -30,9 +30,9 @@ use Socket qw/ getaddrinfo getnameinfo SOCK_STREAM NI_NUMERICHOST
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ json_lines refresh_args refresh_finish
-	refresh_python refresh_start rl_conf time_limit worker_calls
-	worker_counts worker_state /;
+use Test::DynamoRL::Fixture qw/ json_lines refresh_args refresh_failure
+	refresh_finish refresh_python refresh_replicas refresh_start
+	rl_conf time_limit worker_calls worker_counts worker_state /;
 
 ###############################################################################
 
@@ -567,7 +567,7 @@ sub nginx_conf {
 %%RL_MAIN workers=2 connections=1024%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
+    %%RL_HTTP 5m%%
 
     log_format rl escape=json '{"msec":\$msec,"rt":\$request_time,'
                               '"method":"\$request_method",'
@@ -599,9 +599,7 @@ http {
             proxy_buffering off;
         }
 
-        location / {
-            return 404;
-        }
+        %%RL_NOT_FOUND%%
     }
 
     # trusted network
@@ -611,12 +609,7 @@ http {
 
         %%RL_DISCOVERY_PLANE%%
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=1s;
-            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
+        %%RL_ADMIN_LOCATION /_rl_discovery valid=1s%%
 
         location = /_rl_discovery {
             internal;
@@ -635,9 +628,7 @@ http {
             proxy_pass http://frontend;
         }
 
-        location / {
-            return 404;
-        }
+        %%RL_NOT_FOUND%%
     }
 
 $extra
@@ -651,12 +642,11 @@ EOF
 sub start_refresh {
 	my ($ver, @args) = @_;
 
-	my $o = ref $args[-1] eq 'HASH' ? pop @args : {};
-	my $replicas = $o->{replicas} // [ '--gateway', $G1, '--gateway', $G2 ];
+	my @replicas = refresh_replicas(\@args, $G1, $G2);
 
 	# the client's proxies point where nothing listens
 
-	return refresh_start($t1, proxy => $GD, @$replicas, refresh_args($ver),
+	return refresh_start($t1, proxy => $GD, @replicas, refresh_args($ver),
 		@args);
 }
 
@@ -688,8 +678,7 @@ sub failure {
 
 	# exactly one failure line
 
-	my @lines = $out =~ /^(rl-refresh: FAILED at step .*)$/mg;
-	my $line = @lines == 1 ? $lines[0] : join(' | ', @lines);
+	my $line = refresh_failure($out);
 
 	like($line, qr/^rl-refresh: FAILED at step \Q$o{step}\E, \Q$o{who}\E: /,
 		"$name: step and who");

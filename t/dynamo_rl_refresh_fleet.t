@@ -22,29 +22,21 @@ use JSON::PP;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ refresh_args refresh_finish
-	refresh_python refresh_start rl_conf time_limit worker_calls
-	worker_counts worker_state /;
+	refresh_python refresh_start rl_test worker_calls worker_counts
+	worker_state /;
 
 ###############################################################################
 
-time_limit(300);
-
 plan(skip_all => 'no python3 (or TEST_PYTHON)') unless refresh_python();
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(25);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(300, 25, <<'EOF');
 
 %%RL_MAIN workers=1%%
 
 http {
-    %%TEST_GLOBALS_HTTP%%
+    %%RL_HTTP 5m%%
 
-    dynamo_rl_zone zone=rl:5m;
-
-    %%RL_FRONTEND%%
-
-    %%RL_LISTENER%%
+    %%RL_UPSTREAMS%%
 
     %%RL_PROXY_KEEPALIVE%%
 
@@ -53,17 +45,9 @@ http {
 
         %%RL_DISCOVERY_PLANE%%
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=1s;
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
+        %%RL_ADMIN_LOCATION /_rl_discovery valid=1s%%
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH rl_listener%%
 
         %%RL_APIS gate%%
 
@@ -79,8 +63,7 @@ http {
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 ###############################################################################
 

@@ -31,9 +31,9 @@ use Time::HiRes ();
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ refresh_args refresh_finish
-	refresh_python refresh_start time_limit worker_calls worker_counts
-	worker_state /;
+use Test::DynamoRL::Fixture qw/ refresh_args refresh_failure
+	refresh_finish refresh_python refresh_replicas refresh_start
+	rl_conf time_limit worker_calls worker_counts worker_state /;
 
 ###############################################################################
 
@@ -326,12 +326,7 @@ sub nginx_conf {
             proxy_pass http://rl_listener;
         }
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=1s;
-            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
+        %%RL_ADMIN_LOCATION /_rl_discovery valid=1s%%
 
         location = /_rl_discovery {
             internal;
@@ -349,38 +344,21 @@ sub nginx_conf {
             proxy_pass http://frontend;
         }
 
-        location / {
-            return 404;
-        }
+        %%RL_NOT_FOUND%%
     }
 
 EOF
 	}
 
-	return <<"EOF";
+	return rl_conf(<<"EOF");
 
-%%TEST_GLOBALS%%
-
-worker_processes 1;
-
-events {
-}
+%%RL_MAIN workers=1%%
 
 http {
-    %%TEST_GLOBALS_HTTP%%
+    %%RL_HTTP 5m%%
 
-    dynamo_rl_zone zone=rl:5m;
-
-    upstream frontend {
-        server 127.0.0.1:8081;
-    }
-
-    upstream rl_listener {
-        server 127.0.0.1:8082;
-    }
-
-    proxy_http_version 1.1;
-    proxy_set_header Connection "";
+    %%RL_UPSTREAMS%%
+    %%RL_PROXY_KEEPALIVE%%
 
 $trusted
 }
@@ -393,10 +371,9 @@ EOF
 sub start_refresh {
 	my ($ver, @args) = @_;
 
-	my $o = ref $args[-1] eq 'HASH' ? pop @args : {};
-	my $replicas = $o->{replicas} // [ '--gateway', $GA, '--gateway', $GB ];
+	my @replicas = refresh_replicas(\@args, $GA, $GB);
 
-	return refresh_start($t, @$replicas, refresh_args($ver),
+	return refresh_start($t, @replicas, refresh_args($ver),
 		'--verify-model', 'Qwen/Qwen3-0.6B', @args);
 }
 
@@ -423,8 +400,7 @@ sub failure {
 
 	is($res->{rc}, $o{rc}, "$name: exit $o{rc}") or diag($out);
 
-	my @lines = $out =~ /^(rl-refresh: FAILED at step .*)$/mg;
-	my $line = @lines == 1 ? $lines[0] : join(' | ', @lines);
+	my $line = refresh_failure($out);
 
 	like($line, qr/^rl-refresh: FAILED at step \Q$o{step}\E, \Q$o{who}\E: /,
 		"$name: step and who");

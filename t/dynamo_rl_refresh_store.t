@@ -56,8 +56,7 @@ $t->write_file_expand('nginx.conf', replica_conf(%A, store => $redis->url(),
 $tb->write_file_expand('nginx.conf', replica_conf(%B,
 	store => $redis->url(), params => $PARAMS, trusted => 1));
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 $tb->run();
 
 ###############################################################################

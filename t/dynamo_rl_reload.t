@@ -28,8 +28,7 @@ time_limit(120);
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(22);
 
 $t->write_file_expand('nginx.conf', nginx_conf(1, 'one'));
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 ###############################################################################
 
@@ -136,13 +135,9 @@ sub nginx_conf {
 %%RL_MAIN workers=$workers%%
 
 http {
-    %%TEST_GLOBALS_HTTP%%
+    %%RL_HTTP 5m%%
 
-    dynamo_rl_zone zone=rl:5m;
-
-    %%RL_LOG_FORMAT rl t status port pid deny generation%%
-
-    access_log %%TESTDIR%%/rl.log rl;
+    %%RL_ACCESS_LOG t status port pid deny generation%%
 
     %%RL_LISTENER%%
 
@@ -158,11 +153,7 @@ http {
         %%RL_ADMIN_PLANE valid=60s%%
     }
 
-    server {
-        %%RL_LISTEN 8084%%
-
-        %%RL_ADMIN_PLANE valid=0%%
-    }
+    %%RL_ADMIN_SERVER 8084 valid=0%%
 }
 
 EOF

@@ -48,8 +48,7 @@ alarm(Test::DynamoRL::scale(120));
 my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(41);
 
 $t->write_file_expand('nginx.conf', nginx_conf('one'));
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 # the worker process killed below
 
@@ -330,13 +329,9 @@ sub nginx_conf {
 %%RL_MAIN workers=2 connections=1024%%
 
 http {
-    %%TEST_GLOBALS_HTTP%%
+    %%RL_HTTP 5m%%
 
-    dynamo_rl_zone zone=rl:5m;
-
-    %%RL_LOG_FORMAT rl attempt status pid uri outcome%%
-
-    access_log %%TESTDIR%%/rl.log rl;
+    %%RL_ACCESS_LOG attempt status pid uri outcome%%
 
     %%RL_FRONTEND 8%%
 
@@ -345,9 +340,7 @@ http {
     server {
         listen 127.0.0.1:8080;
 
-        proxy_http_version 1.1;
-        proxy_set_header Connection "";
-        proxy_buffering off;
+        %%RL_PROXY_KEEPALIVE unbuffered%%
 
         %%RL_REQUEST_PLANE%%
 
@@ -367,12 +360,7 @@ http {
     server {
         listen 127.0.0.1:8083;
 
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_rl_discovery valid=1h;
-            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
-            proxy_next_upstream off;
-        }
+        %%RL_ADMIN_LOCATION /_rl_discovery valid=1h%%
 
         location /fresh/ {
             dynamo_rl_plane admin;

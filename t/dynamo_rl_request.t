@@ -23,21 +23,17 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call flat frontend_records frontend_requests
-	json raw read_until record_with rl_conf time_limit /;
+use Test::DynamoRL::Fixture qw/ call flat frontend_records
+	frontend_requests json raw read_until record_with rl_test /;
 
 ###############################################################################
 
-time_limit(300);
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(283);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(300, 283, <<'EOF');
 
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     %%RL_LOG_FORMAT rl attempt plane deny outcome status uri%%
 
@@ -64,9 +60,7 @@ http {
             return 200 "SECRET";
         }
 
-        location / {
-            return 404;
-        }
+        %%RL_NOT_FOUND%%
     }
 
     # other attempt header names
@@ -84,9 +78,7 @@ http {
             dynamo_rl_attempt_header X-Request-Id;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
+            %%RL_PROXY_KEEPALIVE unbuffered%%
         }
 
         location /v1/chat/ {
@@ -94,9 +86,7 @@ http {
             dynamo_rl_attempt_upstream_header X-Upstream-Id;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
+            %%RL_PROXY_KEEPALIVE unbuffered%%
         }
     }
 
@@ -110,9 +100,7 @@ http {
             dynamo_rl_strip_routing_headers off;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
+            %%RL_PROXY_KEEPALIVE unbuffered%%
         }
 
         location /v1/completions {
@@ -120,9 +108,7 @@ http {
             dynamo_rl_methods POST;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
+            %%RL_PROXY_KEEPALIVE unbuffered%%
         }
     }
 
@@ -135,9 +121,7 @@ http {
             dynamo_rl_plane request;
 
             proxy_pass http://frontend_twice;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
+            %%RL_PROXY_KEEPALIVE unbuffered%%
             proxy_next_upstream error timeout;
         }
 
@@ -145,9 +129,7 @@ http {
             dynamo_rl_plane request;
 
             proxy_pass http://frontend_twice;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
+            %%RL_PROXY_KEEPALIVE unbuffered%%
             proxy_next_upstream error timeout non_idempotent;
         }
     }
@@ -155,8 +137,7 @@ http {
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 # helpers below read the fake's records through this path, not through $t:
 # a named sub that closed over $t would keep it alive past Test::More's

@@ -20,20 +20,16 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ record_with rl_conf time_limit /;
+use Test::DynamoRL::Fixture qw/ record_with rl_test /;
 
 ###############################################################################
 
-time_limit(120);
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(33);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(120, 33, <<'EOF');
 
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     %%RL_FRONTEND 8%%
 
@@ -44,8 +40,7 @@ http {
             dynamo_rl_plane request;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            %%RL_PROXY_KEEPALIVE%%
         }
     }
 
@@ -57,22 +52,16 @@ http {
             dynamo_rl_attempt_upstream_header off;
 
             proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            %%RL_PROXY_KEEPALIVE%%
         }
     }
 
-    server {
-        %%RL_LISTEN 8086%%
-
-        %%RL_APIS attempts%%
-    }
+    %%RL_API_SERVER 8086 attempts%%
 }
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 
 my $UUID7 = qr/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-

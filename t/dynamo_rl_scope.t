@@ -26,26 +26,18 @@ use POSIX ();
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ doc rl_conf time_limit worker /;
+use Test::DynamoRL::Fixture qw/ doc rl_test worker /;
 
 ###############################################################################
 
-time_limit(Test::DynamoRL::scale(240));
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy map http_v2/)->plan(150);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(Test::DynamoRL::scale(240), 150, <<'EOF', has => [qw/ http proxy map http_v2 /]);
 
 %%RL_MAIN workers=1%%
 
 http {
-    %%TEST_GLOBALS_HTTP%%
+    %%RL_HTTP 5m%%
 
-    dynamo_rl_zone zone=rl:5m;
-
-    %%RL_LOG_FORMAT rl t status deny result=dynamo_rl_admin_result engine_path uri%%
-
-    access_log %%TESTDIR%%/rl.log rl;
+    %%RL_ACCESS_LOG t status deny result=dynamo_rl_admin_result engine_path uri%%
 
     %%RL_LISTENER%%
 
@@ -98,10 +90,7 @@ http {
             proxy_next_upstream off;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH rl_listener%%
 
         %%RL_APIS gate%%
 
@@ -122,19 +111,10 @@ http {
         location /v1/rl/ {
             dynamo_rl_admin_routes $http_x_routes;
 
-            location /v1/rl/workers/ {
-                dynamo_rl_plane admin;
-                dynamo_rl_discovery /_rl_discovery valid=0;
-
-                proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-                proxy_next_upstream off;
-            }
+            %%RL_ADMIN_LOCATION /_rl_discovery valid=0%%
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-        }
+        %%RL_DISCOVERY_FETCH rl_listener%%
 
         # a caller's scope is per request: the status lists no worker
 
@@ -144,8 +124,7 @@ http {
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 ###############################################################################
 

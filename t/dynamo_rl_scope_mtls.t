@@ -18,20 +18,16 @@ use strict;
 
 use Test::More;
 
-use Cwd qw/ abs_path /;
-use File::Basename qw/ dirname /;
 use JSON::PP;
 use POSIX ();
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ time_limit vllm_routes /;
+use Test::DynamoRL::Fixture qw/ example_conf time_limit vllm_routes /;
 
 ###############################################################################
 
 time_limit(Test::DynamoRL::scale(120));
-
-my $REPO = abs_path(dirname(__FILE__) . '/..');
 
 plan(skip_all => 'no openssl or curl')
 	unless system('openssl version >/dev/null 2>&1') == 0
@@ -45,8 +41,7 @@ my $CERTS = $t->testdir() . '/certs';
 make_certs();
 
 $t->write_file('nginx.conf', example());
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 ###############################################################################
 
@@ -231,20 +226,9 @@ sub openssl {
 }
 
 sub example {
-	my $d = $t->testdir();
+	my $conf = example_conf($t, 'dynamo-rl-mtls.conf');
 
-	my $dir = $ENV{TEST_NGINX_MODULES} // "$REPO/build";
-	my $so = (abs_path($dir) // $dir) . '/ngx_http_dynamo_rl_module.so';
-
-	open my $fh, '<', "$REPO/examples/dynamo-rl-mtls.conf"
-		or die "examples/dynamo-rl-mtls.conf: $!\n";
-	my $conf = do { local $/; <$fh> };
-	close $fh;
-
-	$conf =~ s/\@MODULE\@/$so/g;
-	$conf =~ s/\@PREFIX\@/$d/g;
 	$conf =~ s/\@CERTS\@/$CERTS/g;
-	$conf =~ s/\@RL_LISTENER\@/'127.0.0.1:' . port(8082)/ge;
 	$conf =~ s/127\.0\.0\.1:9443\b/'127.0.0.1:' . port(8443)/ge;
 
 	return $conf;

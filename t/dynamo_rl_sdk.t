@@ -23,12 +23,12 @@ use Cwd qw/ abs_path /;
 use Fcntl qw/ :flock O_WRONLY O_CREAT /;
 use File::Basename qw/ dirname /;
 use JSON::PP;
-use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ rl_conf slurp /;
+use Test::DynamoRL::Fixture qw/ attempt_record fail_without rl_conf
+	run_timed slurp /;
 
 ###############################################################################
 
@@ -47,46 +47,29 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/);
 
 my ($pinned, $problem) = install_sdk();
 
-if ($problem) {
-	plan(tests => 1);
-	fail('OpenAI Node SDK available in t/sdk/node_modules');
-	diag($problem);
-	exit 1;
-}
+fail_without('OpenAI Node SDK available in t/sdk/node_modules', $problem);
 
-$t->plan(93);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+$t->plan(93)->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
 
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     %%RL_FRONTEND 8%%
 
     # rollout clients, as in examples/dynamo-rl.conf
 
-    server {
-        %%RL_LISTEN 8080%%
-
-        %%RL_REQUEST_PLANE sse%%
-        %%RL_NOT_FOUND json%%
-    }
+    %%RL_ROLLOUT_SERVER 8080%%
 
     # trusted: the attempts API
 
-    server {
-        %%RL_LISTEN 8070%%
-
-        %%RL_APIS attempts metrics%%
-    }
+    %%RL_API_SERVER 8070 attempts metrics%%
 }
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 my $FRONTEND_LOG = $t->fake_dir() . '/frontend.log';
 my $STDERR_LOG = $t->testdir() . '/node.stderr';
@@ -275,7 +258,7 @@ sub install_sdk {
 
 	diag("installing the OpenAI SDK $version: @cmd");
 
-	my $st = run_timed(\@cmd, $log, 180);
+	my $st = run_timed(\@cmd, $log, 180, kids => \@KIDS);
 
 	return ($version, "\"@cmd\" failed ($st), is the npm registry"
 		. " reachable?\n" . tail_of($log))
@@ -289,41 +272,6 @@ sub install_sdk {
 	return ($version);
 }
 
-# runs a command with stdout and stderr to $log, in its own process
-# group, killed after $seconds; returns the exit status or a reason
-
-sub run_timed {
-	my ($cmd, $log, $seconds) = @_;
-
-	my $pid = fork() // return "cannot fork: $!";
-
-	if ($pid == 0) {
-		setpgrp(0, 0);
-		open STDIN, '<', '/dev/null';
-		open STDOUT, '>', $log;
-		open STDERR, '>&', \*STDOUT;
-		{ exec @$cmd; }
-		print STDERR "cannot exec $cmd->[0]: $!\n";
-		POSIX::_exit(127);
-	}
-
-	push @KIDS, $pid;
-
-	my $done = Test::DynamoRL::wait_for(sub {
-		waitpid($pid, WNOHANG) == $pid
-	}, $seconds, 0.2);
-
-	@KIDS = grep { $_ != $pid } @KIDS;
-
-	return $? >> 8 if $done;
-
-	kill 'KILL', -$pid;
-	kill 'KILL', $pid;
-	waitpid($pid, 0);
-
-	return "timed out after $seconds s";
-}
-
 # runs the SDK script; returns its exit status and the decoded lines
 
 sub run_node {
@@ -331,7 +279,8 @@ sub run_node {
 
 	my $out = $t->testdir() . '/node.stdout';
 
-	my $st = run_timed([ 'node', $SCRIPT, @args ], $out, 120);
+	my $st = run_timed([ 'node', $SCRIPT, @args ], $out, 120,
+		kids => \@KIDS);
 
 	# stdout and stderr share the log: JSON lines are the calls
 
@@ -374,13 +323,7 @@ sub requests {
 }
 
 sub api {
-	my ($id) = @_;
-
-	my $r = http_json("/rl/attempts/$id",
-		PeerAddr => '127.0.0.1:' . port(8070)) // {};
-
-	return $r->{status} && $r->{status} == 200 ? $r->{json}
-		: { http => $r->{status} };
+	return attempt_record(@_);
 }
 
 # polls until the attempt is in a terminal state: the client may see the

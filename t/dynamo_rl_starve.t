@@ -24,25 +24,19 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ rl_conf time_limit /;
+use Test::DynamoRL::Fixture qw/ rl_conf rl_test /;
 
 ###############################################################################
-
-time_limit(180);
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(37);
 
 # max_size=16k needs at least 16k + 256 + 64k: 96k leaves the ledger about
 # 200 records, the snapshot its own 16k
 
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(180, 37, <<'EOF');
 
 %%RL_MAIN connections=2048%%
 
 http {
-    %%TEST_GLOBALS_HTTP%%
-
-    dynamo_rl_zone zone=rl:96k;
+    %%RL_HTTP 96k%%
 
     # attempts recorded before their bodies arrive, as without the body
     # policy: the held-open bodies that fill the ledger
@@ -67,9 +61,7 @@ http {
             proxy_pass http://127.0.0.1:8081/v1/;
         }
 
-        location / {
-            return 404;
-        }
+        %%RL_NOT_FOUND%%
     }
 
     server {
@@ -95,8 +87,7 @@ http {
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 # the full ledger is the point of the test
 
@@ -438,9 +429,7 @@ sub tiny_conf {
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%%
-
-    dynamo_rl_zone zone=rl:$zone;
+    %%RL_HTTP $zone%%
 
     server {
         listen 127.0.0.1:8080;

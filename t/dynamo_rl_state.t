@@ -35,8 +35,7 @@ my $d = $t->testdir();
 my $STATE = "$d/state/rl.state";
 
 $t->write_file_expand('nginx.conf', nginx_conf("state=$STATE", 8076));
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 my $FRONTEND_LOG = $t->fake_dir() . '/frontend.log';
 
@@ -363,7 +362,7 @@ events {
 }
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m $state;
+    %%RL_HTTP 1m $state%%
 
     %%RL_FRONTEND%%
 

@@ -30,38 +30,27 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call deny_reasons doc iso_ms plane_reasons
-	rl_conf time_limit vllm_routes worker /;
+use Test::DynamoRL::Fixture qw/ call deny_reasons doc iso_ms
+	plane_reasons rl_test vllm_routes worker /;
 
 ###############################################################################
 
-time_limit(300);
-
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(128);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+my $t = rl_test(300, 128, <<'EOF');
 
 %%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
+    %%RL_HTTP 5m%%
 
-    %%RL_FRONTEND 8%%
-    %%RL_LISTENER%%
+    %%RL_UPSTREAMS 8%%
     %%RL_PROXY_KEEPALIVE unbuffered%%
 
-    server {
-        %%RL_LISTEN 8080%%
-
-        %%RL_REQUEST_PLANE%%
-    }
+    %%RL_REQUEST_SERVER 8080%%
 
     server {
         %%RL_LISTEN 8070%%
 
-        %%RL_DISCOVERY_PLANE%%
-
-        %%RL_ADMIN_PLANE valid=1h%%
+        %%RL_CONTROL_PLANES valid=1h%%
 
         location = /rl/status {
             dynamo_rl_status;
@@ -82,8 +71,7 @@ http {
 
 EOF
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 ###############################################################################
 

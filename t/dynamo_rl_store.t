@@ -71,8 +71,7 @@ my %C = (name => 'C', listen => 8280, api => 8270);
 $t->write_file_expand('nginx.conf', replica_conf(%A, workers => 2,
 	store => $STORE, params => $PARAMS));
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 # B's wall clock ten minutes ahead, its monotonic clock left alone
 

@@ -231,10 +231,7 @@ is($r->{status}, 200, 'upgrade: the gate open');
 ok(wait_for(sub { json(call('GET', '/rl/gate', port => 8070))->{state}
 	eq 'open' }, 10), 'upgrade: a read the open');
 
-my $sse = start('POST', '/v1/completions', port => 8080,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'sse-1',
-		'x-fake-events' => 300, 'x-fake-interval-ms' => 200 ],
-	body => '{"prompt":"x","stream":true}');
+my $sse = stream('sse-1', 8080);
 
 ok(wait_for(sub { attempt_state('sse-1') eq 'streaming' }, 10),
 	'upgrade: streaming');
@@ -314,10 +311,7 @@ my @errors = grep { /\[error\].*dynamo rl store/ } log_since("$d/error.log",
 # finding 6: a worker process of replica b dies while its attempt streams;
 # without a store, the zone settles it as failed, worker_exited
 
-my $sse2 = start('POST', '/v1/completions', port => 8180,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'sse-2',
-		'x-fake-events' => 300, 'x-fake-interval-ms' => 200 ],
-	body => '{"prompt":"x","stream":true}');
+my $sse2 = stream('sse-2', 8180);
 
 ok(wait_for(sub { attempt_state('sse-2') eq 'streaming' }, 10),
 	'worker died: streaming');
@@ -415,6 +409,18 @@ sub gate {
 sub fleet {
 	my $g = json(call('GET', '/rl/gate', port => 8170));
 	return $g->{fleet};
+}
+
+# a stream of 300 events 200 ms apart under attempt id $id, on $port:
+# returns the socket
+
+sub stream {
+	my ($id, $port) = @_;
+
+	return start('POST', '/v1/completions', port => $port,
+		headers => [ 'X-Dynamo-Attempt-Id' => $id,
+			'x-fake-events' => 300, 'x-fake-interval-ms' => 200 ],
+		body => '{"prompt":"x","stream":true}');
 }
 
 sub attempt_state {

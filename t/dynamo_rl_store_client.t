@@ -146,32 +146,8 @@ unlike($out, qr/s3cret/, 'the password is not in a message');
 
 my $redis = start_redis();
 
-$t->write_file_expand('nginx.conf', <<'EOF');
-
-%%TEST_GLOBALS%%
-
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
-    dynamo_rl_zone zone=rl:1m state=%%TESTDIR%%/rl.state;
-    dynamo_rl_store redis://127.0.0.1:8379 replica=gw-A timeout=200ms
-                    user=default password_file=password;
-
-    server {
-        listen 127.0.0.1:8080;
-
-        location / {
-            return 204;
-        }
-    }
-}
-
-EOF
+$t->write_file_expand('nginx.conf', two_workers('redis://127.0.0.1:8379'
+	. ' replica=gw-A timeout=200ms user=default password_file=password'));
 
 $t->run();
 
@@ -226,31 +202,8 @@ my $sock = "$d/redis.sock";
 
 ok(Test::DynamoRL::wait_for(sub { -S $sock }), 'the unix socket of the store');
 
-$t->write_file_expand('nginx.conf', <<"EOF");
-
-%%TEST_GLOBALS%%
-
-worker_processes 2;
-
-events {
-}
-
-http {
-    %%TEST_GLOBALS_HTTP%%
-
-    dynamo_rl_zone zone=rl:1m state=%%TESTDIR%%/rl.state;
-    dynamo_rl_store unix:$sock?db=1 password_file=wrong timeout=5s;
-
-    server {
-        listen 127.0.0.1:8080;
-
-        location / {
-            return 204;
-        }
-    }
-}
-
-EOF
+$t->write_file_expand('nginx.conf',
+	two_workers("unix:$sock?db=1 password_file=wrong timeout=5s"));
 
 $t->reload();
 
@@ -271,6 +224,39 @@ $t->stop();
 stop_redis($redis);
 
 ###############################################################################
+
+# two worker processes with the store of "dynamo_rl_store $store", and a
+# server that answers 204
+
+sub two_workers {
+	my ($store) = @_;
+
+	return <<"EOF";
+
+%%TEST_GLOBALS%%
+
+worker_processes 2;
+
+events {
+}
+
+http {
+    %%TEST_GLOBALS_HTTP%%
+
+    dynamo_rl_zone zone=rl:1m state=%%TESTDIR%%/rl.state;
+    dynamo_rl_store $store;
+
+    server {
+        listen 127.0.0.1:8080;
+
+        location / {
+            return 204;
+        }
+    }
+}
+
+EOF
+}
 
 sub config {
 	my ($store, $where) = @_;

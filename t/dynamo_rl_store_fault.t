@@ -54,8 +54,7 @@ $t->write_file_expand('nginx.conf', replica_conf(%A,
 	store => 'redis://127.0.0.1:8379',
 	params => 'timeout=250ms heartbeat=500ms gate_poll=100ms gate_stale=2s'));
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 $tz->write_file_expand('nginx.conf', replica_conf(%Z));
 $tz->run();

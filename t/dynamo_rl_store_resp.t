@@ -59,8 +59,7 @@ my $PARAMS = 'timeout=250ms heartbeat=500ms gate_poll=100ms gate_stale=2s';
 $t->write_file_expand('nginx.conf', replica_conf(%F,
 	store => 'redis://127.0.0.1:8390', params => "prefix=f $PARAMS"));
 
-$t->run_fake_dynamo();
-$t->run();
+$t->run_fake_dynamo()->run();
 
 $tl->write_file_expand('nginx.conf', replica_conf(%L,
 	store => 'redis://127.0.0.1:8479',

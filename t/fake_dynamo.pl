@@ -71,6 +71,7 @@
 use warnings;
 use strict;
 
+use File::Basename qw(dirname);
 use File::Spec;
 use Getopt::Long qw(GetOptions);
 use IO::Select;
@@ -78,6 +79,9 @@ use IO::Socket::INET;
 use JSON::PP;
 use POSIX qw(:sys_wait_h :signal_h EINTR EAGAIN);
 use Time::HiRes qw(time sleep);
+
+use lib dirname(__FILE__) . '/lib';
+use Test::DynamoRL::HTTP qw(add_header);
 
 ###############################################################################
 
@@ -648,19 +652,9 @@ sub read_request {
 			unless $line =~ /^([!#\$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*(.*?)[ \t]*$/;
 
 		my ($name, $value) = (lc $1, $2);
-		my $h = $req->{headers};
 
 		push @{$req->{hlist}}, [ $name, $value ];
-
-		if (!exists $h->{$name}) {
-			$h->{$name} = $value;
-
-		} elsif (ref $h->{$name}) {
-			push @{$h->{$name}}, $value;
-
-		} else {
-			$h->{$name} = [ $h->{$name}, $value ];
-		}
+		add_header($req->{headers}, $name, $value);
 	}
 
 	my $te = join ',', header_all($req, 'transfer-encoding');
@@ -1165,6 +1159,20 @@ sub token {
 	return ($i ? ' ' : '') . $WORDS[$i % @WORDS];
 }
 
+# an OpenAI completion or chat object of generation $g with one choice
+
+sub choice_object {
+	my ($g, $object, %choice) = @_;
+
+	return {
+		id => ($g->{kind} eq 'chat' ? 'chatcmpl-' : 'cmpl-') . $g->{id},
+		object => $object,
+		created => $g->{created},
+		model => $g->{model},
+		choices => [ { index => 0, logprobs => undef, %choice } ],
+	};
+}
+
 sub full_answer {
 	my ($g) = @_;
 
@@ -1179,35 +1187,14 @@ sub full_answer {
 	};
 
 	if ($g->{kind} eq 'completion') {
-		return {
-			id => "cmpl-$g->{id}",
-			object => 'text_completion',
-			created => $g->{created},
-			model => $g->{model},
-			choices => [ {
-				index => 0,
-				text => $text,
-				logprobs => undef,
-				finish_reason => 'stop',
-			} ],
-			usage => $usage,
-		};
+		return { %{choice_object($g, 'text_completion', text => $text,
+			finish_reason => 'stop')}, usage => $usage };
 	}
 
 	if ($g->{kind} eq 'chat') {
-		return {
-			id => "chatcmpl-$g->{id}",
-			object => 'chat.completion',
-			created => $g->{created},
-			model => $g->{model},
-			choices => [ {
-				index => 0,
-				message => { role => 'assistant', content => $text },
-				logprobs => undef,
-				finish_reason => 'stop',
-			} ],
-			usage => $usage,
-		};
+		return { %{choice_object($g, 'chat.completion',
+			message => { role => 'assistant', content => $text },
+			finish_reason => 'stop')}, usage => $usage };
 	}
 
 	if ($g->{kind} eq 'responses') {
@@ -1254,36 +1241,16 @@ sub stream_event {
 	my $finish = $last ? 'stop' : undef;
 
 	if ($g->{kind} eq 'completion') {
-		return {
-			id => "cmpl-$g->{id}",
-			object => 'text_completion',
-			created => $g->{created},
-			model => $g->{model},
-			choices => [ {
-				index => 0,
-				text => $tok,
-				logprobs => undef,
-				finish_reason => $finish,
-			} ],
-		};
+		return choice_object($g, 'text_completion', text => $tok,
+			finish_reason => $finish);
 	}
 
 	if ($g->{kind} eq 'chat') {
 		my $delta = { content => $tok };
 		$delta->{role} = 'assistant' if $i == 0;
 
-		return {
-			id => "chatcmpl-$g->{id}",
-			object => 'chat.completion.chunk',
-			created => $g->{created},
-			model => $g->{model},
-			choices => [ {
-				index => 0,
-				delta => $delta,
-				logprobs => undef,
-				finish_reason => $finish,
-			} ],
-		};
+		return choice_object($g, 'chat.completion.chunk', delta => $delta,
+			finish_reason => $finish);
 	}
 
 	if ($g->{kind} eq 'responses') {

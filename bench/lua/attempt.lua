@@ -123,6 +123,34 @@ end
 _M.id = attempt_id
 
 
+-- the module's flat answer to a refused request, as the planes give it
+
+function _M.deny(id, status, typ, reason, message, retry_after)
+    var.attempt_id = id
+    ngx.status = status
+    ngx.header["Content-Type"] = "application/json"
+    ngx.header["X-Dynamo-RL-Reason"] = reason
+
+    if retry_after then
+        ngx.header["Retry-After"] = retry_after
+    end
+
+    ngx.print('{"message":"', message, '","type":"', typ, '","code":',
+              status, '}')
+    return ngx.exit(ngx.HTTP_OK)
+end
+
+
+-- an attempt id used before: 409, and as the module, a header that keeps
+-- the OpenAI SDKs from retrying it
+
+function _M.duplicate(id)
+    ngx.header["X-Should-Retry"] = "false"
+    return _M.deny(id, 409, "Conflict", "duplicate_attempt",
+                   "attempt id already used: generation is not idempotent")
+end
+
+
 function _M.access()
     var.attempt_id = attempt_id()
 

@@ -67,7 +67,10 @@
 local ngx = ngx
 local var = ngx.var
 
-local attempt_id = require("attempt").id
+local attempt = require("attempt")
+
+local attempt_id = attempt.id
+local deny = attempt.deny
 
 local dict = ngx.shared.dynamo_rl
 local ledger = ngx.shared.dynamo_rl_ledger
@@ -83,17 +86,6 @@ local FAILED = "f"
 local _M = {}
 
 
-local function deny(id, status, typ, reason, message)
-    var.attempt_id = id
-    ngx.status = status
-    ngx.header["Content-Type"] = "application/json"
-    ngx.header["X-Dynamo-RL-Reason"] = reason
-    ngx.print('{"message":"', message, '","type":"', typ, '","code":',
-              status, '}')
-    return ngx.exit(ngx.HTTP_OK)
-end
-
-
 function _M.access()
     local id, minted = attempt_id()
     local ok, err
@@ -107,11 +99,7 @@ function _M.access()
 
     if not ok then
         if err == "exists" then
-            -- as the module: the OpenAI SDKs would retry a 409 otherwise
-            ngx.header["X-Should-Retry"] = "false"
-            return deny(id, 409, "Conflict", "duplicate_attempt",
-                        "attempt id already used: generation is not "
-                        .. "idempotent")
+            return attempt.duplicate(id)
         end
 
         ngx.log(ngx.CRIT, "attempt ledger: \"", id, "\": ", err)

@@ -39,7 +39,10 @@ local format = string.format
 local unpack = unpack
 local redis = require "nginx.redis"
 
-local attempt_id = require("attempt").id
+local attempt = require("attempt")
+
+local attempt_id = attempt.id
+local deny = attempt.deny
 
 local dict = ngx.shared.dynamo_rl
 
@@ -154,22 +157,6 @@ local function script(red, sha, body, nkeys, ...)
 end
 
 
-local function deny(id, status, typ, reason, message, retry_after)
-    var.attempt_id = id
-    ngx.status = status
-    ngx.header["Content-Type"] = "application/json"
-    ngx.header["X-Dynamo-RL-Reason"] = reason
-
-    if retry_after then
-        ngx.header["Retry-After"] = retry_after
-    end
-
-    ngx.print('{"message":"', message, '","type":"', typ, '","code":',
-              status, '}')
-    return ngx.exit(ngx.HTTP_OK)
-end
-
-
 local function unavailable(id, red, err)
     if red then
         red:close()
@@ -221,10 +208,7 @@ function _M.access()
     local verdict = res[1]
 
     if verdict == "dup" then
-        ngx.header["X-Should-Retry"] = "false"
-        return deny(id, 409, "Conflict", "duplicate_attempt",
-                    "attempt id already used: generation is not "
-                    .. "idempotent")
+        return attempt.duplicate(id)
     end
 
     if verdict == "closed" then
@@ -342,10 +326,16 @@ local function push(id, m)
 end
 
 
-function _M.header()
-    local ctx = ngx.ctx
-    local id = ctx.attempt
+-- the attempt of this request, nil for none, and the request's ctx
 
+local function current()
+    local ctx = ngx.ctx
+    return ctx.attempt, ctx
+end
+
+
+function _M.header()
+    local id, ctx = current()
     if id == nil then
         return
     end
@@ -359,9 +349,7 @@ end
 
 
 function _M.log()
-    local ctx = ngx.ctx
-    local id = ctx.attempt
-
+    local id, ctx = current()
     if id == nil then
         return
     end

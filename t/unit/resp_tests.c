@@ -29,6 +29,7 @@ static ngx_int_t claim(const char *s, ngx_http_dynamo_rl_claim_reply_t *cr);
 static ngx_int_t move(const char *s, ngx_int_t *moved);
 static ngx_int_t record(const char *s, ngx_http_dynamo_rl_record_t *rec);
 static ngx_int_t noscript(const char *s);
+static ngx_uint_t decoded(const char *s);
 static ngx_uint_t is(ngx_str_t *s, const char *want);
 
 
@@ -74,6 +75,18 @@ parse(const char *s, size_t len)
 }
 
 
+/*
+ * the wrappers below parse RESP bytes into "last" and pass it to one
+ * decoder; -100 stands for bytes that are no reply
+ */
+
+static ngx_uint_t
+decoded(const char *s)
+{
+    return parse(s, strlen(s)) != NULL;
+}
+
+
 static void
 bulk(char *buf, const char *s)
 {
@@ -103,85 +116,36 @@ gate_reply(char *buf, const char *result, const char *state,
 static ngx_int_t
 gate(char *buf, uint64_t heartbeat, ngx_http_dynamo_rl_gate_reply_t *gr)
 {
-    ngx_int_t    rc;
-    redisReply  *r;
-
-    r = parse(buf, strlen(buf));
-    if (r == NULL) {
-        return -100;
-    }
-
-    rc = ngx_http_dynamo_rl_resp_gate(r, heartbeat, gr);
-
-    return rc;
+    return decoded(buf) ? ngx_http_dynamo_rl_resp_gate(last, heartbeat, gr)
+                        : -100;
 }
 
 
 static ngx_int_t
 claim(const char *s, ngx_http_dynamo_rl_claim_reply_t *cr)
 {
-    ngx_int_t    rc;
-    redisReply  *r;
-
-    r = parse(s, strlen(s));
-    if (r == NULL) {
-        return -100;
-    }
-
-    rc = ngx_http_dynamo_rl_resp_claim(r, cr);
-
-    return rc;
+    return decoded(s) ? ngx_http_dynamo_rl_resp_claim(last, cr) : -100;
 }
 
 
 static ngx_int_t
 move(const char *s, ngx_int_t *moved)
 {
-    ngx_int_t    rc;
-    redisReply  *r;
-
-    r = parse(s, strlen(s));
-    if (r == NULL) {
-        return -100;
-    }
-
-    rc = ngx_http_dynamo_rl_resp_move(r, moved);
-
-    return rc;
+    return decoded(s) ? ngx_http_dynamo_rl_resp_move(last, moved) : -100;
 }
 
 
 static ngx_int_t
 record(const char *s, ngx_http_dynamo_rl_record_t *rec)
 {
-    ngx_int_t    rc;
-    redisReply  *r;
-
-    r = parse(s, strlen(s));
-    if (r == NULL) {
-        return -100;
-    }
-
-    rc = ngx_http_dynamo_rl_resp_record(r, rec);
-
-    return rc;
+    return decoded(s) ? ngx_http_dynamo_rl_resp_record(last, rec) : -100;
 }
 
 
 static ngx_int_t
 noscript(const char *s)
 {
-    ngx_int_t    rc;
-    redisReply  *r;
-
-    r = parse(s, strlen(s));
-    if (r == NULL) {
-        return -100;
-    }
-
-    rc = ngx_http_dynamo_rl_resp_noscript(r);
-
-    return rc;
+    return decoded(s) ? ngx_http_dynamo_rl_resp_noscript(last) : -100;
 }
 
 
@@ -201,6 +165,48 @@ main(void)
     ngx_http_dynamo_rl_record_t       rec;
     ngx_http_dynamo_rl_claim_reply_t  cr;
     ngx_http_dynamo_rl_gate_reply_t   gr;
+
+    /* the results of the gate script; closed -1: not checked */
+
+    static const struct {
+        const char  *result;
+        const char  *state;
+        const char  *epoch;
+        ngx_uint_t   want;
+        ngx_int_t    closed;
+        const char  *name;
+    } gate_results[] = {
+        { "epoch_mismatch", "open", "6", NGX_HTTP_DYNAMO_RL_GATE_R_MISMATCH,
+          -1, "gate: epoch_mismatch" },
+        { "not_closed", "open", "6", NGX_HTTP_DYNAMO_RL_GATE_R_NOT_CLOSED,
+          -1, "gate: not_closed" },
+        { "no_lease", "closed", "6", NGX_HTTP_DYNAMO_RL_GATE_R_NO_LEASE,
+          -1, "gate: no_lease" },
+        { "nogate", "", "0", NGX_HTTP_DYNAMO_RL_GATE_R_NOGATE,
+          0, "gate: nogate, no state" },
+        { "created", "open", "0", NGX_HTTP_DYNAMO_RL_GATE_R_CREATED,
+          -1, "gate: created" },
+        { "lost", "closed", "8", NGX_HTTP_DYNAMO_RL_GATE_R_LOST,
+          1, "gate: lost" },
+        { NULL, NULL, NULL, 0, 0, NULL }
+    };
+
+    static const struct {
+        const char  *result;
+        const char  *state;
+        const char  *epoch;
+        const char  *fleet;
+        size_t       nfleet;
+        const char  *name;
+    } bad_gates[] = {
+        { "ok", "", "6", "", 0, "gate: no state with ok" },
+        { "ok", "half", "6", "", 0, "gate: unknown state" },
+        { "maybe", "open", "6", "", 0, "gate: unknown result" },
+        { "ok", "open", "6x", "", 0, "gate: junk in the epoch" },
+        { "ok", "open", "-6", "", 0, "gate: negative epoch" },
+        { "ok", "open", "6", ":1\r\n", 1, "gate: odd fleet" },
+        { NULL, NULL, NULL, NULL, 0, NULL }
+    };
 
     static const char  *bad_claims[] = {
         "-ERR unknown command\r\n",
@@ -317,43 +323,25 @@ main(void)
     ok(gate(buf, 500, &gr) == NGX_OK && !gr.closed && gr.epoch == 6,
        "gate: open");
 
-    gate_reply(buf, "epoch_mismatch", "open", "6", "", 0);
-    ok(gate(buf, 500, &gr) == NGX_OK
-       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_MISMATCH,
-       "gate: epoch_mismatch");
-    gate_reply(buf, "not_closed", "open", "6", "", 0);
-    ok(gate(buf, 500, &gr) == NGX_OK
-       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_NOT_CLOSED,
-       "gate: not_closed");
-    gate_reply(buf, "no_lease", "closed", "6", "", 0);
-    ok(gate(buf, 500, &gr) == NGX_OK
-       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_NO_LEASE, "gate: no_lease");
-    gate_reply(buf, "nogate", "", "0", "", 0);
-    ok(gate(buf, 500, &gr) == NGX_OK
-       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_NOGATE && !gr.closed,
-       "gate: nogate, no state");
-    gate_reply(buf, "created", "open", "0", "", 0);
-    ok(gate(buf, 500, &gr) == NGX_OK
-       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_CREATED, "gate: created");
-    gate_reply(buf, "lost", "closed", "8", "", 0);
-    ok(gate(buf, 500, &gr) == NGX_OK
-       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_LOST && gr.closed,
-       "gate: lost");
+    for (i = 0; gate_results[i].name != NULL; i++) {
+        gate_reply(buf, gate_results[i].result, gate_results[i].state,
+                   gate_results[i].epoch, "", 0);
+        ok(gate(buf, 500, &gr) == NGX_OK
+           && gr.result == gate_results[i].want
+           && (gate_results[i].closed == -1
+               || (gr.closed != 0) == gate_results[i].closed),
+           gate_results[i].name);
+    }
 
     /* gate: wrong shapes */
 
-    gate_reply(buf, "ok", "", "6", "", 0);
-    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: no state with ok");
-    gate_reply(buf, "ok", "half", "6", "", 0);
-    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: unknown state");
-    gate_reply(buf, "maybe", "open", "6", "", 0);
-    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: unknown result");
-    gate_reply(buf, "ok", "open", "6x", "", 0);
-    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: junk in the epoch");
-    gate_reply(buf, "ok", "open", "-6", "", 0);
-    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: negative epoch");
-    gate_reply(buf, "ok", "open", "6", ":1\r\n", 1);
-    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: odd fleet");
+    for (i = 0; bad_gates[i].name != NULL; i++) {
+        gate_reply(buf, bad_gates[i].result, bad_gates[i].state,
+                   bad_gates[i].epoch, bad_gates[i].fleet,
+                   bad_gates[i].nfleet);
+        ok(gate(buf, 500, &gr) == NGX_ERROR, bad_gates[i].name);
+    }
+
     buf[1] = '8';
     ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: 8 elements");
     ok(gate("*9\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n:5\r\n:0\r\n:1\r\n"

@@ -40,6 +40,14 @@ typedef struct {
 } ngx_http_dynamo_rl_test_answer_t;
 
 
+typedef struct {
+    char                        *value;
+    ngx_int_t                    rc;
+    uint64_t                     id;
+    char                        *name;
+} ngx_http_dynamo_rl_test_health_t;
+
+
 static ngx_http_dynamo_rl_test_scope_t  ngx_http_dynamo_rl_scopes[] = {
     { "any", NGX_OK, NGX_HTTP_DYNAMO_RL_NS_ANY, "", "" },
     { " any\t", NGX_OK, NGX_HTTP_DYNAMO_RL_NS_ANY, "", "" },
@@ -108,6 +116,31 @@ static ngx_http_dynamo_rl_test_answer_t  ngx_http_dynamo_rl_answers[] = {
 };
 
 
+/* routes_find of "flush_cache": whole words only */
+
+static ngx_http_dynamo_rl_test_answer_t  ngx_http_dynamo_rl_finds[] = {
+    { "a flush_cache b", NGX_OK },
+    { "a flush_cache_x", NGX_DECLINED },
+    { "flush_cach", NGX_DECLINED },
+    { "", NGX_DECLINED },
+    { NULL, 0 }
+};
+
+
+static ngx_http_dynamo_rl_test_health_t  ngx_http_dynamo_rl_healths[] = {
+    { "18446744073709551615/health", NGX_OK, 18446744073709551615ULL,
+      "u64 max" },
+    { "0/health", NGX_OK, 0, "0" },
+    { "01/health", NGX_DECLINED, 0, "01" },
+    { "1/health/", NGX_DECLINED, 0, "1/health/" },
+    { "1/healthz", NGX_DECLINED, 0, "1/healthz" },
+    { "1/engine/health", NGX_DECLINED, 0, "1/engine/health" },
+    { "/health", NGX_DECLINED, 0, "/health" },
+    { "18446744073709551616/health", NGX_DECLINED, 0, "u64 max + 1" },
+    { NULL, 0, 0, NULL }
+};
+
+
 static ngx_uint_t  ngx_http_dynamo_rl_n;
 static ngx_uint_t  ngx_http_dynamo_rl_failed;
 
@@ -128,14 +161,17 @@ main(void)
     ngx_http_dynamo_rl_test_scope_t   *s;
     ngx_http_dynamo_rl_test_routes_t  *rt;
     ngx_http_dynamo_rl_test_answer_t  *a;
+    ngx_http_dynamo_rl_test_health_t  *h;
 
     n = 0;
 
     for (s = ngx_http_dynamo_rl_scopes; s->value; s++) { n++; }
     for (rt = ngx_http_dynamo_rl_routes; rt->value; rt++) { n++; }
     for (a = ngx_http_dynamo_rl_answers; a->body; a++) { n++; }
+    for (a = ngx_http_dynamo_rl_finds; a->body; a++) { n++; }
+    for (h = ngx_http_dynamo_rl_healths; h->value; h++) { n++; }
 
-    printf("1..%u\n", (unsigned) (n + 12));
+    printf("1..%u\n", (unsigned) n);
 
     for (s = ngx_http_dynamo_rl_scopes; s->value; s++) {
         mode = 99;
@@ -172,53 +208,26 @@ main(void)
                               "json_admin_error", a->body);
     }
 
-    /* routes_find: whole words only */
-
     ngx_str_set(&route, "flush_cache");
-    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_routes_find(
-                              (u_char *) "a flush_cache b", 15, &route)
-                          == NGX_OK, "routes_find", "a flush_cache b");
-    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_routes_find(
-                              (u_char *) "a flush_cache_x", 15, &route)
-                          == NGX_DECLINED, "routes_find", "a flush_cache_x");
-    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_routes_find(
-                              (u_char *) "flush_cach", 10, &route)
-                          == NGX_DECLINED, "routes_find", "flush_cach");
-    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_routes_find(
-                              (u_char *) "", 0, &route)
-                          == NGX_DECLINED, "routes_find", "");
+
+    for (a = ngx_http_dynamo_rl_finds; a->body; a++) {
+        rc = ngx_http_dynamo_rl_routes_find((u_char *) a->body,
+                                            strlen(a->body), &route);
+
+        ngx_http_dynamo_rl_ok(rc == a->rc, "routes_find", a->body);
+    }
 
     /* the health path */
 
-    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
-                              (u_char *) "18446744073709551615/health", 27,
-                              &id)
-                          == NGX_OK && id == 18446744073709551615ULL,
-                          "parse_health_path", "u64 max");
-    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
-                              (u_char *) "0/health", 8, &id)
-                          == NGX_OK && id == 0, "parse_health_path", "0");
-    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
-                              (u_char *) "01/health", 9, &id)
-                          == NGX_DECLINED, "parse_health_path", "01");
-    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
-                              (u_char *) "1/health/", 9, &id)
-                          == NGX_DECLINED, "parse_health_path", "1/health/");
-    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
-                              (u_char *) "1/healthz", 9, &id)
-                          == NGX_DECLINED, "parse_health_path", "1/healthz");
-    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
-                              (u_char *) "1/engine/health", 15, &id)
-                          == NGX_DECLINED, "parse_health_path",
-                          "1/engine/health");
-    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
-                              (u_char *) "/health", 7, &id)
-                          == NGX_DECLINED, "parse_health_path", "/health");
-    ngx_http_dynamo_rl_ok(ngx_http_dynamo_rl_parse_health_path(
-                              (u_char *) "18446744073709551616/health", 27,
-                              &id)
-                          == NGX_DECLINED, "parse_health_path",
-                          "u64 max + 1");
+    for (h = ngx_http_dynamo_rl_healths; h->value; h++) {
+        id = 0xdeadbeef;
+
+        rc = ngx_http_dynamo_rl_parse_health_path((u_char *) h->value,
+                                                  strlen(h->value), &id);
+
+        ngx_http_dynamo_rl_ok(rc == h->rc && (rc != NGX_OK || id == h->id),
+                              "parse_health_path", h->name);
+    }
 
     return ngx_http_dynamo_rl_failed ? 1 : 0;
 }

@@ -48,6 +48,11 @@ static void test_table(void);
     "\"transport\":{\"tcp\":\"127.0.0.1:9999/1/rl\"},"                       \
     "\"request_plane_url\":\"dyn://dynamo.backend.rl\"" extra "}"
 
+/* worker 1 with no routes and the fields of "extra" */
+
+#define W1(extra)  W(WORKER("1", ",\"routes\":[]" extra))
+#define SYS(url)   ",\"system_url\":\"" url "\""
+
 #define OKW(id)                                                              \
     WORKER(id, ",\"system_url\":\"http://127.0.0.1:8081\","                  \
                "\"routes\":[\"liveness_probe\"]")
@@ -318,30 +323,23 @@ test_workers(void)
             "\"request_plane_url\":\"d\",\"routes\":[],"
             "\"system_url\":\"http://h:1\"}"),
           NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "transport with two keys" },
-        { W(WORKER("1", ",\"routes\":[],\"world_size\":0,"
-                        "\"system_url\":\"http://h:1\"")),
+        { W1(",\"world_size\":0" SYS("http://h:1")),
           NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "world_size 0" },
-        { W(WORKER("1", ",\"routes\":[],\"model\":5,"
-                        "\"system_url\":\"http://h:1\"")),
+        { W1(",\"model\":5" SYS("http://h:1")),
           NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "model not a string" },
-        { W(WORKER("1", ",\"routes\":[],\"system_url\":5")),
+        { W1(",\"system_url\":5"),
           NGX_HTTP_DYNAMO_RL_WORKER_INVALID, "system_url not a string" },
-        { W(WORKER("1", ",\"routes\":[],\"error\":\"probe timed out\","
-                        "\"system_url\":\"http://h:1\"")),
+        { W1(",\"error\":\"probe timed out\"" SYS("http://h:1")),
           NGX_HTTP_DYNAMO_RL_WORKER_ERROR, "error present" },
-        { W(WORKER("1", ",\"routes\":[],\"error\":null,"
-                        "\"system_url\":\"http://h:1\"")),
+        { W1(",\"error\":null" SYS("http://h:1")),
           NGX_HTTP_DYNAMO_RL_WORKER_OK, "error null is absent" },
-        { W(WORKER("1", ",\"routes\":[],"
-                        "\"system_url\":\"http://u@h:1\"")),
+        { W1(SYS("http://u@h:1")),
           NGX_HTTP_DYNAMO_RL_WORKER_NO_URL, "system_url with userinfo" },
-        { W(WORKER("1", ",\"routes\":[],"
-                        "\"system_url\":\"http://h:1/engine\"")),
+        { W1(SYS("http://h:1/engine")),
           NGX_HTTP_DYNAMO_RL_WORKER_NO_URL, "system_url with a path" },
-        { W(WORKER("1", ",\"routes\":[],\"system_url\":\"\"")),
+        { W1(SYS("")),
           NGX_HTTP_DYNAMO_RL_WORKER_NO_URL, "blank system_url" },
-        { W(WORKER("1", ",\"routes\":[],"
-                        "\"admin_base_url\":\"http://h:2\"")),
+        { W1(",\"admin_base_url\":\"http://h:2\""),
           NGX_HTTP_DYNAMO_RL_WORKER_NO_URL, "admin_base_url is not used" },
         { NULL, 0, NULL }
     };

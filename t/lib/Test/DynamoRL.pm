@@ -57,6 +57,8 @@ use Scalar::Util qw/ blessed /;
 use Test::More ();
 use Time::HiRes qw/ time sleep /;
 
+use Test::DynamoRL::HTTP qw/ add_header /;
+
 my $TDIR = abs_path(dirname(__FILE__) . '/../..');
 my $REPO = abs_path("$TDIR/..");
 
@@ -1041,18 +1043,8 @@ sub parse_response {
 
 	for my $line (@lines) {
 		my ($name, $value) = $line =~ /^([^:\s]+):\s*(.*?)\s*$/ or next;
-		my $h = $r{headers};
-		$name = lc $name;
 
-		if (!exists $h->{$name}) {
-			$h->{$name} = $value;
-
-		} elsif (ref $h->{$name}) {
-			push @{$h->{$name}}, $value;
-
-		} else {
-			$h->{$name} = [ $h->{$name}, $value ];
-		}
+		add_header($r{headers}, lc $name, $value);
 	}
 
 	my $te = $r{headers}{'transfer-encoding'} // '';

@@ -18,6 +18,15 @@ package Test::DynamoRL::Fixture;
 #                           that fails the test with "test timed out"
 #                           after $seconds (scale() them where valgrind
 #                           must stretch them)
+#     rl_test($seconds, $plan, $conf, has => [ modules ])  the opener of
+#                           most files: time_limit($seconds), a
+#                           Test::DynamoRL that has the modules (http and
+#                           proxy unless given) and plans $plan tests
+#                           (none if undef), and nginx.conf written from
+#                           rl_conf($conf); returns the harness
+#     fail_without($name, $problem)  with a $problem (what a tool the
+#                           file needs lacks), plans one test, fails it
+#                           as $name, gives the problem and exits 1
 #
 # Configuration:
 #
@@ -26,9 +35,17 @@ package Test::DynamoRL::Fixture;
 #                           the heredoc still hold (as in Test::DynamoRL);
 #                           pass the result to $t->write_file_expand()
 #
-#         %%RL_MAIN [workers=N] [connections=N]%%  the main context:
-#                                 %%TEST_GLOBALS%%, worker_processes
-#                                 and the events block
+#         %%RL_ACCESS_LOG field[=variable] ...%%  the access log
+#                                 rl.log in the test directory, in the
+#                                 format "rl" of %%RL_LOG_FORMAT rl ...%%
+#         %%RL_MAIN [workers=N] [connections=N] [faketime]%%  the main
+#                                 context: %%TEST_GLOBALS%%,
+#                                 %%RL_FAKETIME%% with "faketime",
+#                                 worker_processes and the events block
+#         %%RL_HTTP size [params]%%  the head of the http block:
+#                                 %%TEST_GLOBALS_HTTP%% and the zone
+#                                 "rl" of that size (dynamo_rl_zone
+#                                 zone=rl:size params)
 #         %%RL_LISTEN port [params] [port [params]] ...%%  the head of
 #                                 a server: a listen on 127.0.0.1 for
 #                                 each port, with the parameters that
@@ -52,19 +69,48 @@ package Test::DynamoRL::Fixture;
 #                                 (8081), with "keepalive n" if given
 #         %%RL_LISTENER%%         upstream "rl_listener": the fake RL
 #                                 listener (8082)
+#         %%RL_UPSTREAMS [n]%%    both upstreams of the fake Dynamo:
+#                                 %%RL_FRONTEND n%% and %%RL_LISTENER%%
 #         %%RL_PROXY_KEEPALIVE [unbuffered]%%  HTTP/1.1 with an empty
 #                                 Connection to upstreams, for their
 #                                 keepalive; "unbuffered" adds
 #                                 proxy_buffering off
 #         %%RL_FAKETIME%%         the environment that faketime() sets,
 #                                 passed to the worker processes
-#         %%RL_NOT_FOUND [json]%% location / answering 404, with
-#                                 "json" the frontend's JSON error body
+#         %%RL_NOT_FOUND [json|error]%%  location / answering 404,
+#                                 with "json" the frontend's JSON error
+#                                 body, with "error" the module's
+#                                 ({"error":"not_found",...})
 #         %%RL_DISCOVERY_PLANE%%  location = /v1/rl/workers, proxied to
 #                                 "rl_listener"
 #         %%RL_ADMIN_PLANE args%% location /v1/rl/workers/ of the admin
 #                                 plane and its internal /_rl_discovery;
 #                                 args go to dynamo_rl_discovery
+#         %%RL_CONTROL_PLANES args%%  %%RL_DISCOVERY_PLANE%% and
+#                                 %%RL_ADMIN_PLANE args%%: the planes of
+#                                 a trusted server
+#         %%RL_ADMIN_LOCATION fetch args%%  only the location
+#                                 /v1/rl/workers/ of the admin plane,
+#                                 refreshed from the internal location
+#                                 "fetch" (written by the test); args go
+#                                 to dynamo_rl_discovery
+#         %%RL_ADMIN_DOWN%%       the admin plane of a listener that is
+#                                 down: its location, valid=0, and the
+#                                 internal /_rl_down proxied to
+#                                 127.0.0.1:8099, where nothing listens
+#         %%RL_REQUEST_SERVER port [options]%%  a server on port with
+#                                 only %%RL_REQUEST_PLANE options%%
+#         %%RL_ROLLOUT_SERVER port%%  the rollout clients' server of
+#                                 examples/dynamo-rl.conf on port:
+#                                 %%RL_REQUEST_PLANE sse%% and
+#                                 %%RL_NOT_FOUND json%%
+#         %%RL_ADMIN_SERVER port args%%  a server on port with only
+#                                 %%RL_ADMIN_PLANE args%%
+#         %%RL_API_SERVER port [names]%%  a server on port with only
+#                                 %%RL_APIS names%%
+#         %%RL_DISCOVERY_SOURCE location url%%  an internal location
+#                                 (= location) proxied to url, for
+#                                 dynamo_rl_discovery
 #         %%RL_DISCOVERY_FETCH [upstream]%%  the internal
 #                                 /_rl_discovery, proxied to the fake
 #                                 listener (127.0.0.1:8082) or upstream
@@ -89,6 +135,8 @@ package Test::DynamoRL::Fixture;
 #     is_true($v), is_false($v)  a JSON boolean of that value
 #     iso_ms($iso)          an ISO 8601 UTC time with milliseconds, in ms
 #     json_error($r)        "<status> <error of the JSON body>"
+#     attempt_record($id, port => N)  the attempts API's record of $id
+#                           on 8070 (http_json), or { http => status }
 #     api($id, port => N)   GET /rl/attempts/<id> on 8070, with "json"
 #     metrics($port)        the samples of GET /metrics: name => value
 #     deny_reasons()        every reason of $dynamo_rl_deny_reason, in
@@ -172,8 +220,28 @@ package Test::DynamoRL::Fixture;
 #                           $version) at the tests' pace: a 30 s lease,
 #                           10 s timeouts, a poll every 50 ms
 #     refresh_output($run)  what it has printed so far
+#     refresh_replicas(\@args, @gateways)  the replicas of a refresh:
+#                           "--gateway" and each of @gateways, or the
+#                           "replicas" of a hash at the end of @args,
+#                           which it removes
+#     refresh_failure($out)  the "FAILED at step" line of a refresh's
+#                           output, all of them joined with " | " unless
+#                           there is exactly one
 #     refresh_finish($run)  waits for it (60 s, then kills it); returns
 #                           { rc => exit code or -1, out => its output }
+#
+#     run_timed($cmd, $log, $seconds, kids => \@pids, poll => $s)
+#                           runs the command @$cmd with stdout and stderr
+#                           to $log, in its own process group, killed
+#                           after $seconds (not scale()d); its pid is in
+#                           @pids while it runs (for an alarm handler
+#                           that kills them), its exit polled every $s
+#                           (0.2); returns the exit status or a reason
+#
+#     example_conf($t, $name)  examples/$name as make run fills it in:
+#                           the module of TEST_NGINX_MODULES (or build/),
+#                           the test directory for @PREFIX@, the fake
+#                           listener (8082) for @RL_LISTENER@
 #
 # Servers of a test's own:
 #
@@ -189,13 +257,15 @@ use strict;
 
 use base qw/ Exporter /;
 
-our @EXPORT_OK = qw/ deny_reasons output time_limit rl_conf raw call start hold resp json
+our @EXPORT_OK = qw/ deny_reasons output time_limit rl_test fail_without
+	rl_conf raw call start hold resp json
 	flat json_error is_true is_false iso_ms api metrics concurrent
 	read_until vllm_routes worker doc json_lines err_since frontend_records
 	frontend_requests forwarded listener_fetches worker_counts
 	worker_records_since worker_calls worker_state admin_call curl_response
 	fork_server samples record_with faketime set_clock clock_is
 	refresh_python refresh_start refresh_args refresh_output refresh_finish
+	refresh_replicas refresh_failure run_timed attempt_record example_conf
 	promtool promtool_check parse_labels plane_reasons duration_buckets
 	slurp /;
 
@@ -206,6 +276,7 @@ use IO::Socket::INET;
 use JSON::PP;
 use Math::BigInt;
 use POSIX qw/ WNOHANG /;
+use Test::More ();
 use Time::HiRes qw/ time /;
 use Time::Local qw/ timegm /;
 
@@ -226,6 +297,30 @@ sub time_limit {
 	alarm($seconds);
 }
 
+sub fail_without {
+	my ($name, $problem) = @_;
+
+	return unless $problem;
+
+	Test::More::plan(tests => 1);
+	Test::More::fail($name);
+	Test::More::diag($problem);
+	exit 1;
+}
+
+sub rl_test {
+	my ($seconds, $plan, $conf, %o) = @_;
+
+	time_limit($seconds);
+
+	my $t = Test::DynamoRL->new()->has(@{$o{has} // [qw/ http proxy /]});
+
+	$t->plan($plan) if defined $plan;
+	$t->write_file_expand('nginx.conf', rl_conf($conf));
+
+	return $t;
+}
+
 ###############################################################################
 
 # the variables of the fields of %%RL_LOG_FORMAT%%, by field name
@@ -240,7 +335,9 @@ my %LOG_FIELDS = (
 	generation => 'dynamo_rl_snapshot_generation',
 );
 
-my %CONF = (
+my %CONF;
+
+%CONF = (
 	RL_LOG_FORMAT => sub {
 		my ($name, @fields) = @_;
 
@@ -253,19 +350,34 @@ my %CONF = (
 		return "log_format $name escape=json '{" . join(',', @json) . "}';";
 	},
 
-	RL_MAIN => sub {
-		my (%o) = map { split /=/, $_, 2 } @_;
+	RL_ACCESS_LOG => sub {
+		return $CONF{RL_LOG_FORMAT}->('rl', @_)
+			. ' access_log %%TESTDIR%%/rl.log rl;';
+	},
 
-		my @bad = grep { !/^(?:workers|connections)$/ } keys %o;
+	RL_MAIN => sub {
+		my (%o) = map { /=/ ? split(/=/, $_, 2) : ($_ => 1) } @_;
+
+		my @bad = grep { !/^(?:workers|connections|faketime)$/ } keys %o;
 		die "no option \"@bad\"\n" if @bad;
 
 		return '%%TEST_GLOBALS%%'
+			. ($o{faketime} ? ' ' . $CONF{RL_FAKETIME}->() : '')
 			. (defined $o{workers}
 				? " worker_processes $o{workers};" : '')
 			. ' events {'
 			. (defined $o{connections}
 				? " worker_connections $o{connections};" : '')
 			. ' }';
+	},
+
+	RL_HTTP => sub {
+		my ($size, @params) = @_;
+
+		die "no size\n" unless defined $size;
+
+		return '%%TEST_GLOBALS_HTTP%% dynamo_rl_zone '
+			. join(' ', "zone=rl:$size", @params) . ';';
 	},
 
 	RL_LISTEN => sub {
@@ -316,6 +428,10 @@ my %CONF = (
 		return 'upstream rl_listener { server 127.0.0.1:8082; }';
 	},
 
+	RL_UPSTREAMS => sub {
+		return $CONF{RL_FRONTEND}->(@_) . ' ' . $CONF{RL_LISTENER}->();
+	},
+
 	RL_PROXY_KEEPALIVE => sub {
 		my (@args) = @_;
 
@@ -336,10 +452,15 @@ my %CONF = (
 
 		return 'location / { return 404; }' unless defined $type;
 
-		die "no type \"$type\"\n" unless $type eq 'json';
+		my %body = (
+			json => '{"message":"Not Found","type":"Not Found","code":404}',
+			error => '{"error":"not_found","message":"no such endpoint"}',
+		);
 
-		return 'location / { default_type application/json; return 404'
-			. q[ '{"message":"Not Found","type":"Not Found","code":404}'; }];
+		die "no type \"$type\"\n" unless defined $body{$type};
+
+		return 'location / { default_type application/json;'
+			. " return 404 '$body{$type}'; }";
 	},
 
 	RL_DISCOVERY_PLANE => sub {
@@ -357,6 +478,65 @@ my %CONF = (
 			. ' location = /_rl_discovery { internal;'
 			. ' proxy_pass http://rl_listener/v1/rl/workers;'
 			. ' subrequest_output_buffer_size 1m; }';
+	},
+
+	RL_CONTROL_PLANES => sub {
+		return $CONF{RL_DISCOVERY_PLANE}->() . ' '
+			. $CONF{RL_ADMIN_PLANE}->(@_);
+	},
+
+	RL_ADMIN_LOCATION => sub {
+		my ($fetch, @args) = @_;
+
+		die "no discovery location\n" unless defined $fetch;
+
+		return 'location /v1/rl/workers/ { dynamo_rl_plane admin;'
+			. " dynamo_rl_discovery " . join(' ', $fetch, @args) . ';'
+			. ' proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;'
+			. ' proxy_next_upstream off; }';
+	},
+
+	RL_ADMIN_DOWN => sub {
+		return $CONF{RL_ADMIN_LOCATION}->('/_rl_down', 'valid=0')
+			. ' location = /_rl_down { internal;'
+			. ' proxy_pass http://127.0.0.1:8099/v1/rl/workers; }';
+	},
+
+	RL_REQUEST_SERVER => sub {
+		my ($port, @args) = @_;
+
+		return 'server { ' . $CONF{RL_LISTEN}->($port) . ' '
+			. $CONF{RL_REQUEST_PLANE}->(@args) . ' }';
+	},
+
+	RL_ROLLOUT_SERVER => sub {
+		my ($port) = @_;
+
+		return 'server { ' . $CONF{RL_LISTEN}->($port) . ' '
+			. $CONF{RL_REQUEST_PLANE}->('sse') . ' '
+			. $CONF{RL_NOT_FOUND}->('json') . ' }';
+	},
+
+	RL_ADMIN_SERVER => sub {
+		my ($port, @args) = @_;
+
+		return 'server { ' . $CONF{RL_LISTEN}->($port) . ' '
+			. $CONF{RL_ADMIN_PLANE}->(@args) . ' }';
+	},
+
+	RL_API_SERVER => sub {
+		my ($port, @names) = @_;
+
+		return 'server { ' . $CONF{RL_LISTEN}->($port) . ' '
+			. $CONF{RL_APIS}->(@names) . ' }';
+	},
+
+	RL_DISCOVERY_SOURCE => sub {
+		my ($location, $url) = @_;
+
+		die "no url\n" unless defined $url;
+
+		return "location = $location { internal; proxy_pass $url; }";
 	},
 
 	RL_DISCOVERY_FETCH => sub {
@@ -498,6 +678,16 @@ sub json_error {
 	my ($r) = @_;
 	my $j = eval { decode_json($r->{body}) } // {};
 	return "$r->{status} " . ($j->{error} // '-');
+}
+
+sub attempt_record {
+	my ($id, %o) = @_;
+
+	my $r = Test::DynamoRL::http_json("/rl/attempts/$id",
+		PeerAddr => '127.0.0.1:' . port($o{port} // 8070)) // {};
+
+	return $r->{status} && $r->{status} == 200 ? $r->{json}
+		: { http => $r->{status} };
 }
 
 sub api {
@@ -1000,6 +1190,22 @@ sub refresh_args {
 		'--poll-interval', '0.05');
 }
 
+sub refresh_replicas {
+	my ($args, @gateways) = @_;
+
+	my $o = @$args && ref $args->[-1] eq 'HASH' ? pop @$args : {};
+
+	return @{$o->{replicas} // [ map { ('--gateway', $_) } @gateways ]};
+}
+
+sub refresh_failure {
+	my ($out) = @_;
+
+	my @lines = $out =~ /^(rl-refresh: FAILED at step .*)$/mg;
+
+	return @lines == 1 ? $lines[0] : join(' | ', @lines);
+}
+
 sub refresh_finish {
 	my ($run) = @_;
 
@@ -1041,6 +1247,58 @@ END {
 }
 
 ###############################################################################
+
+sub run_timed {
+	my ($cmd, $log, $seconds, %o) = @_;
+
+	my $kids = $o{kids} // [];
+
+	my $pid = fork() // return "cannot fork: $!";
+
+	if ($pid == 0) {
+		setpgrp(0, 0);
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>', $log;
+		open STDERR, '>&', \*STDOUT;
+		{ exec @$cmd; }
+		print STDERR "cannot exec $cmd->[0]: $!\n";
+		POSIX::_exit(127);
+	}
+
+	push @$kids, $pid;
+
+	my $done = Test::DynamoRL::wait_for(sub {
+		waitpid($pid, WNOHANG) == $pid
+	}, $seconds, $o{poll} // 0.2);
+
+	@$kids = grep { $_ != $pid } @$kids;
+
+	return $? >> 8 if $done;
+
+	kill 'KILL', -$pid;
+	kill 'KILL', $pid;
+	waitpid($pid, 0);
+
+	return "timed out after $seconds s";
+}
+
+sub example_conf {
+	my ($t, $name) = @_;
+
+	my $top = abs_path(dirname(__FILE__) . '/../../../..');
+	my $dir = $ENV{TEST_NGINX_MODULES} // "$top/build";
+	my $so = (abs_path($dir) // $dir) . '/ngx_http_dynamo_rl_module.so';
+	my $d = $t->testdir();
+
+	my $conf = slurp("$top/examples/$name")
+		// die "examples/$name: $!\n";
+
+	$conf =~ s/\@MODULE\@/$so/g;
+	$conf =~ s/\@PREFIX\@/$d/g;
+	$conf =~ s/\@RL_LISTENER\@/'127.0.0.1:' . port(8082)/ge;
+
+	return $conf;
+}
 
 sub fork_server {
 	my ($port, $name, $conn, %o) = @_;
