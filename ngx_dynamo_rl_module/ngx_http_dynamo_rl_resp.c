@@ -549,8 +549,10 @@ ngx_http_dynamo_rl_resp_fleet(redisReply *r, uint64_t heartbeat,
 
     for (i = 0; i < r->elements; i += 2) {
 
+        /* "replica" or "replica/pid of its master": never without a name */
+
         if (ngx_http_dynamo_rl_resp_str(r->element[i], &name) != NGX_OK
-            || name.len == 0
+            || name.len == 0 || name.data[0] == '/'
             || ngx_http_dynamo_rl_resp_str(r->element[i + 1], &value)
                != NGX_OK
             || ngx_http_dynamo_rl_resp_member(&value, &seen, &in_flight, &ts)

@@ -427,6 +427,20 @@ main(void)
        && gr.fleet.lost_total == 10 && !gr.fleet.drained,
        "fleet: ten lost, eight named");
 
+    /* an instance's field without its replica's name, alive or lost */
+
+    fleet[0] = '\0';
+    bulk(fleet, "/123");
+    bulk(fleet, "5:2:999941672");
+    gate_reply(buf, "ok", "closed", "5", fleet, 2);
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "fleet: a lost field \"/pid\"");
+
+    fleet[0] = '\0';
+    bulk(fleet, "/");
+    bulk(fleet, "5:0:999999900");
+    gate_reply(buf, "ok", "closed", "5", fleet, 2);
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "fleet: an alive field \"/\"");
+
     {
         static const char  *bad[] = {
             "5:0", "5:0:x", "a:0:1", "5::1", "5:0:1:", ":0:1", "5:0:-1",
