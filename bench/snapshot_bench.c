@@ -123,8 +123,6 @@ static ngx_int_t bench_decide(ngx_http_dynamo_rl_index_t *index,
     u_char *out);
 static ngx_http_dynamo_rl_worker_t **bench_flat_find(
     ngx_http_dynamo_rl_index_t *index, uint64_t *flat, uint64_t id);
-static ngx_str_t *bench_route_find(ngx_str_t *routes, ngx_uint_t n,
-    ngx_str_t *route);
 static double bench_decisions(ngx_http_dynamo_rl_index_t *index,
     uint64_t *flat, bench_query_t *q, ngx_uint_t iterations);
 static void bench_queries(bench_size_t *s, bench_query_t *q,
@@ -573,7 +571,7 @@ bench_decide(ngx_http_dynamo_rl_index_t *index, uint64_t *flat,
         return NGX_HTTP_SERVICE_UNAVAILABLE;
     }
 
-    r = bench_route_find(w->routes, w->nroutes, route);
+    r = ngx_http_dynamo_rl_route_find(w->routes, w->nroutes, route);
 
     if (r == NULL) {
         return NGX_HTTP_FORBIDDEN;
@@ -620,25 +618,6 @@ bench_flat_find(ngx_http_dynamo_rl_index_t *index, uint64_t *flat,
 
     if (lo < index->nsorted && flat[lo] == id) {
         return &index->sorted[lo];
-    }
-
-    return NULL;
-}
-
-
-/* a copy of ngx_http_dynamo_rl_route_find(), static in the admin plane */
-
-static ngx_str_t *
-bench_route_find(ngx_str_t *routes, ngx_uint_t n, ngx_str_t *route)
-{
-    ngx_uint_t  i;
-
-    for (i = 0; i < n; i++) {
-        if (routes[i].len == route->len
-            && ngx_memcmp(routes[i].data, route->data, route->len) == 0)
-        {
-            return &routes[i];
-        }
     }
 
     return NULL;

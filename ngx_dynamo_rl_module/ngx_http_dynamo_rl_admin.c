@@ -17,8 +17,6 @@ static ngx_int_t ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
     uint64_t id);
 static ngx_int_t ngx_http_dynamo_rl_admin_deny(ngx_http_request_t *r,
     ngx_uint_t status, char *reason, char *message);
-static ngx_str_t *ngx_http_dynamo_rl_route_find(ngx_str_t *routes,
-    ngx_uint_t n, ngx_str_t *route);
 static ngx_int_t ngx_http_dynamo_rl_admin_header_filter(
     ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_admin_body_filter(ngx_http_request_t *r,
@@ -375,26 +373,6 @@ ngx_http_dynamo_rl_admin_upstream_group(ngx_http_request_t *r,
     }
 
     return NGX_OK;
-}
-
-
-/* byte-identical only; a worker advertises a few dozen routes at most */
-
-static ngx_str_t *
-ngx_http_dynamo_rl_route_find(ngx_str_t *routes, ngx_uint_t n,
-    ngx_str_t *route)
-{
-    ngx_uint_t  i;
-
-    for (i = 0; i < n; i++) {
-        if (routes[i].len == route->len
-            && ngx_memcmp(routes[i].data, route->data, route->len) == 0)
-        {
-            return &routes[i];
-        }
-    }
-
-    return NULL;
 }
 
 

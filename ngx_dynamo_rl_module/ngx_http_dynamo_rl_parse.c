@@ -1564,6 +1564,26 @@ ngx_http_dynamo_rl_parse_routes(u_char *p, size_t len, ngx_uint_t *n)
 }
 
 
+/* byte-identical only; a worker advertises a few dozen routes at most */
+
+ngx_str_t *
+ngx_http_dynamo_rl_route_find(ngx_str_t *routes, ngx_uint_t n,
+    ngx_str_t *route)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < n; i++) {
+        if (routes[i].len == route->len
+            && ngx_memcmp(routes[i].data, route->data, route->len) == 0)
+        {
+            return &routes[i];
+        }
+    }
+
+    return NULL;
+}
+
+
 /* a route byte-identical to one word of a parsed route list */
 
 ngx_int_t

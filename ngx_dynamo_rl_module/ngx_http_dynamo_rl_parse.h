@@ -165,6 +165,8 @@ ngx_int_t ngx_http_dynamo_rl_parse_scope(u_char *p, size_t len,
 ngx_int_t ngx_http_dynamo_rl_scope_name(u_char *p, size_t len);
 ngx_int_t ngx_http_dynamo_rl_parse_routes(u_char *p, size_t len,
     ngx_uint_t *n);
+ngx_str_t *ngx_http_dynamo_rl_route_find(ngx_str_t *routes, ngx_uint_t n,
+    ngx_str_t *route);
 ngx_int_t ngx_http_dynamo_rl_routes_find(u_char *p, size_t len,
     ngx_str_t *route);
 ngx_int_t ngx_http_dynamo_rl_parse_health_path(u_char *p, size_t len,
