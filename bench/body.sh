@@ -21,6 +21,13 @@
 #
 #     bench/body.sh              7 rounds of 3 s runs, about 2.5 min
 #     ROUNDS=3 DURATION=2 bench/body.sh
+#     BASE_MODULE=/tmp/old.so bench/body.sh
+#                                two more gateways, off-base and on-base,
+#                                with another build of the module: a
+#                                change measured side by side in one run
+#     PROFILE=1 bench/body.sh    then perf of the off and on workers under
+#                                each body (3 s each), in the output
+#     KEEP=1 bench/body.sh       keep the scratch directory (perf data)
 #
 # Only the processes it started are stopped, by their PIDs.
 
@@ -35,7 +42,11 @@ duration=${DURATION:-3}
 conns=${CONNECTIONS:-32}
 gw_cpu=${GATEWAY_CPU:-0}
 load_cpu=${LOAD_CPU:-1}
+base=${BASE_MODULE:-}
 hz=$(getconf CLK_TCK)
+
+gateways="plain off on"
+[ -z "$base" ] || gateways="$gateways off-base on-base"
 
 prefix=$(mktemp -d /tmp/dynamo-rl-bench-body.XXXXXX)
 masters=
@@ -45,7 +56,12 @@ cleanup() {
         kill -QUIT "$m" 2> /dev/null || true
     done
     sleep 0.5
-    rm -rf "$prefix"
+
+    if [ "${KEEP:-0}" = 1 ]; then
+        echo "kept $prefix" >&2
+    else
+        rm -rf "$prefix"
+    fi
 }
 
 trap cleanup EXIT
@@ -99,12 +115,17 @@ $(temp_paths up)
 }
 EOT
 
-for g in plain off on; do
+for g in $gateways; do
     port[$g]=$(free_port)
     mkdir -p "$prefix/$g"
 
+    case $g in
+    *-base) so=$base ;;
+    *)      so=$module ;;
+    esac
+
     {
-        [ $g = plain ] || echo "load_module  $module;"
+        [ $g = plain ] || echo "load_module  $so;"
         conf_head $g
         echo "http {"
         temp_paths $g
@@ -118,7 +139,8 @@ for g in plain off on; do
         echo "        listen  127.0.0.1:${port[$g]};"
         echo "        location /v1/ {"
         [ $g = plain ] || echo "            dynamo_rl_plane  request;"
-        [ $g != off ] || echo "            dynamo_rl_body_policy  off;"
+        [ "${g%-base}" != off ] \
+            || echo "            dynamo_rl_body_policy  off;"
         echo "            proxy_pass  http://up;"
         echo "            proxy_http_version  1.1;"
         echo "            proxy_set_header  Connection \"\";"
@@ -143,10 +165,10 @@ start() {
 }
 
 start up "$load_cpu"
-for g in plain off on; do start $g "$gw_cpu"; done
+for g in $gateways; do start $g "$gw_cpu"; done
 
 declare -A worker
-for g in plain off on; do
+for g in $gateways; do
     worker[$g]=$(pgrep -P "$(cat "$prefix/$g/nginx.pid")" | head -1)
 done
 
@@ -162,7 +184,7 @@ open(sys.argv[1], "w").write('{"model":"bench","prompt":[%s],"max_tokens":64,'
     '"nvext":{"extra_fields":["completion_token_ids"]}}' % toks)
 EOT
 
-for g in plain off on; do
+for g in $gateways; do
     for b in small big; do
         code=$(curl -s -o /dev/null -w '%{http_code}' \
             --data-binary @"$prefix/$b.json" -H 'content-type: application/json' \
@@ -180,7 +202,7 @@ results="$prefix/results.txt"
 
 for r in $(seq "$rounds"); do
     for b in small big; do
-        for g in plain off on; do
+        for g in $gateways; do
             j0=$(jiffies "${worker[$g]}")
             out=$(taskset -c "$load_cpu" wrk -t1 -c"$conns" -d"${duration}s" \
                 -s "$top/bench/wrk-body.lua" \
@@ -202,13 +224,42 @@ hz = int(sys.argv[2])
 us = {}
 for r, b, g, n, j in rows:
     us.setdefault((b, g), {})[r] = int(j) * 1e6 / hz / int(n)
-print("| body | plain µs/req | off µs/req | on µs/req | on/off | on/plain |")
-print("|---|---|---|---|---|---|")
+builds = [("", "this build")]
+if ("small", "on-base") in us:
+    builds.append(("-base", "BASE_MODULE"))
+print("| body | module | plain µs/req | off µs/req | on µs/req | on/off "
+      "| on/plain |")
+print("|---|---|---|---|---|---|---|")
 for b, name in (("small", "small completion"), ("big", "200 KB token array")):
-    rs = sorted(us[(b, "on")])
-    on_off = st.median(us[(b, "on")][r] / us[(b, "off")][r] for r in rs)
-    on_plain = st.median(us[(b, "on")][r] / us[(b, "plain")][r] for r in rs)
-    print("| %s | %.1f | %.1f | %.1f | %.3f | %.3f |" % (name,
-        st.median(us[(b, "plain")].values()), st.median(us[(b, "off")].values()),
-        st.median(us[(b, "on")].values()), on_off, on_plain))
+    for sfx, build in builds:
+        on, off, plain = us[(b, "on" + sfx)], us[(b, "off" + sfx)], \
+            us[(b, "plain")]
+        rs = sorted(on)
+        print("| %s | %s | %.1f | %.1f | %.1f | %.3f | %.3f |" % (name, build,
+            st.median(plain.values()), st.median(off.values()),
+            st.median(on.values()),
+            st.median(on[r] / off[r] for r in rs),
+            st.median(on[r] / plain[r] for r in rs)))
 EOT
+
+if [ "${PROFILE:-0}" = 1 ]; then
+    for b in small big; do
+        for g in off on; do
+            taskset -c "$load_cpu" wrk -t1 -c"$conns" -d4s \
+                -s "$top/bench/wrk-body.lua" \
+                "http://127.0.0.1:${port[$g]}" -- "$prefix/$b.json" \
+                > /dev/null &
+            wrk_pid=$!
+            sleep 0.5
+            perf record -q -e cpu-clock -F 4999 -g -p "${worker[$g]}" \
+                -o "$prefix/perf-$g-$b.data" -- sleep 3 2> /dev/null
+            wait "$wrk_pid"
+            echo
+            echo "## perf: $g, $b body"
+            echo
+            perf report -i "$prefix/perf-$g-$b.data" --no-children \
+                --sort dso,sym -g none --stdio 2> /dev/null \
+                | grep -v '^#' | grep '%' | head -40 || true
+        done
+    done
+fi
