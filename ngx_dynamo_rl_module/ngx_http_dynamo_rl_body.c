@@ -19,7 +19,6 @@
 static void ngx_http_dynamo_rl_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
-static ngx_int_t ngx_http_dynamo_rl_body_encoding(ngx_http_request_t *r);
 static ngx_buf_t *ngx_http_dynamo_rl_body_room(ngx_http_request_t *r);
 static u_char *ngx_http_dynamo_rl_body_whole(ngx_http_request_t *r,
     size_t *len);
@@ -65,7 +64,12 @@ ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
-    if (ngx_http_dynamo_rl_body_encoding(r) != NGX_OK) {
+    /*
+     * "identity" is the only coding a body may name: the preaccess walk of
+     * the request's headers noted any other
+     */
+
+    if (ctx->body_coded) {
         ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
 
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -232,39 +236,6 @@ ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
 
     if (drlcf->strip_routing_headers) {
         return ngx_http_dynamo_rl_body_strip(r, bs, body, len);
-    }
-
-    return NGX_OK;
-}
-
-
-/* "identity" is the only coding a body may name */
-
-static ngx_int_t
-ngx_http_dynamo_rl_body_encoding(ngx_http_request_t *r)
-{
-    ngx_table_elt_t                 *h;
-    ngx_http_dynamo_rl_list_iter_t   it;
-
-    for (h = ngx_http_dynamo_rl_list_first(&r->headers_in.headers, &it);
-         h != NULL;
-         h = ngx_http_dynamo_rl_list_next(&it))
-    {
-        if (h->key.len != sizeof("Content-Encoding") - 1
-            || ngx_strncasecmp(h->key.data, (u_char *) "Content-Encoding",
-                               h->key.len)
-               != 0)
-        {
-            continue;
-        }
-
-        if (h->value.len != sizeof("identity") - 1
-            || ngx_strncasecmp(h->value.data, (u_char *) "identity",
-                               h->value.len)
-               != 0)
-        {
-            return NGX_DECLINED;
-        }
     }
 
     return NGX_OK;

@@ -34,6 +34,8 @@ static ngx_int_t ngx_http_dynamo_rl_unavailable(ngx_http_request_t *r,
 static ngx_str_t  ngx_http_dynamo_rl_request_id = ngx_string("request-id");
 static ngx_str_t  ngx_http_dynamo_rl_dynamo_request_id =
     ngx_string("x-dynamo-request-id");
+static ngx_str_t  ngx_http_dynamo_rl_content_encoding =
+    ngx_string("Content-Encoding");
 
 
 /* the lengths of the names below, a bit each: most headers skip the walk */
@@ -456,8 +458,10 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
     touch = 0;
 
     /*
-     * one walk of the client's headers: the attempt id, and whether any
-     * header is to be renamed or dropped before the upstream sees it
+     * one walk of the client's headers: the attempt id, whether any
+     * header is to be renamed or dropped before the upstream sees it, and
+     * whether the body names a content coding other than "identity" (the
+     * only one the body policy reads)
      */
 
     part = &r->headers_in.headers.part;
@@ -487,6 +491,19 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
             && ngx_http_dynamo_rl_upstream_touch(&header[i], drlcf) == NGX_OK)
         {
             touch = 1;
+        }
+
+        if (header[i].key.len == ngx_http_dynamo_rl_content_encoding.len
+            && ngx_http_dynamo_rl_header_is(&header[i],
+                                  &ngx_http_dynamo_rl_content_encoding)
+               == NGX_OK
+            && (header[i].value.len != sizeof("identity") - 1
+                || ngx_strncasecmp(header[i].value.data,
+                                   (u_char *) "identity",
+                                   header[i].value.len)
+                   != 0))
+        {
+            ctx->body_coded = 1;
         }
     }
 
