@@ -118,7 +118,7 @@ ngx_http_dynamo_rl_body_scan(u_char *p, size_t len,
     ngx_http_dynamo_rl_body_scan_t *bs)
 {
     u_char                       *end, *q, *start;
-    ngx_uint_t                    depth, lvl, next, i;
+    ngx_uint_t                    depth, lvl, next, i, plain;
     const char                   *err;
     ngx_http_dynamo_rl_member_t  *m;
     u_char                        kind[NGX_HTTP_DYNAMO_RL_BODY_DEPTH];
@@ -354,9 +354,23 @@ name:
 
     start = p;
 
-    q = ngx_http_dynamo_rl_scan_string(p + 1, end, 1, &err);
-    if (q == NULL) {
-        goto failed;
+    /* most names are printable ASCII without escapes: their bytes are all */
+
+    for (q = p + 1; q < end && ngx_http_dynamo_rl_plain[*q]; q++) {
+        /* void */
+    }
+
+    if (q < end && *q == '"') {
+        q++;
+        plain = 1;
+
+    } else {
+        q = ngx_http_dynamo_rl_scan_string(p + 1, end, 1, &err);
+        if (q == NULL) {
+            goto failed;
+        }
+
+        plain = 0;
     }
 
     lvl = kind[depth - 1];
@@ -374,6 +388,7 @@ name:
         m->name_end = q;
         m->value = NULL;
         m->value_end = NULL;
+        m->plain = plain;
         m->hash = ngx_http_dynamo_rl_name_hash(m);
 
         for (i = 0; i < bs->n[lvl]; i++) {
@@ -837,33 +852,58 @@ ngx_http_dynamo_rl_next_cp(u_char **pp)
 }
 
 
-/* FNV-1a over the code points of the unescaped name */
+/*
+ * the length of the unescaped name in UTF-8 with its first and last
+ * bytes: no walk at all for a plain name, and an escaped spelling of the
+ * same name has the same hash
+ */
 
 static uint32_t
 ngx_http_dynamo_rl_name_hash(ngx_http_dynamo_rl_member_t *m)
 {
     u_char    *p, *end;
-    uint32_t   h, cp;
-
-    h = 2166136261u;
+    uint32_t   len, cp, first, last;
 
     p = m->name + 1;
     end = m->name_end - 1;
 
+    if (p == end) {
+        return 0;
+    }
+
+    if (m->plain) {
+        return ((uint32_t) (end - p) << 16) | (p[0] << 8) | end[-1];
+    }
+
+    len = 0;
+    first = 0;
+    last = 0;
+
     while (p < end) {
+        cp = ngx_http_dynamo_rl_next_cp(&p);
 
-        /* an ASCII byte other than a backslash is its own code point */
+        if (cp < 0x80) {
+            len += 1;
+            last = cp;
 
-        if (*p < 0x80 && *p != '\\') {
-            h = (h ^ *p++) * 16777619u;
+            if (len == 1) {
+                first = cp;
+            }
+
             continue;
         }
 
-        cp = ngx_http_dynamo_rl_next_cp(&p);
-        h = (h ^ cp) * 16777619u;
+        if (len == 0) {
+            first = (cp < 0x800) ? 0xc0 | (cp >> 6)
+                    : (cp < 0x10000) ? 0xe0 | (cp >> 12)
+                    : 0xf0 | (cp >> 18);
+        }
+
+        len += (cp < 0x800) ? 2 : (cp < 0x10000) ? 3 : 4;
+        last = 0x80 | (cp & 0x3f);
     }
 
-    return h;
+    return (len << 16) | (first << 8) | last;
 }
 
 
@@ -877,6 +917,11 @@ ngx_http_dynamo_rl_name_eq(ngx_http_dynamo_rl_member_t *a,
     pe = a->name_end - 1;
     q = b->name + 1;
     qe = b->name_end - 1;
+
+    if (a->plain && b->plain) {
+        return (pe - p == qe - q && ngx_memcmp(p, q, pe - p) == 0)
+               ? NGX_OK : NGX_DECLINED;
+    }
 
     while (p < pe && q < qe) {
         if (ngx_http_dynamo_rl_next_cp(&p) != ngx_http_dynamo_rl_next_cp(&q)) {
@@ -897,6 +942,15 @@ ngx_http_dynamo_rl_body_name_is(ngx_http_dynamo_rl_member_t *m, char *name)
 
     p = m->name + 1;
     end = m->name_end - 1;
+
+    if (m->plain) {
+        while (p < end && *p == (u_char) *name) {
+            p++;
+            name++;
+        }
+
+        return (p == end && *name == '\0') ? NGX_OK : NGX_DECLINED;
+    }
 
     while (p < end && *name) {
 
