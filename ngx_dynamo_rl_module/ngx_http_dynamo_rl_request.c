@@ -449,6 +449,7 @@ static ngx_int_t
 ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
 {
+    uint64_t          lens;
     ngx_uint_t        i, n, touch;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *header, *id;
@@ -456,6 +457,30 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
     n = 0;
     id = NULL;
     touch = 0;
+
+    /*
+     * the lengths of every name the walk looks for, a bit each (a name of
+     * 64 bytes or more is looked at whatever its length): most headers
+     * cost one test
+     */
+
+    lens = NGX_HTTP_DYNAMO_RL_ROUTING_LENS
+           | (1ULL << ngx_http_dynamo_rl_request_id.len)
+           | (1ULL << ngx_http_dynamo_rl_dynamo_request_id.len)
+           | (1ULL << ngx_http_dynamo_rl_content_encoding.len);
+
+    if (drlcf->attempt_header.len < 64) {
+        lens |= 1ULL << drlcf->attempt_header.len;
+
+    } else {
+        lens = (uint64_t) -1;
+    }
+
+    if (drlcf->attempt_upstream != NGX_HTTP_DYNAMO_RL_UPSTREAM_NONE) {
+        lens |= (drlcf->attempt_upstream_header.len < 64)
+                ? 1ULL << drlcf->attempt_upstream_header.len
+                : (uint64_t) -1;
+    }
 
     /*
      * one walk of the client's headers: the attempt id, whether any
@@ -477,6 +502,10 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
             part = part->next;
             header = part->elts;
             i = 0;
+        }
+
+        if (header[i].key.len < 64 && !(lens & (1ULL << header[i].key.len))) {
+            continue;
         }
 
         if (header[i].key.len == drlcf->attempt_header.len
