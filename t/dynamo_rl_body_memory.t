@@ -48,27 +48,16 @@ http {
 
         dynamo_rl_metadata_upload s3://bucket/rl/;
 
-        location / {
-            dynamo_rl_plane request;
-
-            proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-        }
+        %%RL_REQUEST_PLANE keepalive%%
     }
+
+    # proxy_request_buffering off
 
     server {
         listen       127.0.0.1:8084;
         server_name  localhost;
 
-        location / {
-            dynamo_rl_plane request;
-
-            proxy_pass http://frontend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_request_buffering off;
-        }
+        %%RL_REQUEST_PLANE sse%%
     }
 }
 
