@@ -28,6 +28,7 @@
 #     PROFILE=1 bench/body.sh    then perf of the off and on workers under
 #                                each body (3 s each), in the output
 #     KEEP=1 bench/body.sh       keep the scratch directory (perf data)
+#     BODIES=small bench/body.sh only the small completion (or "big")
 #
 # Only the processes it started are stopped, by their PIDs.
 
@@ -43,6 +44,7 @@ conns=${CONNECTIONS:-32}
 gw_cpu=${GATEWAY_CPU:-0}
 load_cpu=${LOAD_CPU:-1}
 base=${BASE_MODULE:-}
+bodies=${BODIES:-small big}
 hz=$(getconf CLK_TCK)
 
 gateways="plain off on"
@@ -201,7 +203,7 @@ results="$prefix/results.txt"
 : > "$results"
 
 for r in $(seq "$rounds"); do
-    for b in small big; do
+    for b in $bodies; do
         for g in $gateways; do
             j0=$(jiffies "${worker[$g]}")
             out=$(taskset -c "$load_cpu" wrk -t1 -c"$conns" -d"${duration}s" \
@@ -225,12 +227,14 @@ us = {}
 for r, b, g, n, j in rows:
     us.setdefault((b, g), {})[r] = int(j) * 1e6 / hz / int(n)
 builds = [("", "this build")]
-if ("small", "on-base") in us:
+if any(g == "on-base" for b, g in us):
     builds.append(("-base", "BASE_MODULE"))
 print("| body | module | plain µs/req | off µs/req | on µs/req | on/off "
       "| on/plain |")
 print("|---|---|---|---|---|---|---|")
 for b, name in (("small", "small completion"), ("big", "200 KB token array")):
+    if (b, "on") not in us:
+        continue
     for sfx, build in builds:
         on, off, plain = us[(b, "on" + sfx)], us[(b, "off" + sfx)], \
             us[(b, "plain")]
