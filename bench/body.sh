@@ -21,6 +21,14 @@
 #
 #     bench/body.sh              7 rounds of 3 s runs, about 2.5 min
 #     ROUNDS=3 DURATION=2 bench/body.sh
+#     BASE_MODULE=/tmp/old.so bench/body.sh
+#                                two more gateways, off-base and on-base,
+#                                with another build of the module: a
+#                                change measured side by side in one run
+#     PROFILE=1 bench/body.sh    then perf of the off and on workers under
+#                                each body (3 s each), in the output
+#     KEEP=1 bench/body.sh       keep the scratch directory (perf data)
+#     BODIES=small bench/body.sh only the small completion (or "big")
 #
 # Only the processes it started are stopped, by their PIDs.
 
@@ -33,16 +41,23 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 
 bench_knobs 7 3 32
 
+base_module=${BASE_MODULE:-}
+bodies=${BODIES:-small big}
+
+gateways="plain off on"
+[ -z "$base_module" ] || gateways="$gateways off-base on-base"
+
 prefix=$(mktemp -d /tmp/dynamo-rl-bench-body.XXXXXX)
 bench_name=body.sh
-instances="up plain off on"
+instances="up $gateways"
 
 bench_traps
 
-# the upstream, then the gateways plain, off and on
-free_ports 4
+# the upstream, then the gateways plain, off and on (and the base ones)
+free_ports 6
 up_port=$base
-declare -A port=([plain]=$((base + 1)) [off]=$((base + 2)) [on]=$((base + 3)))
+declare -A port=([plain]=$((base + 1)) [off]=$((base + 2)) [on]=$((base + 3))
+                 [off-base]=$((base + 4)) [on-base]=$((base + 5)))
 
 completion='{"id":"cmpl-8c1f6b0e2d4a4e0f9a7b3c5d1e2f3a4b","object":"text_completion","created":1732890000,"model":"Qwen/Qwen3-0.6B-Instruct","choices":[{"index":0,"text":" Hello! It is nice to meet you. I am a small language model served by Dynamo behind an nginx gateway, and this fixed completion stands in for generated text so that the benchmark measures the gateway rather than the model.","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":64,"total_tokens":72}}'
 
@@ -68,11 +83,16 @@ $(temp_paths "$prefix/up")
 }
 EOT
 
-for g in plain off on; do
+for g in $gateways; do
     mkdir -p "$prefix/$g"
 
+    case $g in
+    *-base) so=$base_module ;;
+    *)      so=$module ;;
+    esac
+
     {
-        [ $g = plain ] || echo "load_module  $module;"
+        [ $g = plain ] || echo "load_module  $so;"
         conf_head $g
         echo "http {"
         temp_paths "$prefix/$g"
@@ -86,7 +106,8 @@ for g in plain off on; do
         echo "        listen  127.0.0.1:${port[$g]};"
         echo "        location /v1/ {"
         [ $g = plain ] || echo "            dynamo_rl_plane  request;"
-        [ $g != off ] || echo "            dynamo_rl_body_policy  off;"
+        [ "${g%-base}" != off ] \
+            || echo "            dynamo_rl_body_policy  off;"
         echo "            proxy_pass  http://up;"
         echo "            proxy_http_version  1.1;"
         echo "            proxy_set_header  Connection \"\";"
@@ -98,14 +119,14 @@ for g in plain off on; do
 done
 
 start up "$load_cpu"
-for g in plain off on; do start $g "$gw_cpu"; done
+for g in $gateways; do start $g "$gw_cpu"; done
 
 declare -A worker
-for g in up plain off on; do
+for g in up $gateways; do
     wait_pid $g
     wait_for "${port[$g]:-$up_port}"
 done
-for g in plain off on; do
+for g in $gateways; do
     worker[$g]=$(worker_of $g)
 done
 
@@ -121,7 +142,7 @@ open(sys.argv[1], "w").write('{"model":"bench","prompt":[%s],"max_tokens":64,'
     '"nvext":{"extra_fields":["completion_token_ids"]}}' % toks)
 EOT
 
-for g in plain off on; do
+for g in $gateways; do
     for b in small big; do
         code=$(curl -s -o /dev/null -w '%{http_code}' \
             --data-binary @"$prefix/$b.json" -H 'content-type: application/json' \
@@ -134,8 +155,8 @@ results="$prefix/results.txt"
 : > "$results"
 
 for r in $(seq "$rounds"); do
-    for b in small big; do
-        for g in plain off on; do
+    for b in $bodies; do
+        for g in $gateways; do
             j0=$(proc_jiffies "${worker[$g]}")
             out=$(taskset -c "$load_cpu" wrk -t1 -c"$conns" -d"${duration}s" \
                 -s "$top/bench/wrk-body.lua" \
@@ -157,13 +178,44 @@ hz = int(sys.argv[2])
 us = {}
 for r, b, g, n, j in rows:
     us.setdefault((b, g), {})[r] = int(j) * 1e6 / hz / int(n)
-print("| body | plain µs/req | off µs/req | on µs/req | on/off | on/plain |")
-print("|---|---|---|---|---|---|")
+builds = [("", "this build")]
+if any(g == "on-base" for b, g in us):
+    builds.append(("-base", "BASE_MODULE"))
+print("| body | module | plain µs/req | off µs/req | on µs/req | on/off "
+      "| on/plain |")
+print("|---|---|---|---|---|---|---|")
 for b, name in (("small", "small completion"), ("big", "200 KB token array")):
-    rs = sorted(us[(b, "on")])
-    on_off = st.median(us[(b, "on")][r] / us[(b, "off")][r] for r in rs)
-    on_plain = st.median(us[(b, "on")][r] / us[(b, "plain")][r] for r in rs)
-    print("| %s | %.1f | %.1f | %.1f | %.3f | %.3f |" % (name,
-        st.median(us[(b, "plain")].values()), st.median(us[(b, "off")].values()),
-        st.median(us[(b, "on")].values()), on_off, on_plain))
+    if (b, "on") not in us:
+        continue
+    for sfx, build in builds:
+        on, off, plain = us[(b, "on" + sfx)], us[(b, "off" + sfx)], \
+            us[(b, "plain")]
+        rs = sorted(on)
+        print("| %s | %s | %.1f | %.1f | %.1f | %.3f | %.3f |" % (name, build,
+            st.median(plain.values()), st.median(off.values()),
+            st.median(on.values()),
+            st.median(on[r] / off[r] for r in rs),
+            st.median(on[r] / plain[r] for r in rs)))
 EOT
+
+if [ "${PROFILE:-0}" = 1 ]; then
+    for b in $bodies; do
+        for g in off on; do
+            taskset -c "$load_cpu" wrk -t1 -c"$conns" -d4s \
+                -s "$top/bench/wrk-body.lua" \
+                "http://127.0.0.1:${port[$g]}" -- "$prefix/$b.json" \
+                > /dev/null &
+            wrk_pid=$!
+            sleep 0.5
+            perf record -q -e cpu-clock -F 4999 -g -p "${worker[$g]}" \
+                -o "$prefix/perf-$g-$b.data" -- sleep 3 2> /dev/null
+            wait "$wrk_pid"
+            echo
+            echo "## perf: $g, $b body"
+            echo
+            perf report -i "$prefix/perf-$g-$b.data" --no-children \
+                --sort dso,sym -g none --stdio 2> /dev/null \
+                | grep -v '^#' | grep '%' | head -40 || true
+        done
+    done
+fi

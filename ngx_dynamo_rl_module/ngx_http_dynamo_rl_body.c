@@ -23,7 +23,7 @@
 static void ngx_http_dynamo_rl_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
-static ngx_int_t ngx_http_dynamo_rl_body_encoding(ngx_http_request_t *r);
+static ngx_buf_t *ngx_http_dynamo_rl_body_room(ngx_http_request_t *r);
 static u_char *ngx_http_dynamo_rl_body_whole(ngx_http_request_t *r,
     size_t *len);
 static ngx_int_t ngx_http_dynamo_rl_body_upload(ngx_http_request_t *r,
@@ -47,7 +47,8 @@ ngx_int_t
 ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
 {
-    ngx_int_t  rc;
+    ngx_int_t   rc;
+    ngx_buf_t  *header_in;
 
     switch (ctx->body_state) {
 
@@ -67,7 +68,12 @@ ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
-    if (ngx_http_dynamo_rl_body_encoding(r) != NGX_OK) {
+    /*
+     * "identity" is the only coding a body may name: the preaccess walk of
+     * the request's headers noted any other
+     */
+
+    if (ctx->body_coded) {
         ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
 
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -88,8 +94,16 @@ ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
 
     ctx->body_sync = 1;
 
+    header_in = ngx_http_dynamo_rl_body_room(r);
+    if (header_in == NULL) {
+        ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
     rc = ngx_http_read_client_request_body(r,
                                            ngx_http_dynamo_rl_body_handler);
+
+    r->header_in = header_in;
 
     ctx->body_sync = 0;
 
@@ -232,43 +246,84 @@ ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
 }
 
 
-/* "identity" is the only coding a body may name */
+/*
+ * A body that nginx will read into memory, of which the header's buffer
+ * holds a part but has no room for the rest, would be two pieces: that
+ * part, and the rest in a buffer of its own.  The scanner needs one
+ * piece, so the part is moved to the start of a buffer of the body's
+ * size and that buffer is the header's while the read starts: nginx then
+ * reads the rest after it ("the whole request body may be placed in
+ * r->header_in"), as it does for a small body, in the memory it would
+ * have taken anyway.  Returns the header's own buffer, put back once the
+ * read started; NULL on an allocation failure.
+ */
 
-static ngx_int_t
-ngx_http_dynamo_rl_body_encoding(ngx_http_request_t *r)
+static ngx_buf_t *
+ngx_http_dynamo_rl_body_room(ngx_http_request_t *r)
 {
-    ngx_table_elt_t                 *h;
-    ngx_http_dynamo_rl_list_iter_t   it;
+    off_t                      rest;
+    size_t                     preread;
+    ngx_buf_t                 *b, *header_in;
+    ngx_http_core_loc_conf_t  *clcf;
 
-    for (h = ngx_http_dynamo_rl_list_first(&r->headers_in.headers, &it);
-         h != NULL;
-         h = ngx_http_dynamo_rl_list_next(&it))
+    header_in = r->header_in;
+
+    if (r->request_body != NULL
+        || r->discard_body
+        || r->headers_in.chunked
+        || r->request_body_in_file_only
+#if (NGX_HTTP_V2)
+        || r->stream != NULL
+#endif
+        )
     {
-        if (h->key.len != sizeof("Content-Encoding") - 1
-            || ngx_strncasecmp(h->key.data, (u_char *) "Content-Encoding",
-                               h->key.len)
-               != 0)
-        {
-            continue;
-        }
-
-        if (h->value.len != sizeof("identity") - 1
-            || ngx_strncasecmp(h->value.data, (u_char *) "identity",
-                               h->value.len)
-               != 0)
-        {
-            return NGX_DECLINED;
-        }
+        return header_in;
     }
 
-    return NGX_OK;
+    preread = header_in->last - header_in->pos;
+    rest = r->headers_in.content_length_n - (off_t) preread;
+
+    if (preread == 0
+        || rest <= 0
+        || rest <= (off_t) (header_in->end - header_in->last))
+    {
+        return header_in;
+    }
+
+    /* in memory: what ngx_http_read_client_request_body() would allocate */
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (rest >= (off_t) (clcf->client_body_buffer_size
+                         + (clcf->client_body_buffer_size >> 2)))
+    {
+        return header_in;
+    }
+
+    b = ngx_create_temp_buf(r->pool,
+                            (size_t) r->headers_in.content_length_n);
+    if (b == NULL) {
+        return NULL;
+    }
+
+    b->last = ngx_cpymem(b->pos, header_in->pos, preread);
+
+    header_in->pos = header_in->last;
+
+    r->header_in = b;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "dynamo rl body: %uz of %O bytes read with the header, "
+                   "moved", preread, r->headers_in.content_length_n);
+
+    return header_in;
 }
 
 
 /*
- * the body in one piece of memory: the buffer itself when nginx read it
- * into one, otherwise a copy of its buffers and its temp file (bounded by
- * client_max_body_size)
+ * the body in one piece of memory: its buffers themselves when they follow
+ * each other in memory (nginx read it into one buffer), otherwise a copy
+ * of its buffers and its temp file (bounded by client_max_body_size)
  */
 
 static u_char *
@@ -286,11 +341,20 @@ ngx_http_dynamo_rl_body_whole(ngx_http_request_t *r, size_t *len)
         return (u_char *) "";
     }
 
-    cl = r->request_body->bufs;
+    body = r->request_body->bufs->buf->pos;
+    p = body;
 
-    if (cl->next == NULL && !cl->buf->in_file) {
-        *len = cl->buf->last - cl->buf->pos;
-        return *len ? cl->buf->pos : (u_char *) "";
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        if (cl->buf->in_file || cl->buf->pos != p) {
+            break;
+        }
+
+        p = cl->buf->last;
+    }
+
+    if (cl == NULL) {
+        *len = p - body;
+        return *len ? body : (u_char *) "";
     }
 
     size = 0;

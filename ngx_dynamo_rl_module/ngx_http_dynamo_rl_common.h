@@ -195,6 +195,7 @@ typedef struct {
     unsigned                        admin_health:1;
     unsigned                        client_id:1;
     unsigned                        body_sync:1;
+    unsigned                        body_coded:1;
 
     /* the caller's scope, when variables give it: _scope.c */
     ngx_str_t                       scope_value;

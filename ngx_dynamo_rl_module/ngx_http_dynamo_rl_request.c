@@ -40,6 +40,8 @@ static ngx_int_t ngx_http_dynamo_rl_unavailable(ngx_http_request_t *r,
 static ngx_str_t  ngx_http_dynamo_rl_request_id = ngx_string("request-id");
 static ngx_str_t  ngx_http_dynamo_rl_dynamo_request_id =
     ngx_string("x-dynamo-request-id");
+static ngx_str_t  ngx_http_dynamo_rl_content_encoding =
+    ngx_string("Content-Encoding");
 
 
 /* the lengths of the names below, a bit each: most headers skip the walk */
@@ -468,6 +470,7 @@ static ngx_int_t
 ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
 {
+    uint64_t          lens;
     ngx_uint_t        i, n, touch;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *header, *id;
@@ -477,8 +480,34 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
     touch = 0;
 
     /*
-     * one walk of the client's headers: the attempt id, and whether any
-     * header is to be renamed or dropped before the upstream sees it
+     * the lengths of every name the walk looks for, a bit each (a name of
+     * 64 bytes or more is looked at whatever its length): most headers
+     * cost one test
+     */
+
+    lens = NGX_HTTP_DYNAMO_RL_ROUTING_LENS
+           | (1ULL << ngx_http_dynamo_rl_request_id.len)
+           | (1ULL << ngx_http_dynamo_rl_dynamo_request_id.len)
+           | (1ULL << ngx_http_dynamo_rl_content_encoding.len);
+
+    if (drlcf->attempt_header.len < 64) {
+        lens |= 1ULL << drlcf->attempt_header.len;
+
+    } else {
+        lens = (uint64_t) -1;
+    }
+
+    if (drlcf->attempt_upstream != NGX_HTTP_DYNAMO_RL_UPSTREAM_NONE) {
+        lens |= (drlcf->attempt_upstream_header.len < 64)
+                ? 1ULL << drlcf->attempt_upstream_header.len
+                : (uint64_t) -1;
+    }
+
+    /*
+     * one walk of the client's headers: the attempt id, whether any
+     * header is to be renamed or dropped before the upstream sees it, and
+     * whether the body names a content coding other than "identity" (the
+     * only one the body policy reads)
      */
 
     part = &r->headers_in.headers.part;
@@ -496,6 +525,10 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
             i = 0;
         }
 
+        if (header[i].key.len < 64 && !(lens & (1ULL << header[i].key.len))) {
+            continue;
+        }
+
         if (header[i].key.len == drlcf->attempt_header.len
             && ngx_http_dynamo_rl_header_is(&header[i], &drlcf->attempt_header)
                == NGX_OK)
@@ -508,6 +541,19 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
             && ngx_http_dynamo_rl_upstream_touch(&header[i], drlcf) == NGX_OK)
         {
             touch = 1;
+        }
+
+        if (header[i].key.len == ngx_http_dynamo_rl_content_encoding.len
+            && ngx_http_dynamo_rl_header_is(&header[i],
+                                  &ngx_http_dynamo_rl_content_encoding)
+               == NGX_OK
+            && (header[i].value.len != sizeof("identity") - 1
+                || ngx_strncasecmp(header[i].value.data,
+                                   (u_char *) "identity",
+                                   header[i].value.len)
+                   != 0))
+        {
+            ctx->body_coded = 1;
         }
     }
 

@@ -38,6 +38,7 @@ typedef struct {
     u_char                         *value;
     u_char                         *value_end;
     uint32_t                        hash;
+    unsigned                        plain:1;     /* printable ASCII, no \ */
 } ngx_http_dynamo_rl_member_t;
 
 
