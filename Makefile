@@ -93,7 +93,7 @@ PURE_LIBS = -ljansson -lhiredis
 
 UNITS    = $(patsubst t/unit/%.c,$(BUILD)/unit/%,$(wildcard t/unit/*.c))
 
-$(BUILD)/unit/%: t/unit/%.c t/unit/*.h $(PURE) $(SRCDIR)/*.h \
+$(BUILD)/unit/%: t/unit/%.c t/unit/*.h t/fuzz/body_oracle.h $(PURE) $(SRCDIR)/*.h \
              $(NGX_BUILD)/objs/Makefile
 	@mkdir -p $(BUILD)/unit
 	$(CC) -g -O1 -Wall -Werror $(WARN) $(NGX_INCS) -o $@ $< $(PURE) $(PURE_LIBS)
@@ -103,7 +103,7 @@ unit: $(UNITS)
 
 FUZZERS := $(patsubst t/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard t/fuzz/fuzz_*.c))
 
-$(BUILD)/fuzz/%: t/fuzz/%.c t/unit/uuid7.h $(PURE) $(SRCDIR)/*.h \
+$(BUILD)/fuzz/%: t/fuzz/%.c t/fuzz/body_oracle.h t/unit/uuid7.h $(PURE) $(SRCDIR)/*.h \
              $(NGX_BUILD)/objs/Makefile
 	@mkdir -p $(BUILD)/fuzz
 	clang -g -O1 -fsanitize=fuzzer,address,undefined \

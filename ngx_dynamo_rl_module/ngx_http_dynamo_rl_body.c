@@ -34,6 +34,7 @@ static ngx_int_t ngx_http_dynamo_rl_body_strip(ngx_http_request_t *r,
     ngx_http_dynamo_rl_body_scan_t *bs, u_char *body, size_t len);
 static void ngx_http_dynamo_rl_body_refuse(ngx_http_dynamo_rl_ctx_t *ctx,
     ngx_uint_t status, char *reason, char *message);
+static void *ngx_http_dynamo_rl_body_alloc(void *data, size_t size);
 
 
 /*
@@ -190,15 +191,24 @@ ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
 
     drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
 
-    if (drmcf->body_scan == NULL) {
-        drmcf->body_scan = ngx_palloc(ngx_cycle->pool,
-                                      sizeof(ngx_http_dynamo_rl_body_scan_t));
-        if (drmcf->body_scan == NULL) {
+    bs = drmcf->body_scan;
+
+    if (bs == NULL) {
+        bs = ngx_palloc(ngx_cycle->pool,
+                        sizeof(ngx_http_dynamo_rl_body_scan_t));
+        if (bs == NULL) {
             return NGX_ERROR;
         }
+
+        bs->alloc = ngx_http_dynamo_rl_body_alloc;
+        bs->seed = (uint32_t) ngx_random();
+
+        drmcf->body_scan = bs;
     }
 
-    bs = drmcf->body_scan;
+    /* an object with more members than the room: from the request's pool */
+
+    bs->alloc_data = r->pool;
 
     if (ngx_http_dynamo_rl_body_scan(body, len, bs) != NGX_OK) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -678,4 +688,11 @@ ngx_http_dynamo_rl_metadata_upload(ngx_conf_t *cf, ngx_command_t *cmd,
     }
 
     return NGX_CONF_OK;
+}
+
+
+static void *
+ngx_http_dynamo_rl_body_alloc(void *data, size_t size)
+{
+    return ngx_palloc(data, size);
 }

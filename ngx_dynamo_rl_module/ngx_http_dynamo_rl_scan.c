@@ -50,6 +50,14 @@ static ngx_inline u_char *ngx_http_dynamo_rl_integers(u_char *p,
     u_char *end);
 static uint32_t ngx_http_dynamo_rl_next_cp(u_char **pp);
 static uint32_t ngx_http_dynamo_rl_name_hash(ngx_http_dynamo_rl_member_t *m);
+static ngx_int_t ngx_http_dynamo_rl_scan_member(
+    ngx_http_dynamo_rl_body_scan_t *bs, ngx_uint_t lvl,
+    ngx_http_dynamo_rl_member_t *m);
+static ngx_int_t ngx_http_dynamo_rl_scan_grow(
+    ngx_http_dynamo_rl_body_scan_t *bs, ngx_uint_t lvl);
+static uint32_t ngx_http_dynamo_rl_name_seeded(ngx_http_dynamo_rl_member_t *m,
+    uint32_t seed);
+static ngx_uint_t ngx_http_dynamo_rl_is_pin(ngx_http_dynamo_rl_member_t *m);
 static ngx_int_t ngx_http_dynamo_rl_name_eq(ngx_http_dynamo_rl_member_t *a,
     ngx_http_dynamo_rl_member_t *b);
 
@@ -131,9 +139,13 @@ ngx_http_dynamo_rl_body_scan(u_char *p, size_t len,
     err = NULL;
     m = NULL;
 
-    bs->n[NGX_HTTP_DYNAMO_RL_BODY_TOP] = 0;
-    bs->n[NGX_HTTP_DYNAMO_RL_BODY_NVEXT] = 0;
-    bs->n[NGX_HTTP_DYNAMO_RL_BODY_UPLOAD] = 0;
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_BODY_LEVELS; i++) {
+        bs->members[i] = bs->room[i];
+        bs->n[i] = 0;
+        bs->cap[i] = NGX_HTTP_DYNAMO_RL_BODY_MEMBERS;
+        bs->index[i] = NULL;
+    }
+
     bs->nvext = NULL;
     bs->upload = NULL;
     bs->err = NULL;
@@ -381,7 +393,9 @@ name:
 
     if (lvl < NGX_HTTP_DYNAMO_RL_KIND_OTHER) {
 
-        if (bs->n[lvl] == NGX_HTTP_DYNAMO_RL_BODY_MEMBERS) {
+        if (bs->n[lvl] == bs->cap[lvl]
+            && ngx_http_dynamo_rl_scan_grow(bs, lvl) != NGX_OK)
+        {
             err = "too many members in an object the policy reads";
             goto failed;
         }
@@ -394,14 +408,9 @@ name:
         m->plain = plain;
         m->hash = ngx_http_dynamo_rl_name_hash(m);
 
-        for (i = 0; i < bs->n[lvl]; i++) {
-            if (bs->members[lvl][i].hash == m->hash
-                && ngx_http_dynamo_rl_name_eq(&bs->members[lvl][i], m)
-                   == NGX_OK)
-            {
-                err = "duplicate member name";
-                goto failed;
-            }
+        if (ngx_http_dynamo_rl_scan_member(bs, lvl, m) != NGX_OK) {
+            err = "duplicate member name";
+            goto failed;
         }
 
         bs->n[lvl]++;
@@ -910,6 +919,138 @@ ngx_http_dynamo_rl_name_hash(ngx_http_dynamo_rl_member_t *m)
 }
 
 
+/*
+ * a new member of a level: NGX_DECLINED when its name is taken; the first
+ * members are compared one by one, the others through the level's index
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_scan_member(ngx_http_dynamo_rl_body_scan_t *bs,
+    ngx_uint_t lvl, ngx_http_dynamo_rl_member_t *m)
+{
+    uint32_t                     *index;
+    ngx_uint_t                    i, mask;
+    ngx_http_dynamo_rl_member_t  *o;
+
+    o = bs->members[lvl];
+    index = bs->index[lvl];
+
+    if (index == NULL) {
+        for (i = 0; i < bs->n[lvl]; i++) {
+            if (o[i].hash == m->hash
+                && ngx_http_dynamo_rl_name_eq(&o[i], m) == NGX_OK)
+            {
+                return NGX_DECLINED;
+            }
+        }
+
+        return NGX_OK;
+    }
+
+    mask = 2 * bs->cap[lvl] - 1;
+
+    for (i = ngx_http_dynamo_rl_name_seeded(m, bs->seed) & mask;
+         index[i];
+         i = (i + 1) & mask)
+    {
+        if (o[index[i] - 1].hash == m->hash
+            && ngx_http_dynamo_rl_name_eq(&o[index[i] - 1], m) == NGX_OK)
+        {
+            return NGX_DECLINED;
+        }
+    }
+
+    index[i] = (uint32_t) (m - o) + 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * a level past its room: four times the room from the caller, the
+ * members copied, and an index of their names at most half full
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_scan_grow(ngx_http_dynamo_rl_body_scan_t *bs,
+    ngx_uint_t lvl)
+{
+    uint32_t                     *index;
+    ngx_uint_t                    i, j, cap, mask;
+    ngx_http_dynamo_rl_member_t  *m, *old;
+
+    if (bs->alloc == NULL
+        || bs->cap[lvl] >= NGX_HTTP_DYNAMO_RL_BODY_MEMBERS_MAX)
+    {
+        return NGX_ERROR;
+    }
+
+    cap = ngx_min(4 * bs->cap[lvl], NGX_HTTP_DYNAMO_RL_BODY_MEMBERS_MAX);
+
+    m = bs->alloc(bs->alloc_data, cap * sizeof(ngx_http_dynamo_rl_member_t));
+    index = bs->alloc(bs->alloc_data, 2 * cap * sizeof(uint32_t));
+
+    if (m == NULL || index == NULL) {
+        return NGX_ERROR;
+    }
+
+    old = bs->members[lvl];
+
+    ngx_memcpy(m, old, bs->n[lvl] * sizeof(ngx_http_dynamo_rl_member_t));
+    ngx_memzero(index, 2 * cap * sizeof(uint32_t));
+
+    /* "nvext" and "metadata_upload" are members of the levels above */
+
+    if (bs->nvext >= old && bs->nvext < old + bs->n[lvl]) {
+        bs->nvext = m + (bs->nvext - old);
+    }
+
+    if (bs->upload >= old && bs->upload < old + bs->n[lvl]) {
+        bs->upload = m + (bs->upload - old);
+    }
+
+    mask = 2 * cap - 1;
+
+    for (i = 0; i < bs->n[lvl]; i++) {
+        for (j = ngx_http_dynamo_rl_name_seeded(&m[i], bs->seed) & mask;
+             index[j];
+             j = (j + 1) & mask)
+        {
+            /* void */
+        }
+
+        index[j] = (uint32_t) i + 1;
+    }
+
+    bs->members[lvl] = m;
+    bs->cap[lvl] = cap;
+    bs->index[lvl] = index;
+
+    return NGX_OK;
+}
+
+
+/* FNV-1a of a name's code points, unescaped, with the caller's seed */
+
+static uint32_t
+ngx_http_dynamo_rl_name_seeded(ngx_http_dynamo_rl_member_t *m, uint32_t seed)
+{
+    u_char    *p, *end;
+    uint32_t   h;
+
+    p = m->name + 1;
+    end = m->name_end - 1;
+    h = 2166136261u ^ seed;
+
+    while (p < end) {
+        h ^= m->plain ? *p++ : ngx_http_dynamo_rl_next_cp(&p);
+        h *= 16777619u;
+    }
+
+    return h;
+}
+
+
 static ngx_int_t
 ngx_http_dynamo_rl_name_eq(ngx_http_dynamo_rl_member_t *a,
     ngx_http_dynamo_rl_member_t *b)
@@ -1098,19 +1239,8 @@ ngx_uint_t
 ngx_http_dynamo_rl_body_pins(ngx_http_dynamo_rl_body_scan_t *bs,
     u_char **cut)
 {
-    ngx_str_t                    *pin;
     ngx_uint_t                    i, k, n, nm, pinned;
     ngx_http_dynamo_rl_member_t  *m;
-    u_char                        is[NGX_HTTP_DYNAMO_RL_BODY_MEMBERS];
-
-    static ngx_str_t  pins[] = {
-        ngx_string("backend_instance_id"),
-        ngx_string("prefill_worker_id"),
-        ngx_string("decode_worker_id"),
-        ngx_string("dp_rank"),
-        ngx_string("prefill_dp_rank"),
-        ngx_null_string
-    };
 
     if (bs->nvext == NULL) {
         return 0;
@@ -1123,19 +1253,10 @@ ngx_http_dynamo_rl_body_pins(ngx_http_dynamo_rl_body_scan_t *bs,
     k = nm;
 
     for (i = 0; i < nm; i++) {
-        is[i] = 0;
+        if (ngx_http_dynamo_rl_is_pin(&m[i])) {
+            pinned++;
 
-        for (pin = pins; pin->len; pin++) {
-            if (ngx_http_dynamo_rl_body_name_is(&m[i], (char *) pin->data)
-                == NGX_OK)
-            {
-                is[i] = 1;
-                pinned++;
-                break;
-            }
-        }
-
-        if (!is[i] && k == nm) {
+        } else if (k == nm) {
             k = i;
         }
     }
@@ -1153,7 +1274,7 @@ ngx_http_dynamo_rl_body_pins(ngx_http_dynamo_rl_body_scan_t *bs,
     n = 0;
 
     for (i = 0; i < nm; i++) {
-        if (!is[i]) {
+        if (!ngx_http_dynamo_rl_is_pin(&m[i])) {
             continue;
         }
 
@@ -1168,4 +1289,28 @@ ngx_http_dynamo_rl_body_pins(ngx_http_dynamo_rl_body_scan_t *bs,
     }
 
     return n / 2;
+}
+
+
+static ngx_uint_t
+ngx_http_dynamo_rl_is_pin(ngx_http_dynamo_rl_member_t *m)
+{
+    ngx_str_t  *pin;
+
+    static ngx_str_t  pins[] = {
+        ngx_string("backend_instance_id"),
+        ngx_string("prefill_worker_id"),
+        ngx_string("decode_worker_id"),
+        ngx_string("dp_rank"),
+        ngx_string("prefill_dp_rank"),
+        ngx_null_string
+    };
+
+    for (pin = pins; pin->len; pin++) {
+        if (ngx_http_dynamo_rl_body_name_is(m, (char *) pin->data) == NGX_OK) {
+            return 1;
+        }
+    }
+
+    return 0;
 }

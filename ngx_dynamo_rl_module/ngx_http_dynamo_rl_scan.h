@@ -22,7 +22,8 @@
 
 
 #define NGX_HTTP_DYNAMO_RL_BODY_DEPTH    64
-#define NGX_HTTP_DYNAMO_RL_BODY_MEMBERS  128
+#define NGX_HTTP_DYNAMO_RL_BODY_MEMBERS  128   /* in place */
+#define NGX_HTTP_DYNAMO_RL_BODY_MEMBERS_MAX  16384
 
 #define NGX_HTTP_DYNAMO_RL_BODY_TOP      0
 #define NGX_HTTP_DYNAMO_RL_BODY_NVEXT    1
@@ -43,9 +44,20 @@ typedef struct {
 
 
 typedef struct {
-    ngx_http_dynamo_rl_member_t     members[NGX_HTTP_DYNAMO_RL_BODY_LEVELS]
-                                           [NGX_HTTP_DYNAMO_RL_BODY_MEMBERS];
+    ngx_http_dynamo_rl_member_t    *members[NGX_HTTP_DYNAMO_RL_BODY_LEVELS];
     ngx_uint_t                      n[NGX_HTTP_DYNAMO_RL_BODY_LEVELS];
+    ngx_uint_t                      cap[NGX_HTTP_DYNAMO_RL_BODY_LEVELS];
+
+    /*
+     * past the members that fit in place: room from the caller's
+     * allocator (none: a body with more is refused), up to
+     * NGX_HTTP_DYNAMO_RL_BODY_MEMBERS_MAX, and a hash index of the names,
+     * seeded by the caller
+     */
+    uint32_t                       *index[NGX_HTTP_DYNAMO_RL_BODY_LEVELS];
+    void                         *(*alloc)(void *data, size_t size);
+    void                           *alloc_data;
+    uint32_t                        seed;
 
     /* where a level's object is, NULL when the body has none */
     ngx_http_dynamo_rl_member_t    *nvext;
@@ -58,6 +70,9 @@ typedef struct {
     const char                     *err;
     u_char                         *err_pos;
     unsigned                        too_deep:1;
+
+    ngx_http_dynamo_rl_member_t     room[NGX_HTTP_DYNAMO_RL_BODY_LEVELS]
+                                        [NGX_HTTP_DYNAMO_RL_BODY_MEMBERS];
 } ngx_http_dynamo_rl_body_scan_t;
 
 

@@ -45,7 +45,32 @@
 #define BODY_ORACLE_RAW_NUL    6
 
 
+static void *body_oracle_alloc(void *data, size_t size);
 static int body_oracle(const u_char *data, size_t len);
+
+
+/* room for objects with more members than the scanner's own */
+
+static u_char  body_oracle_arena[4 * 1024 * 1024];
+static size_t  body_oracle_used;
+
+
+static void *
+body_oracle_alloc(void *data, size_t size)
+{
+    void  *p;
+
+    size = (size + 15) & ~(size_t) 15;
+
+    if (body_oracle_used + size > sizeof(body_oracle_arena)) {
+        return NULL;
+    }
+
+    p = body_oracle_arena + body_oracle_used;
+    body_oracle_used += size;
+
+    return p;
+}
 
 
 static int
@@ -59,6 +84,9 @@ body_oracle(const u_char *data, size_t len)
 
     j = json_loadb((const char *) data, len,
                    JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
+
+    bs.alloc = body_oracle_alloc;
+    body_oracle_used = 0;
 
     rc = ngx_http_dynamo_rl_body_scan((u_char *) data, len, &bs);
     sok = (rc == NGX_OK);
@@ -100,7 +128,11 @@ body_oracle(const u_char *data, size_t len)
         j = json_loadb((const char *) data, len, JSON_ALLOW_NUL, &e);
 
         if (j == NULL) {
-            return BODY_ORACLE_MISMATCH;
+            /* a number jansson cannot hold, after the duplicate */
+
+            return (strstr(e.text, "too big") != NULL
+                    || strstr(e.text, "overflow") != NULL)
+                   ? BODY_ORACLE_RANGE : BODY_ORACLE_MISMATCH;
         }
 
         json_decref(j);

@@ -44,6 +44,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     }
 
+    bs.alloc = body_oracle_alloc;
+    body_oracle_used = 0;
+
     if (ngx_http_dynamo_rl_body_scan(buf, size, &bs) != NGX_OK) {
         free(buf);
         return 0;

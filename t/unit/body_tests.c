@@ -14,6 +14,7 @@
 #include "ngx_http_dynamo_rl_module.h"
 
 #include "tap.h"
+#include "../fuzz/body_oracle.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +40,11 @@ typedef struct {
 
 
 static ngx_http_dynamo_rl_body_scan_t  bs;
+
+
+static size_t members(u_char *buf, const char *prefix, ngx_uint_t n,
+    ngx_uint_t dup, ngx_uint_t of, const char *suffix);
+static void many_members(void);
 
 
 static body_case_t  cases[] = {
@@ -314,5 +320,113 @@ main(void)
            == u->rc, name);
     }
 
+    many_members();
+
     return done_testing();
+}
+
+
+/* "{" prefix, then n members "k<i>":<i> (the i-th named by name(i)), "}" */
+
+static size_t
+members(u_char *buf, const char *prefix, ngx_uint_t n, ngx_uint_t dup,
+    ngx_uint_t of, const char *suffix)
+{
+    u_char      *p;
+    ngx_uint_t   i;
+
+    p = (u_char *) stpcpy((char *) buf, prefix);
+
+    for (i = 0; i < n; i++) {
+        p += sprintf((char *) p, "%s\"k%u\":%u", i ? "," : "",
+                     (unsigned) (i == dup ? of : i), (unsigned) i);
+    }
+
+    p = (u_char *) stpcpy((char *) p, suffix);
+
+    return p - buf;
+}
+
+
+static void
+many_members(void)
+{
+    size_t                        len;
+    ngx_int_t                     rc;
+    ngx_uint_t                    n;
+    ngx_http_dynamo_rl_member_t  *m;
+    static u_char                 big[512 * 1024];
+    u_char                       *cut[2 * NGX_HTTP_DYNAMO_RL_BODY_MEMBERS];
+
+    len = members(big, "{", 129, (ngx_uint_t) -1, 0, "}");
+    ok(ngx_http_dynamo_rl_body_scan(big, len, &bs) == NGX_ERROR,
+       "129 members without an allocator: refused");
+
+    bs.alloc = body_oracle_alloc;
+    bs.seed = 12345;
+
+    len = members(big, "{", 129, (ngx_uint_t) -1, 0, "}");
+    body_oracle_used = 0;
+    ok(ngx_http_dynamo_rl_body_scan(big, len, &bs) == NGX_OK
+       && bs.n[NGX_HTTP_DYNAMO_RL_BODY_TOP] == 129, "129 members accepted");
+    ok(body_oracle(big, len) == BODY_ORACLE_SAME,
+       "129 members: the verdict is jansson's");
+
+    len = members(big, "{", NGX_HTTP_DYNAMO_RL_BODY_MEMBERS_MAX,
+                  (ngx_uint_t) -1, 0, "}");
+    body_oracle_used = 0;
+    ok(ngx_http_dynamo_rl_body_scan(big, len, &bs) == NGX_OK,
+       "16384 members accepted");
+
+    len = members(big, "{", NGX_HTTP_DYNAMO_RL_BODY_MEMBERS_MAX + 1,
+                  (ngx_uint_t) -1, 0, "}");
+    body_oracle_used = 0;
+    rc = ngx_http_dynamo_rl_body_scan(big, len, &bs);
+    ok(rc == NGX_ERROR && bs.err
+       && strcmp(bs.err, "too many members in an object the policy reads")
+          == 0, "16385 members refused");
+
+    /* duplicates past the room: of a first member, of a later one */
+
+    for (n = 0; n < 3; n++) {
+        static const ngx_uint_t  dup[][2] = {
+            { 300, 5 }, { 3000, 200 }, { 129, 128 }
+        };
+
+        len = members(big, "{", 4000, dup[n][0], dup[n][1], "}");
+        body_oracle_used = 0;
+        rc = ngx_http_dynamo_rl_body_scan(big, len, &bs);
+        ok(rc == NGX_ERROR && bs.err
+           && strcmp(bs.err, "duplicate member name") == 0,
+           n == 0 ? "past the room: a duplicate of member 5"
+           : n == 1 ? "past the room: a duplicate of member 200"
+           : "past the room: a duplicate of the last in place");
+    }
+
+    len = members(big, "{", 200, (ngx_uint_t) -1, 0,
+                  ",\"\\u006b150\":1}");
+    body_oracle_used = 0;
+    ok(ngx_http_dynamo_rl_body_scan(big, len, &bs) == NGX_ERROR,
+       "past the room: an escaped duplicate");
+
+    /* nvext and metadata_upload found after their levels grew */
+
+    len = members(big, "{\"nvext\":{\"metadata_upload\":{\"url\":\"u\"},",
+                  300, (ngx_uint_t) -1, 0, ",\"dp_rank\":1}");
+    len += members(big + len, ",", 500, (ngx_uint_t) -1, 0, "}") - 1;
+    big[len - 1] = '}';
+    body_oracle_used = 0;
+    rc = ngx_http_dynamo_rl_body_scan(big, len, &bs);
+    m = (rc == NGX_OK) ? ngx_http_dynamo_rl_body_member(&bs,
+                             NGX_HTTP_DYNAMO_RL_BODY_UPLOAD, "url") : NULL;
+    ok(rc == NGX_OK && bs.nvext != NULL && bs.upload != NULL
+       && bs.nvext->value_end != NULL && *bs.nvext->value_end == ','
+       && m != NULL && m->value_end - m->value == 3,
+       "grown levels: nvext and metadata_upload where they are");
+
+    n = (rc == NGX_OK) ? ngx_http_dynamo_rl_body_pins(&bs, cut) : 0;
+    ok(n == 1 && cut[1] - cut[0] == (ssize_t) sizeof(",\"dp_rank\":1") - 1,
+       "grown levels: the pin after 300 members cut");
+
+    bs.alloc = NULL;
 }
