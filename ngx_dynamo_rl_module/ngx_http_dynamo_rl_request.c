@@ -695,11 +695,12 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf,
     ngx_uint_t client_id, ngx_uint_t touch)
 {
-    ngx_str_t        *up;
-    ngx_uint_t        i, drop;
-    ngx_array_t      *kept;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *header, *h;
+    ngx_str_t                       *up;
+    ngx_uint_t                       i, drop;
+    ngx_array_t                     *kept;
+    ngx_list_part_t                 *part;
+    ngx_table_elt_t                 *header, *h, *hp;
+    ngx_http_dynamo_rl_list_iter_t   it;
 
     up = (drlcf->attempt_upstream == NGX_HTTP_DYNAMO_RL_UPSTREAM_NONE)
          ? NULL : &drlcf->attempt_upstream_header;
@@ -751,25 +752,14 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
             return NGX_ERROR;
         }
 
-        part = &r->headers_in.headers.part;
-        header = part->elts;
-
-        for (i = 0; /* void */ ; i++) {
-
-            if (i >= part->nelts) {
-                if (part->next == NULL) {
-                    break;
-                }
-
-                part = part->next;
-                header = part->elts;
-                i = 0;
-            }
-
-            if (header[i].hash == 0) {
+        for (hp = ngx_http_dynamo_rl_list_first(&r->headers_in.headers, &it);
+             hp != NULL;
+             hp = ngx_http_dynamo_rl_list_next(&it))
+        {
+            if (hp->hash == 0) {
                 ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                                "dynamo rl request: drop header \"%V: %V\"",
-                               &header[i].key, &header[i].value);
+                               &hp->key, &hp->value);
                 continue;
             }
 
@@ -778,7 +768,7 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
                 return NGX_ERROR;
             }
 
-            *h = header[i];
+            *h = *hp;
         }
 
         if (ngx_list_init(&r->headers_in.headers, r->pool, kept->nelts + 2,
