@@ -171,7 +171,9 @@ ok(wait_for(sub { !store_up(8170) }, 10), 'local: the store is down');
 	$r = post(8180, 'local-1');
 
 	is($r->{status}, 409, 'local: the same replica refuses the id again')
-		or diag("again: $r->{status}");
+		or diag("again: $r->{status} "
+			. ($r->{headers}{'x-dynamo-rl-reason'} // '') . "\n"
+			. $t->_tail('error.log'));
 	is(forwards('local-1'), 1, 'local: forwarded once');
 }
 
