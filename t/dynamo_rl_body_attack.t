@@ -21,33 +21,24 @@ use IO::Socket::INET;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ record_with frontend_records rl_conf
-	time_limit raw resp /;
+use Test::DynamoRL::Fixture qw/ record_with frontend_records rl_test
+	raw resp /;
 
 ###############################################################################
 
-time_limit(300);
+my $t = rl_test(300, undef, <<'EOF', has => [qw/ http proxy http_v2 /]);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy http_v2/);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
-
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     %%RL_FRONTEND 8%%
 
     client_max_body_size 8m;
 
     server {
-        listen       127.0.0.1:8080;
-        listen       127.0.0.1:8085 http2;
-        server_name  localhost;
+        %%RL_LISTEN 8080 8085 http2%%
 
         dynamo_rl_metadata_upload https://up.example/rl/ s3://bucket/rl/;
 
@@ -100,8 +91,7 @@ http {
     # small buffers: bodies in temp files, request buffering off
 
     server {
-        listen       127.0.0.1:8084;
-        server_name  localhost;
+        %%RL_LISTEN 8084%%
 
         client_body_buffer_size 1k;
 
@@ -115,12 +105,7 @@ http {
         }
     }
 
-    server {
-        listen       127.0.0.1:8086;
-        server_name  localhost;
-
-        %%RL_APIS attempts%%
-    }
+    %%RL_API_SERVER 8086 attempts%%
 }
 
 EOF

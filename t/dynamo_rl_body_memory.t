@@ -18,24 +18,16 @@ use Test::More;
 
 use lib 't/lib';
 use Test::DynamoRL qw/ http /;
-use Test::DynamoRL::Fixture qw/ call read_until record_with rl_conf
-	time_limit /;
+use Test::DynamoRL::Fixture qw/ call read_until record_with rl_test /;
 
 ###############################################################################
 
-time_limit(120);
+my $t = rl_test(120, 16, <<'EOF');
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(16);
-
-$t->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
-
-%%TEST_GLOBALS%%
-
-events {
-}
+%%RL_MAIN%%
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m;
+    %%RL_HTTP 1m%%
 
     %%RL_FRONTEND 8%%
 
@@ -43,8 +35,7 @@ http {
     client_body_buffer_size 512k;
 
     server {
-        listen       127.0.0.1:8080;
-        server_name  localhost;
+        %%RL_LISTEN 8080%%
 
         dynamo_rl_metadata_upload s3://bucket/rl/;
 
@@ -54,8 +45,7 @@ http {
     # proxy_request_buffering off
 
     server {
-        listen       127.0.0.1:8084;
-        server_name  localhost;
+        %%RL_LISTEN 8084%%
 
         %%RL_REQUEST_PLANE sse%%
     }
