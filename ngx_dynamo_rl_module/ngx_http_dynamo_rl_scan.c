@@ -921,7 +921,8 @@ ngx_http_dynamo_rl_name_hash(ngx_http_dynamo_rl_member_t *m)
 
 /*
  * a new member of a level: NGX_DECLINED when its name is taken; the first
- * members are compared one by one, the others through the level's index
+ * members are compared one by one, past them the level's index is probed
+ * and the member goes into it
  */
 
 static ngx_int_t
@@ -976,7 +977,7 @@ ngx_http_dynamo_rl_scan_grow(ngx_http_dynamo_rl_body_scan_t *bs,
     ngx_uint_t lvl)
 {
     uint32_t                     *index;
-    ngx_uint_t                    i, j, cap, mask;
+    ngx_uint_t                    i, cap;
     ngx_http_dynamo_rl_member_t  *m, *old;
 
     if (bs->alloc == NULL
@@ -1009,22 +1010,15 @@ ngx_http_dynamo_rl_scan_grow(ngx_http_dynamo_rl_body_scan_t *bs,
         bs->upload = m + (bs->upload - old);
     }
 
-    mask = 2 * cap - 1;
-
-    for (i = 0; i < bs->n[lvl]; i++) {
-        for (j = ngx_http_dynamo_rl_name_seeded(&m[i], bs->seed) & mask;
-             index[j];
-             j = (j + 1) & mask)
-        {
-            /* void */
-        }
-
-        index[j] = (uint32_t) i + 1;
-    }
-
     bs->members[lvl] = m;
     bs->cap[lvl] = cap;
     bs->index[lvl] = index;
+
+    /* the names are distinct already: each goes into the index */
+
+    for (i = 0; i < bs->n[lvl]; i++) {
+        (void) ngx_http_dynamo_rl_scan_member(bs, lvl, &m[i]);
+    }
 
     return NGX_OK;
 }
