@@ -20,6 +20,8 @@
  */
 
 
+static ngx_int_t ngx_http_dynamo_rl_body_verdict(
+    ngx_http_dynamo_rl_ctx_t *ctx);
 static void ngx_http_dynamo_rl_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
@@ -38,10 +40,11 @@ static void *ngx_http_dynamo_rl_body_alloc(void *data, size_t size);
 
 
 /*
- * NGX_DECLINED: no policy applies, or the body passed it; NGX_DONE: the
- * body is being read, the phases go on from the body handler; otherwise
- * an HTTP status to finalize the request with, ctx->body_* set for a
- * refusal of the module's own
+ * NGX_OK: no policy applies, or the body passed it; NGX_DONE: the body is
+ * being read, the phases go on from the body handler; NGX_DECLINED: the
+ * body is refused, ctx->body_status the status to finalize the request
+ * with, and ctx->body_reason and body_message set when the refusal is the
+ * module's own
  */
 
 ngx_int_t
@@ -55,10 +58,10 @@ ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
 
     case NGX_HTTP_DYNAMO_RL_BODY_CHECKED:
         ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
-        return ctx->body_status ? (ngx_int_t) ctx->body_status : NGX_DECLINED;
+        return ngx_http_dynamo_rl_body_verdict(ctx);
 
     case NGX_HTTP_DYNAMO_RL_BODY_DONE:
-        return NGX_DECLINED;
+        return NGX_OK;
 
     case NGX_HTTP_DYNAMO_RL_BODY_READING:
         return NGX_DONE;
@@ -66,7 +69,7 @@ ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
 
     if (!drlcf->body_policy || !(r->method & (NGX_HTTP_POST|NGX_HTTP_PUT))) {
         ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
-        return NGX_DECLINED;
+        return NGX_OK;
     }
 
     /*
@@ -86,7 +89,7 @@ ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
                                        "request bodies must not have a "
                                        "Content-Encoding");
 
-        return NGX_HTTP_UNSUPPORTED_MEDIA_TYPE;
+        return ngx_http_dynamo_rl_body_verdict(ctx);
     }
 
     ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_READING;
@@ -98,7 +101,8 @@ ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
     header_in = ngx_http_dynamo_rl_body_room(r);
     if (header_in == NULL) {
         ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        ctx->body_status = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return ngx_http_dynamo_rl_body_verdict(ctx);
     }
 
     rc = ngx_http_read_client_request_body(r,
@@ -109,8 +113,10 @@ ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
     ctx->body_sync = 0;
 
     if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        /* nginx's own refusal: 413, 400 for broken chunked framing */
         ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
-        return rc;
+        ctx->body_status = rc;
+        return ngx_http_dynamo_rl_body_verdict(ctx);
     }
 
     /* the reference the read took */
@@ -126,10 +132,23 @@ ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
          */
 
         ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
-        return ctx->body_status ? (ngx_int_t) ctx->body_status : NGX_DECLINED;
+        return ngx_http_dynamo_rl_body_verdict(ctx);
     }
 
     return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_body_verdict(ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    if (ctx->body_status == 0) {
+        return NGX_OK;
+    }
+
+    ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_BODY;
+
+    return NGX_DECLINED;
 }
 
 

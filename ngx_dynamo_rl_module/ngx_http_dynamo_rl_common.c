@@ -350,6 +350,118 @@ ngx_http_dynamo_rl_deny(ngx_http_request_t *r, ngx_uint_t status,
 }
 
 
+/*
+ * the request plane's refusals at precontent, by verdict: the gate, the
+ * body policy and the ledger decide and log, the precontent handler
+ * answers with ngx_http_dynamo_rl_refuse()
+ */
+
+typedef struct {
+    ngx_uint_t                      status;
+    char                           *reason;
+    char                           *message;
+    ngx_uint_t                      retry_after;
+} ngx_http_dynamo_rl_refusal_t;
+
+
+static ngx_http_dynamo_rl_refusal_t  ngx_http_dynamo_rl_refusals[] = {
+    { 0, NULL, NULL, 0 },
+
+    { NGX_HTTP_CONFLICT, "duplicate_attempt",
+      "attempt id already used: generation is not idempotent", 0 },
+
+    { NGX_HTTP_SERVICE_UNAVAILABLE, "ledger_full",
+      "attempt ledger is full", 0 },
+
+    /* the retry after the lease's end, in ctx->retry_after */
+    { NGX_HTTP_SERVICE_UNAVAILABLE, "gate_closed",
+      "generation is paused for a policy refresh, retry later", 0 },
+
+    { NGX_HTTP_SERVICE_UNAVAILABLE, "store_unavailable",
+      "the shared store does not answer: nothing was sent, retry later", 1 },
+
+    { NGX_HTTP_SERVICE_UNAVAILABLE, "gate_unknown",
+      "the gate's state is not known, retry later", 1 },
+
+    { NGX_HTTP_SERVICE_UNAVAILABLE, "gate_lost",
+      "the gate's record was lost while it was closed: it stays closed", 5 },
+
+    { NGX_HTTP_SERVICE_UNAVAILABLE, "gate_unknown",
+      "the gate's state is not known: the shared store has not answered, "
+      "retry later", 1 },
+
+    { NGX_HTTP_BAD_GATEWAY, "redirected",
+      "the request was refused in a plane location and is not forwarded "
+      "after a redirect", 0 },
+
+    { NGX_HTTP_BAD_GATEWAY, "redirected",
+      "the request already reached an upstream and is not forwarded again",
+      0 },
+};
+
+
+ngx_int_t
+ngx_http_dynamo_rl_refuse(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    ngx_uint_t                     retry;
+    ngx_table_elt_t               *h;
+    ngx_http_dynamo_rl_refusal_t  *rf;
+
+    /* the answer may free the request: the count goes first */
+
+    ngx_http_dynamo_rl_drain_leave(ctx);
+
+    if (ctx->verdict == NGX_HTTP_DYNAMO_RL_VERDICT_BODY) {
+
+        if (ctx->body_reason == NULL) {
+            /* nginx's own refusal of the body (413, 400), or an error */
+            return ctx->body_status;
+        }
+
+        return ngx_http_dynamo_rl_deny(r, ctx->body_status, ctx->body_reason,
+                                       ctx->body_message);
+    }
+
+    /* NGX_HTTP_DYNAMO_RL_VERDICT_ERROR, and none: a bug */
+
+    if (ctx->verdict == 0
+        || ctx->verdict >= sizeof(ngx_http_dynamo_rl_refusals)
+                           / sizeof(ngx_http_dynamo_rl_refusal_t))
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rf = &ngx_http_dynamo_rl_refusals[ctx->verdict];
+
+    retry = (ctx->verdict == NGX_HTTP_DYNAMO_RL_VERDICT_CLOSED)
+            ? ctx->retry_after : rf->retry_after;
+
+    if (retry && ngx_http_dynamo_rl_retry_after(r, retry) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ctx->verdict == NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE) {
+
+        /*
+         * the OpenAI SDKs retry a 409 unless told not to: the same id
+         * would only be refused again
+         */
+
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "X-Should-Retry");
+        ngx_str_set(&h->value, "false");
+    }
+
+    return ngx_http_dynamo_rl_deny(r, rf->status, rf->reason, rf->message);
+}
+
+
 /* the canonical reason phrase, Dynamo's "type" of a flat error */
 
 void
@@ -612,28 +724,9 @@ ngx_http_dynamo_rl_list_next(ngx_http_dynamo_rl_list_iter_t *it)
 
 /*
  * the gate's drain: a request admitted to the request plane is counted in
- * its process's slot until its response is done
+ * its process's slot (by the gate, ngx_http_dynamo_rl_gate_enter()) until
+ * it is refused or its response is done, whichever layer sees that first
  */
-
-void
-ngx_http_dynamo_rl_drain_enter(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_ctx_t *ctx)
-{
-    ngx_http_dynamo_rl_zone_t  *zone;
-
-    if (ctx->counted) {
-        return;
-    }
-
-    zone = ngx_http_dynamo_rl_get_zone(r);
-
-    ctx->counted = 1;
-    ctx->slot_zone = zone;
-
-    (void) ngx_atomic_fetch_add(
-                   &zone->sh->slot_requests[ngx_http_dynamo_rl_slot()], 1);
-}
-
 
 void
 ngx_http_dynamo_rl_drain_leave(ngx_http_dynamo_rl_ctx_t *ctx)

@@ -71,6 +71,23 @@ typedef struct {
 } ngx_http_dynamo_rl_main_conf_t;
 
 
+/*
+ * why the request plane refuses an attempt at precontent (ctx->verdict):
+ * the gate, the body policy and the ledger decide, and the precontent
+ * handler answers once, with ngx_http_dynamo_rl_refuse()
+ */
+#define NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE    1
+#define NGX_HTTP_DYNAMO_RL_VERDICT_FULL         2
+#define NGX_HTTP_DYNAMO_RL_VERDICT_CLOSED       3   /* ctx->retry_after */
+#define NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE  4
+#define NGX_HTTP_DYNAMO_RL_VERDICT_UNKNOWN      5
+#define NGX_HTTP_DYNAMO_RL_VERDICT_LOST         6
+#define NGX_HTTP_DYNAMO_RL_VERDICT_STALE        7
+#define NGX_HTTP_DYNAMO_RL_VERDICT_REFUSED      8
+#define NGX_HTTP_DYNAMO_RL_VERDICT_FORWARDED    9
+#define NGX_HTTP_DYNAMO_RL_VERDICT_BODY         10  /* ctx->body_* */
+#define NGX_HTTP_DYNAMO_RL_VERDICT_ERROR        11
+
 typedef struct {
     ngx_uint_t                      plane;
     ngx_uint_t                      methods;
@@ -247,6 +264,8 @@ ngx_int_t ngx_http_dynamo_rl_error(ngx_http_request_t *r,
     ngx_uint_t status, char *reason, char *message);
 ngx_int_t ngx_http_dynamo_rl_deny(ngx_http_request_t *r,
     ngx_uint_t status, char *reason, char *message);
+ngx_int_t ngx_http_dynamo_rl_refuse(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx);
 void ngx_http_dynamo_rl_status_type(ngx_uint_t status, ngx_str_t *type);
 ngx_int_t ngx_http_dynamo_rl_allow(ngx_http_request_t *r,
     ngx_uint_t methods);
@@ -257,8 +276,6 @@ ngx_int_t ngx_http_dynamo_rl_header_is(ngx_table_elt_t *h,
 void *ngx_http_dynamo_rl_list_first(ngx_list_t *list,
     ngx_http_dynamo_rl_list_iter_t *it);
 void *ngx_http_dynamo_rl_list_next(ngx_http_dynamo_rl_list_iter_t *it);
-void ngx_http_dynamo_rl_drain_enter(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_ctx_t *ctx);
 void ngx_http_dynamo_rl_drain_leave(ngx_http_dynamo_rl_ctx_t *ctx);
 ngx_uint_t ngx_http_dynamo_rl_slot(void);
 ngx_int_t ngx_http_dynamo_rl_retry_after(ngx_http_request_t *r,

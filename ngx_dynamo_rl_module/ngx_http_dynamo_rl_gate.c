@@ -16,9 +16,9 @@
 #define NGX_HTTP_DYNAMO_RL_RETRY_AFTER  5
 
 
-static ngx_int_t ngx_http_dynamo_rl_gate_claims(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_gate_known(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_shctx_t *sh);
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_main_conf_t *drmcf,
+    ngx_http_dynamo_rl_loc_conf_t *drlcf);
 static ngx_uint_t ngx_http_dynamo_rl_gate_in_flight(
     ngx_http_dynamo_rl_shctx_t *sh);
 static ngx_int_t ngx_http_dynamo_rl_gate_handler(ngx_http_request_t *r);
@@ -80,25 +80,52 @@ typedef struct {
 
 
 /*
- * PRECONTENT, request plane, after access control: while the gate is
- * closed, new generation gets 503 with Retry-After and is not recorded;
- * the gate never authorises
+ * PRECONTENT, request plane, after access control: the request is counted
+ * in its process's drain slot, then, with dynamo_rl_gate on, the gate is
+ * read; while it is closed, new generation is refused (NGX_DECLINED, the
+ * verdict in ctx) and not recorded; the gate never authorises
  */
 
 ngx_int_t
-ngx_http_dynamo_rl_gate_check(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_ctx_t *ctx)
+ngx_http_dynamo_rl_gate_enter(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
 {
-    uint64_t                     now;
-    ngx_uint_t                   retry;
-    ngx_http_dynamo_rl_zone_t   *zone;
-    ngx_http_dynamo_rl_shctx_t  *sh;
+    uint64_t                         now;
+    ngx_uint_t                       retry;
+    ngx_http_dynamo_rl_zone_t       *zone;
+    ngx_http_dynamo_rl_shctx_t      *sh;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
-    zone = ngx_http_dynamo_rl_get_zone(r);
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    zone = drmcf->shm_zone->data;
     sh = zone->sh;
 
-    if (!sh->gate_closed || ngx_http_dynamo_rl_gate_claims(r)) {
-        return ngx_http_dynamo_rl_gate_known(r, ctx, sh);
+    /*
+     * counted before the gate is read, with an atomic add that is a full
+     * barrier: a close either comes after the count and sees it in the
+     * drain, or before the read and refuses the request
+     */
+
+    if (!ctx->counted) {
+        ctx->counted = 1;
+        ctx->slot_zone = zone;
+
+        (void) ngx_atomic_fetch_add(
+                         &sh->slot_requests[ngx_http_dynamo_rl_slot()], 1);
+    }
+
+    if (!drlcf->gate) {
+        return NGX_OK;
+    }
+
+    /*
+     * with a store and the ledger, the claim reads the store's gate itself,
+     * in the same step: a view read a moment ago could still be closed
+     */
+
+    if (!sh->gate_closed || (drmcf->store != NULL && drlcf->ledger)) {
+        return ngx_http_dynamo_rl_gate_known(r, ctx, drmcf, drlcf);
     }
 
     now = ngx_http_dynamo_rl_now();
@@ -108,7 +135,7 @@ ngx_http_dynamo_rl_gate_check(ngx_http_request_t *r,
 
     if (!sh->gate_closed) {
         ngx_shmtx_unlock(&zone->shpool->mutex);
-        return NGX_DECLINED;
+        return NGX_OK;
     }
 
     if (sh->gate_expires > now) {
@@ -117,45 +144,14 @@ ngx_http_dynamo_rl_gate_check(ngx_http_request_t *r,
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    if (ngx_http_dynamo_rl_retry_after(r, retry) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                   "dynamo rl gate: closed, attempt \"%V\" refused",
                   &ctx->attempt_id);
 
-    /* counted before the check, it is not in flight after all */
+    ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_CLOSED;
+    ctx->retry_after = retry;
 
-    ngx_http_dynamo_rl_drain_leave(ctx);
-
-    return ngx_http_dynamo_rl_deny(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                   "gate_closed",
-                                   "generation is paused for a policy "
-                                   "refresh, retry later");
-}
-
-
-/*
- * with a store and the ledger, the claim reads the store's gate itself,
- * in the same step: a view read a moment ago could still be closed
- */
-
-static ngx_int_t
-ngx_http_dynamo_rl_gate_claims(ngx_http_request_t *r)
-{
-    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
-    ngx_http_dynamo_rl_main_conf_t  *drmcf;
-
-    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
-
-    if (drmcf->store == NULL) {
-        return 0;
-    }
-
-    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
-
-    return drlcf->ledger;
+    return NGX_DECLINED;
 }
 
 
@@ -168,49 +164,40 @@ ngx_http_dynamo_rl_gate_claims(ngx_http_request_t *r)
 
 static ngx_int_t
 ngx_http_dynamo_rl_gate_known(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_shctx_t *sh)
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_main_conf_t *drmcf,
+    ngx_http_dynamo_rl_loc_conf_t *drlcf)
 {
-    ngx_http_dynamo_rl_store_t      *store;
-    ngx_http_dynamo_rl_loc_conf_t   *drlcf;
-    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+    ngx_http_dynamo_rl_store_t  *store;
+    ngx_http_dynamo_rl_shctx_t  *sh;
 
-    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
     store = drmcf->store;
 
     if (store == NULL) {
-        return NGX_DECLINED;
+        return NGX_OK;
     }
 
-    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+    sh = ((ngx_http_dynamo_rl_zone_t *) drmcf->shm_zone->data)->sh;
 
     if (drlcf->ledger
         || (sh->store_known
             && ngx_http_dynamo_rl_now() - sh->store_read <= store->gate_stale))
     {
-        return NGX_DECLINED;
+        return NGX_OK;
     }
 
     if (store->on_error == NGX_HTTP_DYNAMO_RL_STORE_LOCAL && sh->store_known) {
         /* the zone's gate, as the store last had it */
         (void) ngx_atomic_fetch_add(&sh->store.fallbacks, 1);
-        return NGX_DECLINED;
+        return NGX_OK;
     }
 
     ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                   "dynamo rl gate: the store's gate is not known, "
                   "attempt \"%V\" refused", &ctx->attempt_id);
 
-    ngx_http_dynamo_rl_drain_leave(ctx);
+    ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_STALE;
 
-    if (ngx_http_dynamo_rl_retry_after(r, 1) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ngx_http_dynamo_rl_deny(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                   "gate_unknown",
-                                   "the gate's state is not known: the "
-                                   "shared store has not answered, retry "
-                                   "later");
+    return NGX_DECLINED;
 }
 
 

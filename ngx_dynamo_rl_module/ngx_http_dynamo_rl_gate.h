@@ -32,8 +32,8 @@ typedef struct {
 } ngx_http_dynamo_rl_gate_state_t;
 
 
-ngx_int_t ngx_http_dynamo_rl_gate_check(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_ctx_t *ctx);
+ngx_int_t ngx_http_dynamo_rl_gate_enter(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 void ngx_http_dynamo_rl_gate_init_process(ngx_http_dynamo_rl_zone_t *zone);
 void ngx_http_dynamo_rl_gate_state(ngx_http_dynamo_rl_zone_t *zone,
     ngx_http_dynamo_rl_gate_state_t *gs);

@@ -237,18 +237,21 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
             goto record;
         }
 
-        if (rc != NGX_DECLINED
-            || ctx->verdict != NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE
+        if (rc != NGX_DECLINED) {
+            return rc;
+        }
+
+        if (ctx->verdict != NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE
             || drmcf->store->on_error != NGX_HTTP_DYNAMO_RL_STORE_LOCAL)
         {
-            return rc;
+            goto refused;
         }
 
         /* never read the store's gate: it may be closed */
 
         if (!zone->sh->store_known && drlcf->gate) {
             ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_UNKNOWN;
-            return NGX_DECLINED;
+            goto refused;
         }
 
         /* on_error=local: this replica's zone, single use within it */
@@ -266,7 +269,7 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
         if (zone->sh->gate_closed && drlcf->gate) {
             ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_CLOSED;
             ctx->retry_after = 5;
-            return NGX_DECLINED;
+            goto refused;
         }
     }
 
@@ -315,7 +318,7 @@ record:
             }
 
             ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE;
-            return NGX_DECLINED;
+            goto refused;
         }
 
         /* expired, or never sent upstream: the id is free again */
@@ -390,6 +393,41 @@ record:
     ctx->ttl = drlcf->attempt_ttl;
 
     return NGX_OK;
+
+refused:
+
+    switch (ctx->verdict) {
+
+    case NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE:
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl: attempt id \"%V\" already used",
+                      &ctx->attempt_id);
+        break;
+
+    case NGX_HTTP_DYNAMO_RL_VERDICT_CLOSED:
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl gate: closed in the store, attempt \"%V\" "
+                      "refused", &ctx->attempt_id);
+        break;
+
+    case NGX_HTTP_DYNAMO_RL_VERDICT_UNKNOWN:
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "dynamo rl store: no gate record, attempt \"%V\" "
+                      "refused", &ctx->attempt_id);
+        break;
+
+    case NGX_HTTP_DYNAMO_RL_VERDICT_LOST:
+
+        /* the gate's reader logs it at crit, once, as it creates it again */
+
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "dynamo rl store: the gate record is lost while the "
+                      "gate was closed, attempt \"%V\" refused",
+                      &ctx->attempt_id);
+        break;
+    }
+
+    return NGX_DECLINED;
 }
 
 

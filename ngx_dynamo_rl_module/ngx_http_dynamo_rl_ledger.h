@@ -14,14 +14,6 @@
 #include "ngx_http_dynamo_rl_common.h"
 
 
-/* the ledger's verdict on an attempt that is not recorded (ctx->verdict) */
-#define NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE    1
-#define NGX_HTTP_DYNAMO_RL_VERDICT_FULL         2
-#define NGX_HTTP_DYNAMO_RL_VERDICT_CLOSED       3
-#define NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE  4
-#define NGX_HTTP_DYNAMO_RL_VERDICT_UNKNOWN      5
-#define NGX_HTTP_DYNAMO_RL_VERDICT_LOST         6
-
 /* the flags of a record's "request_id" */
 #define NGX_HTTP_DYNAMO_RL_NODE_REQUEST_ID  1   /* 16 bytes follow the id */
 #define NGX_HTTP_DYNAMO_RL_NODE_STORE       2   /* claimed in the store */

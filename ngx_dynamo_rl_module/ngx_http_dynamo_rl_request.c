@@ -29,12 +29,6 @@ static ngx_int_t ngx_http_dynamo_rl_upstream_touch(ngx_table_elt_t *h,
 static ngx_int_t ngx_http_dynamo_rl_routing_header(ngx_table_elt_t *h);
 static ngx_table_elt_t *ngx_http_dynamo_rl_push_header(ngx_list_t *list,
     ngx_str_t *name, u_char *lowcase, ngx_uint_t hash, ngx_str_t *value);
-static ngx_int_t ngx_http_dynamo_rl_body(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
-static ngx_int_t ngx_http_dynamo_rl_record(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
-static ngx_int_t ngx_http_dynamo_rl_unavailable(ngx_http_request_t *r,
-    ngx_uint_t retry, char *reason, char *message);
 
 
 static ngx_str_t  ngx_http_dynamo_rl_request_id = ngx_string("request-id");
@@ -114,12 +108,18 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
 
     drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
 
-    if (drlcf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
-        return NGX_DECLINED;
-    }
+    /*
+     * an internal redirect cleared r->ctx: the context is found again
+     * here, in the first phase of the module's, for every location (the
+     * precontent handler reads it as it is)
+     */
 
     if (ngx_http_dynamo_rl_get_ctx(r) != NULL) {
         /* already classified before an internal redirect */
+        return NGX_DECLINED;
+    }
+
+    if (drlcf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
         return NGX_DECLINED;
     }
 
@@ -200,10 +200,11 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
  * PRECONTENT: a request that already went to an upstream from a plane
  * location is never forwarded again, whatever brought it back (an
  * error_page with proxy_intercept_errors, to a regular or a named
- * location, of any plane or none); on the
- * request plane, the gate and the ledger act only on what allow/deny and
- * auth let through, so that a refused client neither consumes nor probes
- * attempt ids
+ * location, of any plane or none); on the request plane, the gate, the
+ * body policy and the ledger act, in that order, only on what allow/deny
+ * and auth let through, so that a refused client neither consumes nor
+ * probes attempt ids: each of them decides, and a refusal is answered
+ * here, once
  */
 
 ngx_int_t
@@ -218,7 +219,9 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    ctx = ngx_http_dynamo_rl_get_ctx(r);
+    /* found again in PREACCESS after an internal redirect */
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
 
     if (ctx == NULL) {
         return NGX_DECLINED;
@@ -226,14 +229,12 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
 
     drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
 
-    if (ctx->body_state == NGX_HTTP_DYNAMO_RL_BODY_CHECKED) {
-        /* back from the body handler */
-        return ngx_http_dynamo_rl_body(r, ctx, drlcf);
-    }
-
-    if (ctx->store_wait || ctx->store_done) {
-        /* the store's claim: waited for, or back with its answer */
-        return ngx_http_dynamo_rl_record(r, ctx, drlcf);
+    if (ctx->body_state == NGX_HTTP_DYNAMO_RL_BODY_CHECKED
+        || ctx->store_wait || ctx->store_done)
+    {
+        /* back from the body handler, or from the store's claim */
+        rc = NGX_OK;
+        goto admitted;
     }
 
     if (ctx->passed) {
@@ -261,21 +262,18 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
                           "forwarded, not sent to \"%V\" after an internal "
                           "redirect", &r->uri);
 
-            return ngx_http_dynamo_rl_deny(r, NGX_HTTP_BAD_GATEWAY,
-                                           "redirected",
-                                           "the request was refused in a "
-                                           "plane location and is not "
-                                           "forwarded after a redirect");
+            ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_REFUSED;
+
+        } else {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "dynamo rl: request already forwarded, not again "
+                          "to \"%V\" after an internal redirect", &r->uri);
+
+            ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_FORWARDED;
         }
 
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "dynamo rl: request already forwarded, not again to "
-                      "\"%V\" after an internal redirect", &r->uri);
-
-        return ngx_http_dynamo_rl_deny(r, NGX_HTTP_BAD_GATEWAY, "redirected",
-                                       "the request already reached an "
-                                       "upstream and is not forwarded "
-                                       "again");
+        rc = NGX_DECLINED;
+        goto done;
     }
 
     if (drlcf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
@@ -293,176 +291,43 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
 
     ctx->admitted = 1;
 
-    /*
-     * counted before the gate is read, with an atomic add that is a full
-     * barrier: a close either comes after the count and sees it in the
-     * drain, or before the read and refuses the request
-     */
+    rc = NGX_OK;
 
     if (drlcf->gate || drlcf->ledger) {
-        ngx_http_dynamo_rl_drain_enter(r, ctx);
+        rc = ngx_http_dynamo_rl_gate_enter(r, ctx, drlcf);
     }
 
-    if (drlcf->gate) {
-        rc = ngx_http_dynamo_rl_gate_check(r, ctx);
+admitted:
 
-        if (rc != NGX_DECLINED) {
-            return rc;
-        }
-    }
+    /* a closed gate reads no body; a refused body consumes no attempt id */
 
-    return ngx_http_dynamo_rl_body(r, ctx, drlcf);
-}
-
-
-/*
- * the body policy, after the gate (a closed gate reads no body) and
- * before the ledger: a refused body consumes no attempt id
- */
-
-static ngx_int_t
-ngx_http_dynamo_rl_body(ngx_http_request_t *r, ngx_http_dynamo_rl_ctx_t *ctx,
-    ngx_http_dynamo_rl_loc_conf_t *drlcf)
-{
-    ngx_int_t  rc;
-
-    rc = ngx_http_dynamo_rl_body_start(r, ctx, drlcf);
-
-    if (rc == NGX_DECLINED) {
-        return ngx_http_dynamo_rl_record(r, ctx, drlcf);
-    }
-
-    if (rc == NGX_DONE) {
-        return NGX_DONE;
-    }
-
-    /* the deny may free the request: the count goes first */
-
-    ngx_http_dynamo_rl_drain_leave(ctx);
-
-    if (ctx->body_reason == NULL) {
-        return rc;
-    }
-
-    return ngx_http_dynamo_rl_deny(r, rc, ctx->body_reason,
-                                   ctx->body_message);
-}
-
-
-static ngx_int_t
-ngx_http_dynamo_rl_record(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
-{
-    ngx_int_t         rc;
-    ngx_table_elt_t  *h;
-
-    if (!drlcf->ledger) {
-        return NGX_DECLINED;
+    if (rc == NGX_OK) {
+        rc = ngx_http_dynamo_rl_body_start(r, ctx, drlcf);
     }
 
     /* the attempt is recorded last: nothing refused before is recorded */
 
-    rc = ngx_http_dynamo_rl_ledger_add(r, ctx);
+    if (rc == NGX_OK && drlcf->ledger) {
+        rc = ngx_http_dynamo_rl_ledger_add(r, ctx);
+    }
 
-    if (rc == NGX_OK) {
+done:
+
+    switch (rc) {
+
+    case NGX_OK:
         return NGX_DECLINED;
+
+    case NGX_DONE:
+    case NGX_AGAIN:
+        return rc;
+
+    case NGX_ERROR:
+        ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_ERROR;
+        break;
     }
 
-    if (rc == NGX_AGAIN) {
-        return NGX_AGAIN;
-    }
-
-    /* the deny may free the request: the count goes first */
-
-    ngx_http_dynamo_rl_drain_leave(ctx);
-
-    if (rc == NGX_ERROR) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    switch (ctx->verdict) {
-
-    case NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE:
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "dynamo rl: attempt id \"%V\" already used",
-                      &ctx->attempt_id);
-
-        /*
-         * the OpenAI SDKs retry a 409 unless told not to: the same id
-         * would only be refused again
-         */
-
-        h = ngx_list_push(&r->headers_out.headers);
-        if (h == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        h->hash = 1;
-        ngx_str_set(&h->key, "X-Should-Retry");
-        ngx_str_set(&h->value, "false");
-
-        return ngx_http_dynamo_rl_deny(r, NGX_HTTP_CONFLICT,
-                                       "duplicate_attempt",
-                                       "attempt id already used: "
-                                       "generation is not idempotent");
-
-    case NGX_HTTP_DYNAMO_RL_VERDICT_FULL:
-        return ngx_http_dynamo_rl_deny(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                       "ledger_full",
-                                       "attempt ledger is full");
-
-    case NGX_HTTP_DYNAMO_RL_VERDICT_CLOSED:
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "dynamo rl gate: closed in the store, attempt \"%V\" "
-                      "refused", &ctx->attempt_id);
-
-        return ngx_http_dynamo_rl_unavailable(r, ctx->retry_after,
-                                              "gate_closed",
-                                              "generation is paused for a "
-                                              "policy refresh, retry later");
-
-    case NGX_HTTP_DYNAMO_RL_VERDICT_UNKNOWN:
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "dynamo rl store: no gate record, attempt \"%V\" "
-                      "refused", &ctx->attempt_id);
-
-        return ngx_http_dynamo_rl_unavailable(r, 1, "gate_unknown",
-                                              "the gate's state is not "
-                                              "known, retry later");
-
-    case NGX_HTTP_DYNAMO_RL_VERDICT_LOST:
-
-        /* the gate's reader logs it at crit, once, as it creates it again */
-
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "dynamo rl store: the gate record is lost while the "
-                      "gate was closed, attempt \"%V\" refused",
-                      &ctx->attempt_id);
-
-        return ngx_http_dynamo_rl_unavailable(r, 5, "gate_lost",
-                                              "the gate's record was lost "
-                                              "while it was closed: it "
-                                              "stays closed");
-
-    default: /* NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE */
-        return ngx_http_dynamo_rl_unavailable(r, 1, "store_unavailable",
-                                              "the shared store does not "
-                                              "answer: nothing was sent, "
-                                              "retry later");
-    }
-}
-
-
-static ngx_int_t
-ngx_http_dynamo_rl_unavailable(ngx_http_request_t *r, ngx_uint_t retry,
-    char *reason, char *message)
-{
-    if (ngx_http_dynamo_rl_retry_after(r, retry) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    return ngx_http_dynamo_rl_deny(r, NGX_HTTP_SERVICE_UNAVAILABLE, reason,
-                                   message);
+    return ngx_http_dynamo_rl_refuse(r, ctx);
 }
 
 
