@@ -26,7 +26,7 @@ select STDOUT; $| = 1;
 
 $ENV{TEST_NGINX_NO_MODULE} = 1;
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(34);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(35);
 
 $t->write_file_expand('nginx.conf', nginx_conf('one'));
 $t->write_file('static.txt', "static file\n");
@@ -82,6 +82,7 @@ isnt(port(8080), port(8081), 'ports distinct');
 
 my @before = $t->worker_pids();
 is(scalar @before, 1, 'worker_pids: one worker process');
+is(scalar $t->worker_pids(), 1, 'worker_pids: their number as a scalar');
 
 $t->write_file_expand('nginx.conf', nginx_conf('two'));
 $t->reload();

@@ -524,9 +524,13 @@ sub worker_pids {
 	my $master = $self->{_master} or return ();
 	my $p = $self->_procs();
 
-	return sort { $a <=> $b } grep {
+	# in scalar context, their number (sort's is undefined)
+
+	my @pids = sort { $a <=> $b } grep {
 		$p->{started}{$_} && !$p->{stopping}{$_}
 	} _children($master);
+
+	return @pids;
 }
 
 # what error.log says about the processes of the master that run()
