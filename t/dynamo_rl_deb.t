@@ -73,12 +73,18 @@ END {
 
 # the package
 
-if (!-f $deb) {
+# built again when a source is newer than it: a package left from an
+# earlier commit would test old code
+
+my @sources = (glob("$REPO/ngx_dynamo_rl_module/*"), "$REPO/config",
+	glob("$REPO/debian/*"));
+
+if (!-f $deb || grep { -M $_ < -M $deb } @sources) {
 	my ($code, $out) = run("$REPO/util/build-deb");
 	is($code, 0, 'util/build-deb') or diag($out);
 
 } else {
-	pass("$deb exists");
+	pass("$deb is newer than its sources");
 }
 
 ok(-f $deb, "${PKG}_${version}_$arch.deb") or finish();
