@@ -64,7 +64,9 @@ package Test::DynamoRL::Fixture;
 #                                 the rest of examples/dynamo-rl.conf's
 #                                 /v1/ (no request buffering, a 60s read
 #                                 timeout, proxy_next_upstream error
-#                                 timeout)
+#                                 timeout), "ungated" dynamo_rl_gate off
+#                                 (a refresh's check that generation
+#                                 works while the gates are closed)
 #         %%RL_FRONTEND [n]%%     upstream "frontend": the fake frontend
 #                                 (8081), with "keepalive n" if given
 #         %%RL_LISTENER%%         upstream "rl_listener": the fake RL
@@ -125,6 +127,9 @@ package Test::DynamoRL::Fixture;
 #                           hash (status 0 if nothing came) plus
 #                           "raw_body", the body before any de-chunking
 #     start($method, $uri, %o)  sends raw(), returns the socket
+#     attempt($id, $body, %o)  call() of POST /v1/completions (or uri =>
+#                           ...) with $body under attempt id $id, after
+#                           any other headers => [ ... ]
 #     hold($id, port => N)  starts a generation under attempt id $id that
 #                           the fake frontend holds open (scenario
 #                           "hang"); returns the socket
@@ -258,7 +263,7 @@ use strict;
 use base qw/ Exporter /;
 
 our @EXPORT_OK = qw/ deny_reasons output time_limit rl_test fail_without
-	rl_conf raw call start hold resp json
+	rl_conf raw call start attempt hold resp json
 	flat json_error is_true is_false iso_ms api metrics concurrent
 	read_until vllm_routes worker doc json_lines err_since frontend_records
 	frontend_requests forwarded listener_fetches worker_counts
@@ -401,6 +406,7 @@ my %CONF;
 			keepalive => ' proxy_http_version 1.1;'
 				. ' proxy_set_header Connection "";',
 			unbuffered => ' proxy_buffering off;',
+			ungated => ' dynamo_rl_gate off;',
 		);
 
 		# as in examples/dynamo-rl.conf, with a test's read timeout
@@ -620,6 +626,15 @@ sub start {
 
 	return http(raw($method, $uri, %o), start => 1,
 		PeerAddr => '127.0.0.1:' . port($port));
+}
+
+sub attempt {
+	my ($id, $body, %o) = @_;
+
+	my $uri = delete $o{uri} // '/v1/completions';
+
+	return call('POST', $uri, %o, body => $body,
+		headers => [ @{$o{headers} // []}, 'X-Dynamo-Attempt-Id' => $id ]);
 }
 
 sub hold {
