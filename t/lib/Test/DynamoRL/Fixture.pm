@@ -225,6 +225,8 @@ package Test::DynamoRL::Fixture;
 #                           $version) at the tests' pace: a 30 s lease,
 #                           10 s timeouts, a poll every 50 ms
 #     refresh_output($run)  what it has printed so far
+#     refresh_sequence()    the engine paths a refresh calls on every
+#                           worker, in order
 #     refresh_replicas(\@args, @gateways)  the replicas of a refresh:
 #                           "--gateway" and each of @gateways, or the
 #                           "replicas" of a hash at the end of @args,
@@ -232,6 +234,11 @@ package Test::DynamoRL::Fixture;
 #     refresh_failure($out)  the "FAILED at step" line of a refresh's
 #                           output, all of them joined with " | " unless
 #                           there is exactly one
+#     refresh_failed($name, $res, rc => N, step => $step, who => $who)
+#                           tests "$name: exit N" and "$name: step and
+#                           who" of the refresh $res: its exit code, and
+#                           one "FAILED at step $step, $who: " line;
+#                           returns that line (refresh_failure())
 #     refresh_finish($run)  waits for it (60 s, then kills it); returns
 #                           { rc => exit code or -1, out => its output }
 #
@@ -270,7 +277,8 @@ our @EXPORT_OK = qw/ deny_reasons output time_limit rl_test fail_without
 	worker_records_since worker_calls worker_state admin_call curl_response
 	fork_server samples record_with faketime set_clock clock_is
 	refresh_python refresh_start refresh_args refresh_output refresh_finish
-	refresh_replicas refresh_failure run_timed attempt_record example_conf
+	refresh_replicas refresh_failure refresh_failed refresh_sequence
+	run_timed attempt_record example_conf
 	promtool promtool_check parse_labels plane_reasons duration_buckets
 	slurp /;
 
@@ -1205,6 +1213,12 @@ sub refresh_args {
 		'--poll-interval', '0.05');
 }
 
+sub refresh_sequence {
+	return map { "/engine/$_" } qw/ pause_generation
+		update_weights_from_disk flush_cache resume_generation
+		get_weight_version /;
+}
+
 sub refresh_replicas {
 	my ($args, @gateways) = @_;
 
@@ -1219,6 +1233,21 @@ sub refresh_failure {
 	my @lines = $out =~ /^(rl-refresh: FAILED at step .*)$/mg;
 
 	return @lines == 1 ? $lines[0] : join(' | ', @lines);
+}
+
+sub refresh_failed {
+	my ($name, $res, %o) = @_;
+
+	Test::More::is($res->{rc}, $o{rc}, "$name: exit $o{rc}")
+		or Test::More::diag($res->{out});
+
+	my $line = refresh_failure($res->{out});
+
+	Test::More::like($line,
+		qr/^rl-refresh: FAILED at step \Q$o{step}\E, \Q$o{who}\E: /,
+		"$name: step and who");
+
+	return $line;
 }
 
 sub refresh_finish {
