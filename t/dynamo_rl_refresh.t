@@ -588,11 +588,7 @@ http {
 
         %%RL_ADMIN_LOCATION /_rl_discovery valid=1s%%
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 4m;
-        }
+        %%RL_DISCOVERY_FETCH rl_listener 4m%%
 
         %%RL_APIS gate%%
 

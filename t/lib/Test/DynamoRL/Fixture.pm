@@ -110,12 +110,15 @@ package Test::DynamoRL::Fixture;
 #                                 %%RL_ADMIN_PLANE args%%
 #         %%RL_API_SERVER port [names]%%  a server on port with only
 #                                 %%RL_APIS names%%
-#         %%RL_DISCOVERY_SOURCE location url%%  an internal location
-#                                 (= location) proxied to url, for
-#                                 dynamo_rl_discovery
-#         %%RL_DISCOVERY_FETCH [upstream]%%  the internal
+#         %%RL_DISCOVERY_SOURCE location url [size]%%  an internal
+#                                 location (= location) proxied to url,
+#                                 for dynamo_rl_discovery; a size sets
+#                                 its subrequest_output_buffer_size
+#         %%RL_DISCOVERY_FETCH [upstream [size]]%%  the internal
 #                                 /_rl_discovery, proxied to the fake
-#                                 listener (127.0.0.1:8082) or upstream
+#                                 listener (127.0.0.1:8082) or upstream;
+#                                 a size sets its
+#                                 subrequest_output_buffer_size
 #         %%RL_APIS [names]%%     locations of the gate, attempts, status
 #                                 and metrics handlers (default: all)
 #
@@ -546,20 +549,23 @@ my %CONF;
 	},
 
 	RL_DISCOVERY_SOURCE => sub {
-		my ($location, $url) = @_;
+		my ($location, $url, $size) = @_;
 
 		die "no url\n" unless defined $url;
 
-		return "location = $location { internal; proxy_pass $url; }";
+		return "location = $location { internal; proxy_pass $url;"
+			. (defined $size
+				? " subrequest_output_buffer_size $size;" : '')
+			. ' }';
 	},
 
 	RL_DISCOVERY_FETCH => sub {
-		my ($up) = @_;
+		my ($up, $size) = @_;
 
 		$up //= '127.0.0.1:8082';
 
-		return 'location = /_rl_discovery { internal;'
-			. " proxy_pass http://$up/v1/rl/workers; }";
+		return $CONF{RL_DISCOVERY_SOURCE}->('/_rl_discovery',
+			"http://$up/v1/rl/workers", $size);
 	},
 
 	RL_APIS => sub {
