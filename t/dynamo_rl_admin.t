@@ -745,11 +745,7 @@ http {
             proxy_next_upstream off;
         }
 
-        location = /_rl_discovery {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
+        %%RL_DISCOVERY_FETCH rl_listener 1m%%
     }
 
     # valid=1s (scaled): single flight and failed refreshes

@@ -18,7 +18,7 @@ use Test::More;
 
 use lib 't/lib';
 use Test::DynamoRL qw/ http /;
-use Test::DynamoRL::Fixture qw/ call read_until record_with rl_test /;
+use Test::DynamoRL::Fixture qw/ attempt read_until record_with rl_test /;
 
 ###############################################################################
 
@@ -71,24 +71,17 @@ ok(length $BODY > 150_000 && length $BODY < 512 * 1024,
 	=~ s/"max_tokens":1/"max_tokens":1,"nvext":{"metadata_upload":{"url":"s3:\/\/x"}}/;
 (my $BAD = $BODY) =~ s/,(\d+)\]/,0$1]/;
 
-$r = call('POST', '/v1/completions', body => $BODY,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'mem-1' ]);
-is($r->{status}, 200, 'forwarded');
+is(attempt('mem-1', $BODY)->{status}, 200, 'forwarded');
 $rec = record_with($t, 'x-dynamo-attempt-id', 'mem-1');
 ok($rec && $rec->{body} eq $BODY, 'byte-identical');
 
-$r = call('POST', '/v1/completions', body => $PINNED,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'mem-pins' ]);
+attempt('mem-pins', $PINNED);
 $rec = record_with($t, 'x-dynamo-attempt-id', 'mem-pins');
 ok($rec && $rec->{body} eq $STRIPPED, 'pins removed');
 
-$r = call('POST', '/v1/completions', body => $DENIED,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'mem-denied' ]);
-is($r->{status}, 403, 'denied at the end');
-
-$r = call('POST', '/v1/completions', body => $BAD,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'mem-bad' ]);
-is($r->{status}, 400, 'a leading zero at the end: 400');
+is(attempt('mem-denied', $DENIED)->{status}, 403, 'denied at the end');
+is(attempt('mem-bad', $BAD)->{status}, 400,
+	'a leading zero at the end: 400');
 
 # the body after the header, in several writes
 
@@ -108,16 +101,13 @@ ok($rec && $rec->{body} eq $STRIPPED, 'several writes: pins removed');
 
 # proxy_request_buffering off
 
-$r = call('POST', '/v1/completions', body => $PINNED,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'mem-nobuf' ], port => 8084);
-is($r->{status}, 200, 'unbuffered: 200');
+is(attempt('mem-nobuf', $PINNED, port => 8084)->{status}, 200,
+	'unbuffered: 200');
 $rec = record_with($t, 'x-dynamo-attempt-id', 'mem-nobuf');
 ok($rec && $rec->{body} eq $STRIPPED, 'unbuffered: pins removed');
 
-$r = call('POST', '/v1/completions', body => $DENIED,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'mem-nobuf-denied' ],
-	port => 8084);
-is($r->{status}, 403, 'unbuffered: denied');
+is(attempt('mem-nobuf-denied', $DENIED, port => 8084)->{status}, 403,
+	'unbuffered: denied');
 
 # a request pipelined after the body on a keepalive connection
 

@@ -341,9 +341,7 @@ is(gate({ action => 'open' })->{state}, 'open', 'gate: open again');
 
 my $n = frontend_count();
 
-$r = call(8103, 'POST', '/v1/completions', body => $BODY,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'again-named',
-		'x-fake-scenario' => 'status-500' ]);
+$r = upstream_500('/v1/completions', 'again-named');
 is($r->{status}, 502, 'error_page named: 502');
 is($r->{headers}{'x-dynamo-rl-reason'}, 'redirected',
 	'error_page named: reason');
@@ -356,9 +354,7 @@ is(scalar $t->log_lines('error.log', qr/\[error\].*request already/
 
 # to a regular location of the same plane
 
-$r = call(8103, 'POST', '/v1/chat/completions', body => $BODY,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'again-regular',
-		'x-fake-scenario' => 'status-500' ]);
+$r = upstream_500('/v1/chat/completions', 'again-regular');
 is($r->{status}, 500, 'error_page regular: the status error_page keeps');
 is($r->{headers}{'x-dynamo-rl-reason'}, 'redirected',
 	'error_page regular: reason');
@@ -366,9 +362,7 @@ is(scalar frontend_with('again-regular'), 1, 'error_page regular: sent once');
 
 # a static error page still answers
 
-$r = call(8103, 'POST', '/v1/responses', body => $BODY,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'again-static',
-		'x-fake-scenario' => 'status-500' ]);
+$r = upstream_500('/v1/responses', 'again-static');
 is($r->{status}, 500, 'error_page static: status kept');
 isnt($r->{headers}{'x-dynamo-rl-reason'}, 'redirected',
 	'error_page static: served');
@@ -635,6 +629,17 @@ sub gate {
 
 # one request over HTTP/1.1 on a raw socket, or over HTTP/2 with curl;
 # "refused": a request the gateway answers before it reads a body
+
+# a generation on 8103, under attempt id $id, that the frontend answers
+# with 500
+
+sub upstream_500 {
+	my ($uri, $id) = @_;
+
+	return call(8103, 'POST', $uri, body => $BODY,
+		headers => [ 'X-Dynamo-Attempt-Id' => $id,
+			'x-fake-scenario' => 'status-500' ]);
+}
 
 sub call {
 	my ($port, $method, $uri, %o) = @_;

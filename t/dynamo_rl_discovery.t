@@ -264,25 +264,14 @@ my @worker_cases = (
 	[ 201, 'liveness_probe', 200 ],
 	[ 202, 'liveness_probe', 409, 'ambiguous_worker' ],
 	[ 203, 'liveness_probe', 503, 'worker_error' ],
-	[ 204, 'liveness_probe', 503, 'no_system_url' ],
-	[ 205, 'liveness_probe', 503, 'no_system_url' ],
-	[ 206, 'liveness_probe', 503, 'no_system_url' ],
-	[ 207, 'liveness_probe', 503, 'no_system_url' ],
-	[ 208, 'liveness_probe', 503, 'no_system_url' ],
-	[ 209, 'liveness_probe', 503, 'no_system_url' ],
+	(map { [ $_, 'liveness_probe', 503, 'no_system_url' ] } 204 .. 209),
 	[ 210, 'liveness_probe', 403, 'route_not_advertised' ],
 	[ 211, 'liveness_probe', 503, 'worker_invalid' ],
 	[ 212, 'liveness_probe', 200 ],
 	[ 212, 'x', 403, 'route_not_advertised' ],
 	[ 212, 'a/b', 403, 'route_not_advertised' ],
-	[ 213, 'liveness_probe', 503, 'worker_invalid' ],
-	[ 214, 'liveness_probe', 503, 'worker_invalid' ],
-	[ 215, 'liveness_probe', 503, 'worker_invalid' ],
-	[ 216, 'liveness_probe', 503, 'worker_invalid' ],
-	[ 217, 'liveness_probe', 503, 'worker_invalid' ],
-	[ 218, 'liveness_probe', 404, 'unknown_worker' ],
-	[ 219, 'liveness_probe', 404, 'unknown_worker' ],
-	[ 221, 'liveness_probe', 404, 'unknown_worker' ],
+	(map { [ $_, 'liveness_probe', 503, 'worker_invalid' ] } 213 .. 217),
+	(map { [ $_, 'liveness_probe', 404, 'unknown_worker' ] } 218, 219, 221),
 	[ 0, 'flush_cache', 200 ],
 	[ '18446744073709551615', 'liveness_probe', 404, 'unknown_worker' ],
 );
@@ -618,11 +607,7 @@ http {
 
         %%RL_ADMIN_LOCATION /_rl_slow valid=0%%
 
-        location = /_rl_slow {
-            internal;
-            proxy_pass http://rl_listener/v1/rl/workers;
-            subrequest_output_buffer_size 1m;
-        }
+        %%RL_DISCOVERY_SOURCE /_rl_slow http://rl_listener/v1/rl/workers 1m%%
     }
 }
 
@@ -650,10 +635,7 @@ EOF
 
 sub scoped_conf {
 	return rl_conf(<<'EOF');
-location = /v1/rl/workers {
-    dynamo_rl_plane discovery;
-    proxy_pass http://rl_listener;
-}
+%%RL_DISCOVERY_PLANE%%
 
 location /v1/rl/workers/ {
     dynamo_rl_plane admin;
@@ -662,11 +644,7 @@ location /v1/rl/workers/ {
     proxy_next_upstream off;
 }
 
-location = /_rl_discovery {
-    internal;
-    proxy_pass http://rl_listener/v1/rl/workers;
-    subrequest_output_buffer_size 1m;
-}
+%%RL_DISCOVERY_FETCH rl_listener 1m%%
 EOF
 }
 

@@ -133,42 +133,54 @@ my (%expect, $r, $a, $s, $t0, $n);
 
 ###############################################################################
 
-# succeeded: a plain JSON answer
+# answers that pass through whole: the attempt, its uri and body, the
+# fake frontend's scenario; the record's state and whether it streamed;
+# then the parts of the answer (a header, the body, or the body before
+# de-chunking) with what each must match
 
-$r = attempt('ok-plain', 'POST', '/v1/completions', body => $BODY);
+for my $c (
 
-is($r->{status}, 200, 'ok-plain: status');
-like($r->{headers}{'content-length'} // '', qr/^\d+$/,
-	'ok-plain: not chunked');
-finished('ok-plain', $r, 'succeeded', 200, 0);
+	# succeeded: a plain JSON answer
 
-# succeeded: SSE that ends with data: [DONE]
+	[ 'ok-plain', '/v1/completions', $BODY, undef, 'succeeded', 0,
+		[ 'content-length', qr/^\d+$/, 'not chunked' ] ],
 
-$r = attempt('ok-sse', 'POST', '/v1/chat/completions', body => $CHAT);
+	# succeeded: SSE that ends with data: [DONE]
 
-is($r->{status}, 200, 'ok-sse: status');
-like($r->{body}, qr/data: \[DONE\]\n\n\z/, 'ok-sse: ends with [DONE]');
-finished('ok-sse', $r, 'succeeded', 200, 1);
+	[ 'ok-sse', '/v1/chat/completions', $CHAT, undef, 'succeeded', 1,
+		[ body => qr/data: \[DONE\]\n\n\z/, 'ends with [DONE]' ] ],
 
-# succeeded: "data: [DO" and "NE]" in two chunks, 100 ms apart
+	# succeeded: "data: [DO" and "NE]" in two chunks, 100 ms apart
 
-$r = attempt('ok-split', 'POST', '/v1/completions', body => $BODY,
-	headers => [ 'x-fake-scenario' => 'split-done' ]);
+	[ 'ok-split', '/v1/completions', $BODY, 'split-done', 'succeeded', 1,
+		[ raw_body =>
+			qr/data: \[DO\r\n[0-9a-f]+\r\nNE\]\n\n\r\n0\r\n\r\n\z/,
+			'the marker reached the client in two chunks' ] ],
 
-is($r->{status}, 200, 'ok-split: status');
-like($r->{raw_body}, qr/data: \[DO\r\n[0-9a-f]+\r\nNE\]\n\n\r\n0\r\n\r\n\z/,
-	'ok-split: the marker reached the client in two chunks');
-finished('ok-split', $r, 'succeeded', 200, 1);
+	# failed: an in-stream error frame, then [DONE]
 
-# failed: an in-stream error frame, then [DONE]
+	[ 'fail-frame', '/v1/completions', $BODY, 'error-frame', 'failed', 1,
+		[ body => qr/data: \{"error":.*\n\ndata: \[DONE\]\n\n\z/s,
+			'error frame and [DONE] passed through' ] ],
+)
+{
+	my ($id, $uri, $body, $scenario, $state, $stream, @parts) = @$c;
 
-$r = attempt('fail-frame', 'POST', '/v1/completions', body => $BODY,
-	headers => [ 'x-fake-scenario' => 'error-frame' ]);
+	$r = attempt($id, 'POST', $uri, body => $body,
+		headers => [ defined $scenario
+			? ('x-fake-scenario' => $scenario) : () ]);
 
-is($r->{status}, 200, 'fail-frame: status');
-like($r->{body}, qr/data: \{"error":.*\n\ndata: \[DONE\]\n\n\z/s,
-	'fail-frame: error frame and [DONE] passed through');
-finished('fail-frame', $r, 'failed', 200, 1);
+	is($r->{status}, 200, "$id: status");
+
+	for my $p (@parts) {
+		my ($part, $re, $what) = @$p;
+
+		like($part =~ /body$/ ? $r->{$part} : $r->{headers}{$part} // '',
+			$re, "$id: $what");
+	}
+
+	finished($id, $r, $state, 200, $stream);
+}
 
 # failed: the frontend's own errors pass through
 
@@ -338,13 +350,7 @@ is($a->{state}, 'streaming', 'duplicate in flight: the first one streams on');
 
 close $s;
 
-ok(wait_closed('cancel-stream'), 'canceled stream: frontend saw the close');
-$a = wait_state('cancel-stream', 'canceled');
-is($a->{state}, 'canceled', 'canceled stream: state');
-is($a->{status}, 200, 'canceled stream: status');
-ok(is_true($a->{stream}), 'canceled stream: stream true');
-ok($a->{bytes_sent} > 0, 'canceled stream: bytes sent');
-times_ok('canceled stream', $a);
+canceled_ok('canceled stream', 'cancel-stream');
 is(forwarded($t, 'cancel-stream'), 1, 'duplicate in flight: forwarded once');
 
 # canceled over HTTP/2: curl goes away in the middle of the stream
@@ -399,13 +405,7 @@ SKIP: {
 	kill 'TERM', $pid;
 	waitpid($pid, 0);
 
-	ok(wait_closed('h2-cancel'), 'h2: frontend saw the close');
-	$a = wait_state('h2-cancel', 'canceled');
-	is($a->{state}, 'canceled', 'h2: canceled');
-	is($a->{status}, 200, 'h2: status');
-	ok(is_true($a->{stream}), 'h2: stream');
-	ok($a->{bytes_sent} > 0, 'h2: bytes sent');
-	times_ok('h2', $a);
+	canceled_ok('h2', 'h2-cancel');
 }
 
 ###############################################################################
@@ -954,6 +954,24 @@ sub finished {
 
 	$expect{$id} = { state => $state, status => $status,
 		bytes => $a->{bytes_sent} // '' };
+}
+
+# a stream the client went away from: the frontend saw the close, and
+# the record of $id is canceled, with the status, the bytes sent and the
+# times of what had streamed
+
+sub canceled_ok {
+	my ($name, $id) = @_;
+
+	ok(wait_closed($id), "$name: frontend saw the close");
+
+	my $a = wait_state($id, 'canceled');
+
+	is($a->{state}, 'canceled', "$name: state");
+	is($a->{status}, 200, "$name: status");
+	ok(is_true($a->{stream}), "$name: stream true");
+	ok($a->{bytes_sent} > 0, "$name: bytes sent");
+	times_ok($name, $a);
 }
 
 sub times_ok {

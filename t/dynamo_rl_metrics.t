@@ -28,7 +28,7 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call deny_reasons duration_buckets
+use Test::DynamoRL::Fixture qw/ attempt call deny_reasons duration_buckets
 	parse_labels plane_reasons promtool promtool_check raw read_until resp
 	rl_test samples /;
 
@@ -159,12 +159,9 @@ close $s;
 is(wait_done('cancel-1'), 'canceled', 'canceled: canceled');
 push @ids, 'cancel-1';
 
-$r = call('POST', '/v1/completions', body => $BODY,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'ok-1' ]);
-is($r->{status}, 409, 'duplicate: 409');
+is(attempt('ok-1', $BODY)->{status}, 409, 'duplicate: 409');
 
-$r = call('POST', '/v1/completions', body => $BODY,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'bad id' ]);
+$r = attempt('bad id', $BODY);
 is($r->{status}, 400, 'bad id: 400');
 push @ids, $r->{headers}{'x-dynamo-attempt-id'} // ();
 
@@ -173,9 +170,7 @@ $r = call('POST', '/rl/gate', port => 8070,
 	. '"lease":"5m"}');
 is($r->{status}, 200, 'gate: closed');
 
-$r = call('POST', '/v1/completions', body => $BODY,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'gated-1' ]);
-is($r->{status}, 503, 'gate: 503');
+is(attempt('gated-1', $BODY)->{status}, 503, 'gate: 503');
 push @ids, 'gated-1';
 
 $r = call('POST', '/rl/gate', port => 8070, body => '{"action":"open"}');

@@ -38,7 +38,7 @@ use YAML::XS ();
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call clock_is duration_buckets faketime
+use Test::DynamoRL::Fixture qw/ attempt call clock_is duration_buckets faketime
 	plane_reasons promtool_check raw read_until rl_test samples set_clock
 	slurp /;
 
@@ -122,19 +122,12 @@ my $s = http(raw('POST', '/v1/chat/completions', body => $CHAT,
 like(read_until($s, qr/data: \{/, 10), qr/data: \{/, 'canceled: streaming');
 close $s;
 
-$r = call('POST', '/v1/completions', body => $BODY,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'slow-1' ]);
-is($r->{status}, 409, 'duplicate: 409');
-
-$r = call('POST', '/v1/completions', body => $BODY,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'bad id' ]);
-is($r->{status}, 400, 'bad id: 400');
+is(attempt('slow-1', $BODY)->{status}, 409, 'duplicate: 409');
+is(attempt('bad id', $BODY)->{status}, 400, 'bad id: 400');
 
 call('POST', '/rl/gate', port => 8070,
 	body => '{"action":"close","reason":"observe","lease":"5m"}');
-$r = call('POST', '/v1/completions', body => $BODY,
-	headers => [ 'X-Dynamo-Attempt-Id' => 'gated-1' ]);
-is($r->{status}, 503, 'closed gate: 503');
+is(attempt('gated-1', $BODY)->{status}, 503, 'closed gate: 503');
 call('POST', '/rl/gate', port => 8070, body => '{"action":"open"}');
 
 # a stream of about 1 s across a 2-hour step of nginx's wall clock

@@ -53,11 +53,7 @@ http {
 
         # the generation check while the gate is closed
 
-        location /v1/ {
-            dynamo_rl_plane request;
-            dynamo_rl_gate off;
-            proxy_pass http://frontend;
-        }
+        %%RL_REQUEST_PLANE ungated%%
     }
 }
 

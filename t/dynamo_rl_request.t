@@ -260,13 +260,7 @@ for my $case (@bad) {
 	$r = call('POST', "/v1/completions?case=$name", body => $BODY,
 		headers => $headers);
 
-	is($r->{status}, 400, "bad id $name: 400");
-	is($r->{headers}{'content-type'}, 'application/json',
-		"bad id $name: content type");
-	ok(flat($r, 400, 'Bad Request'), "bad id $name: flat body")
-		or diag($r->{body});
-	like($r->{headers}{'x-dynamo-attempt-id'}, $UUID7,
-		"bad id $name: minted id on the response");
+	bad_request("bad id $name", $r, 'minted id on the response');
 	is(scalar $t->log_lines('error.log', qr/\[info\] .*dynamo rl: invalid/
 		. qr/ client attempt id.*case=$name HTTP/), 1,
 		"bad id $name: one info line");
@@ -453,13 +447,7 @@ for my $target ('/v1/x/..%2Fcompletions', '/v1//completions',
 	$n = frontend_requests($t);
 	$r = call('POST', $target, body => $BODY);
 
-	is($r->{status}, 400, "target $target: 400");
-	is($r->{headers}{'content-type'}, 'application/json',
-		"target $target: content type");
-	ok(flat($r, 400, 'Bad Request'), "target $target: flat body")
-		or diag($r->{body});
-	like($r->{headers}{'x-dynamo-attempt-id'}, $UUID7,
-		"target $target: attempt id");
+	bad_request("target $target", $r, 'attempt id');
 	is(frontend_requests($t), $n, "target $target: nothing forwarded");
 }
 
@@ -698,24 +686,32 @@ is($ok_line->{status}, '200', 'log ok: status');
 
 is($ok_line->{outcome}, 'succeeded', 'log ok: $dynamo_rl_outcome');
 
-my $bad_line = $log{'/v1/completions?case=space'} // {};
+like(($log{'/v1/completions?case=space'} // {})->{attempt}, $UUID7,
+	'log bad id: minted id');
 
-like($bad_line->{attempt}, $UUID7, 'log bad id: minted id');
-is($bad_line->{plane}, 'request', 'log bad id: plane');
-is($bad_line->{deny}, 'bad_attempt_id', 'log bad id: deny reason');
-is($bad_line->{outcome}, 'rejected', 'log bad id: outcome');
-is($bad_line->{status}, '400', 'log bad id: status');
+# the lines of refused requests: the uri, the name, and each field with
+# its value
 
-my $path_line = $log{'/v1//completions'} // {};
+my %what = (plane => 'plane', deny => 'deny reason', outcome => 'outcome',
+	status => 'status');
 
-is($path_line->{deny}, 'bad_path', 'log bad path: deny reason');
-is($path_line->{status}, '400', 'log bad path: status');
+for my $c (
+	[ '/v1/completions?case=space', 'log bad id', plane => 'request',
+		deny => 'bad_attempt_id', outcome => 'rejected', status => '400' ],
+	[ '/v1//completions', 'log bad path',
+		deny => 'bad_path', status => '400' ],
+	[ '/v1/completions?m=DELETE', 'log 405',
+		status => '405', deny => 'method', outcome => 'rejected' ],
+)
+{
+	my ($uri, $name, @fields) = @$c;
 
-my $method_line = $log{'/v1/completions?m=DELETE'} // {};
+	my $line = $log{$uri} // {};
 
-is($method_line->{status}, '405', 'log 405: status');
-is($method_line->{deny}, 'method', 'log 405: deny reason');
-is($method_line->{outcome}, 'rejected', 'log 405: outcome');
+	while (my ($field, $value) = splice(@fields, 0, 2)) {
+		is($line->{$field}, $value, "$name: $what{$field}");
+	}
+}
 
 my $none_line = $log{'/v1/completions/..%2F..%2Fx'} // {};
 
@@ -725,6 +721,20 @@ is($none_line->{attempt}, '', 'log outside the plane: no attempt id');
 
 
 
+
+# a request refused with 400: the status, the flat JSON error, and the
+# attempt id minted for it ("$name: $minted")
+
+sub bad_request {
+	my ($name, $r, $minted) = @_;
+
+	is($r->{status}, 400, "$name: 400");
+	is($r->{headers}{'content-type'}, 'application/json',
+		"$name: content type");
+	ok(flat($r, 400, 'Bad Request'), "$name: flat body")
+		or diag($r->{body});
+	like($r->{headers}{'x-dynamo-attempt-id'}, $UUID7, "$name: $minted");
+}
 
 sub uuid_ms {
 	my ($uuid) = @_;

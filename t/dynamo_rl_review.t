@@ -24,7 +24,7 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ time_limit /;
+use Test::DynamoRL::Fixture qw/ attempt call time_limit /;
 
 ###############################################################################
 
@@ -128,7 +128,7 @@ gate({ action => 'close', reason => 'review', lease => '60s' });
 
 my $n = frontend_count();
 
-$r = call('POST', '/evil/11/engine/flush_cache', '{}');
+$r = call('POST', '/evil/11/engine/flush_cache', body => '{}');
 is($r->{status}, 503, 'redirected refresh: 503 discovery_unavailable');
 is(frontend_count(), $n, 'redirected refresh: nothing at the frontend');
 ok($t->wait_for(sub { $t->log_lines('error.log',
@@ -154,9 +154,8 @@ is(namespaces(), 'team-a team-a-x', 'env scope, the old master gone');
 
 my $s = stream('review-long');
 
-$r = call('POST', '/v1/completions', '{"prompt":"x"}',
-	'X-Dynamo-Attempt-Id: review-id');
-is($r->{status}, 200, 'before the reload: forwarded');
+is(attempt('review-id', '{"prompt":"x"}')->{status}, 200,
+	'before the reload: forwarded');
 
 ($conf = $CONF) =~ s/%%ZONE%%/7m/;
 $t->write_file_expand('nginx.conf', $conf);
@@ -164,13 +163,10 @@ $t->reload();
 
 $n = frontend_count();
 
-$r = call('POST', '/v1/completions', '{"prompt":"x"}',
-	'X-Dynamo-Attempt-Id: review-id');
-is($r->{status}, 409, 'after the resize: a used id refused');
-
-$r = call('POST', '/v1/completions', '{"prompt":"x"}',
-	'X-Dynamo-Attempt-Id: review-long');
-is($r->{status}, 409, 'after the resize: the streaming id refused');
+is(attempt('review-id', '{"prompt":"x"}')->{status}, 409,
+	'after the resize: a used id refused');
+is(attempt('review-long', '{"prompt":"x"}')->{status}, 409,
+	'after the resize: the streaming id refused');
 is(frontend_count(), $n, 'after the resize: nothing forwarded again');
 
 close $s;
@@ -235,19 +231,7 @@ sub frontend_count {
 
 sub gate {
 	my ($data) = @_;
-	return call('POST', '/rl/gate', encode_json($data));
-}
-
-sub call {
-	my ($method, $uri, $body, @h) = @_;
-
-	my $req = "$method $uri HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\n";
-	$req .= "$_\r\n" for @h;
-	$req .= defined $body ? "Content-Type: application/json\r\n"
-		. 'Content-Length: ' . length($body) . "\r\n\r\n$body" : "\r\n";
-
-	return parse_response(http($req)) // { status => 0, body => '' };
+	return call('POST', '/rl/gate', body => encode_json($data));
 }
 
 # a slow stream held open: its worker process stays after a reload

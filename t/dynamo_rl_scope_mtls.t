@@ -51,61 +51,50 @@ $t->fake_set('discovery.json', '{"protocol_version":1,"namespace":"team",'
 	. '"workers":[' . join(',', worker(101, 0, 'team-a'),
 		worker(102, 1, 'team-b'), worker(103, 2, 'team-a-x1')) . ']}');
 
-my ($r, $m);
+my $r;
 
-# team a: its own workers, not team b's
+# the admin plane by scope: who calls, the call, and its status, the
+# error of a JSON answer and what the fake workers received ("none")
 
-$m = mark();
-$r = curl('team-a', 'POST', "$W/101/engine/pause_generation", '{}');
-is(join(' ', $r->{status}, fwd($m)), '200 0 /engine/pause_generation',
-	'team-a: its own worker');
+for my $c (
 
-$m = mark();
-$r = curl('team-a', 'POST', "$W/103/engine/flush_cache", '{}');
-is(join(' ', $r->{status}, fwd($m)), '200 2 /engine/flush_cache',
-	'team-a: under its prefix');
+	# team a: its own workers, not team b's
 
-$m = mark();
-$r = curl('team-a', 'POST', "$W/102/engine/liveness_probe", '{}');
-is(join(' ', $r->{status}, $r->{json}{error} // '', fwd($m)),
-	'404 unknown_worker none', 'team-a: team b\'s worker unknown, not forwarded');
+	[ 'team-a', "$W/101/engine/pause_generation",
+		'200 0 /engine/pause_generation', 'team-a: its own worker' ],
+	[ 'team-a', "$W/103/engine/flush_cache",
+		'200 2 /engine/flush_cache', 'team-a: under its prefix' ],
+	[ 'team-a', "$W/102/engine/liveness_probe", '404 unknown_worker none',
+		'team-a: team b\'s worker unknown, not forwarded' ],
 
-# team b: its own, read-only routes
+	# team b: its own, read-only routes
 
-$m = mark();
-$r = curl('team-b', 'POST', "$W/102/engine/get_weight_version", '{}');
-is(join(' ', $r->{status}, fwd($m)), '200 1 /engine/get_weight_version',
-	'team-b: its own worker');
+	[ 'team-b', "$W/102/engine/get_weight_version",
+		'200 1 /engine/get_weight_version', 'team-b: its own worker' ],
+	[ 'team-b', "$W/102/engine/pause_generation",
+		'403 route_not_advertised none', 'team-b: a route not in its set' ],
+	[ 'team-b', "$W/101/engine/liveness_probe", '404 unknown_worker none',
+		'team-b: team a\'s worker' ],
+	[ 'team-b', "$W/103/engine/liveness_probe", '404 unknown_worker none',
+		'team-b: exact, not team-a-x1' ],
+)
+{
+	my ($who, $path, $expect, $name) = @$c;
 
-$m = mark();
-$r = curl('team-b', 'POST', "$W/102/engine/pause_generation", '{}');
-is(join(' ', $r->{status}, $r->{json}{error} // '', fwd($m)),
-	'403 route_not_advertised none', 'team-b: a route not in its set');
-
-$m = mark();
-$r = curl('team-b', 'POST', "$W/101/engine/liveness_probe", '{}');
-is(join(' ', $r->{status}, $r->{json}{error} // '', fwd($m)),
-	'404 unknown_worker none', 'team-b: team a\'s worker');
-
-$m = mark();
-$r = curl('team-b', 'POST', "$W/103/engine/liveness_probe", '{}');
-is(join(' ', $r->{status}, $r->{json}{error} // '', fwd($m)),
-	'404 unknown_worker none', 'team-b: exact, not team-a-x1');
+	is(admin_as($who, 'POST', $path, '{}'), $expect, $name);
+}
 
 # discovery in scope
 
 is(ids(curl('team-a', 'GET', $W)), '101 103', 'team-a: discovery');
 is(ids(curl('team-b', 'GET', $W)), '102', 'team-b: discovery');
 
-$m = mark();
-$r = curl('team-a', 'GET', "$W/103/health");
-is(join(' ', $r->{status}, fwd($m)), '200 2 /health', 'team-a: health');
+is(admin_as('team-a', 'GET', "$W/103/health"), '200 2 /health',
+	'team-a: health');
 
 # a certificate of our CA without a scope; none; another CA's
 
-$m = mark();
-$r = curl('stranger', 'POST', "$W/101/engine/liveness_probe", '{}');
-is(join(' ', $r->{status}, $r->{json}{error} // '', fwd($m)),
+is(admin_as('stranger', 'POST', "$W/101/engine/liveness_probe", '{}'),
 	'403 caller_scope none', 'stranger: no scope');
 is(scalar($t->log_lines('error.log',
 	qr/caller scope denied: "dynamo_rl_namespace" is empty/)), 1,
@@ -115,13 +104,10 @@ $r = curl('stranger', 'GET', $W);
 is(join(' ', $r->{status}, $r->{json}{error} // ''), '403 caller_scope',
 	'stranger: no discovery');
 
-$m = mark();
-$r = curl(undef, 'POST', "$W/101/engine/liveness_probe", '{}');
-is(join(' ', $r->{status}, fwd($m)), '400 none', 'no certificate: 400');
-
-$m = mark();
-$r = curl('rogue', 'POST', "$W/101/engine/liveness_probe", '{}');
-is(join(' ', $r->{status}, fwd($m)), '400 none', 'another CA: 400');
+is(admin_as(undef, 'POST', "$W/101/engine/liveness_probe", '{}'),
+	'400 none', 'no certificate: 400');
+is(admin_as('rogue', 'POST', "$W/101/engine/liveness_probe", '{}'),
+	'400 none', 'another CA: 400');
 
 # the gate: the monitor reads, the owner changes
 
@@ -261,6 +247,19 @@ sub fwd {
 	}
 
 	return @f ? join(' ', @f) : 'none';
+}
+
+# a call as $who (the name of a client certificate, undef for none): its
+# status, the error of a JSON answer, and what the fake workers received
+# of it
+
+sub admin_as {
+	my ($who, $method, $uri, $body) = @_;
+
+	my $m = mark();
+	my $r = curl($who, $method, $uri, $body);
+
+	return join(' ', $r->{status}, $r->{json}{error} // (), fwd($m));
 }
 
 sub ids {

@@ -506,28 +506,37 @@ sub lingering_close {
 	close($sock);
 }
 
+# wait until $deadline for the socket, then read once into the buffer:
+# the bytes read, 0 on EOF, -1 on an error; undef if nothing came in time
+# or the read was interrupted
+
+sub conn_read {
+	my ($c, $deadline) = @_;
+
+	my $left = $deadline - time();
+
+	return undef
+		unless IO::Select->new($c->{sock})->can_read($left < 0 ? 0 : $left);
+
+	my $n = sysread($c->{sock}, $c->{buf}, 65536, length $c->{buf});
+
+	return $n if defined $n;
+	return $! == EINTR || $! == EAGAIN ? undef : -1;
+}
+
 # fill the buffer: 1 on data, 0 on EOF or error, -1 on timeout
 
 sub conn_fill {
 	my ($c, $timeout) = @_;
 
-	my $sel = IO::Select->new($c->{sock});
 	my $deadline = time() + $timeout;
 
 	for ( ;; ) {
-		my $left = $deadline - time();
-		return -1 if $left <= 0;
+		return -1 if time() >= $deadline;
 
-		next unless $sel->can_read($left);
+		my $n = conn_read($c, $deadline) // next;
 
-		my $n = sysread($c->{sock}, $c->{buf}, 65536, length $c->{buf});
-
-		if (!defined $n) {
-			next if $! == EINTR || $! == EAGAIN;
-			return 0;
-		}
-
-		return $n ? 1 : 0;
+		return $n > 0 ? 1 : 0;
 	}
 }
 
@@ -576,34 +585,18 @@ sub conn_write {
 }
 
 # wait up to $secs, watching the socket; returns 1 if the client went away
-# (EOF or error), 0 otherwise; bytes that arrive meanwhile are kept
+# (EOF or error), 0 otherwise; bytes that arrive meanwhile (pipelined)
+# are kept, and the wait goes on
 
 sub client_gone {
 	my ($c, $secs) = @_;
 
-	my $sel = IO::Select->new($c->{sock});
 	my $deadline = time() + $secs;
 
 	for ( ;; ) {
-		my $left = $deadline - time();
-		$left = 0 if $left < 0;
+		my $n = conn_read($c, $deadline);
 
-		if ($sel->can_read($left)) {
-			my $n = sysread($c->{sock}, $c->{buf}, 65536,
-				length $c->{buf});
-
-			if (!defined $n) {
-				next if $! == EINTR || $! == EAGAIN;
-				return 1;
-			}
-
-			return 1 if $n == 0;
-
-			# pipelined bytes: keep them and go on waiting
-
-			next if time() < $deadline;
-		}
-
+		return 1 if defined $n && $n <= 0;
 		return 0 if time() >= $deadline;
 	}
 }
@@ -845,6 +838,21 @@ sub record {
 	close $fh;
 }
 
+# a request in the log $name: its method, uri, headers and the time,
+# with the other fields given
+
+sub record_request {
+	my ($name, $req, %fields) = @_;
+
+	record($name, {
+		method => text($req->{method}),
+		uri => text($req->{uri}),
+		headers => text_headers($req),
+		time => time(),
+		%fields,
+	});
+}
+
 # request bytes as text for the logs: UTF-8 when valid, else Latin-1
 
 sub text {
@@ -926,14 +934,8 @@ sub json_str {
 sub frontend_handler {
 	my ($c, $req) = @_;
 
-	record('frontend.log', {
-		method => text($req->{method}),
-		uri => text($req->{uri}),
-		headers => text_headers($req),
-		body => text($req->{body}),
-		pid => $$,
-		time => time(),
-	});
+	record_request('frontend.log', $req, body => text($req->{body}),
+		pid => $$);
 
 	my $rid = header($req, 'x-request-id');
 	my @echo = defined $rid ? ([ 'x-request-id', $rid ]) : ();
@@ -1354,12 +1356,7 @@ sub stream_response {
 sub listener_handler {
 	my ($c, $req) = @_;
 
-	record('listener.log', {
-		method => text($req->{method}),
-		uri => text($req->{uri}),
-		headers => text_headers($req),
-		time => time(),
-	});
+	record_request('listener.log', $req);
 
 	# axum defaults: no fallback route, empty bodies
 
@@ -1456,14 +1453,8 @@ sub default_discovery {
 sub worker_handler {
 	my ($i, $c, $req) = @_;
 
-	record("worker-$i.log", {
-		worker => $i,
-		method => text($req->{method}),
-		uri => text($req->{uri}),
-		headers => text_headers($req),
-		body => text($req->{body}),
-		time => time(),
-	});
+	record_request("worker-$i.log", $req, worker => $i,
+		body => text($req->{body}));
 
 	my $path = path_of($req->{uri});
 

@@ -15,14 +15,26 @@
 
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+static void ngx_http_dynamo_rl_fuzz_gate_body(const uint8_t *data,
+    size_t size);
+static void ngx_http_dynamo_rl_fuzz_lease(const uint8_t *data, size_t size);
 
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    ngx_http_dynamo_rl_fuzz_gate_body(data, size);
+    ngx_http_dynamo_rl_fuzz_lease(data, size);
+
+    return 0;
+}
+
+
+static void
+ngx_http_dynamo_rl_fuzz_gate_body(const uint8_t *data, size_t size)
+{
     char                           *err;
     ngx_int_t                       rc;
-    ngx_msec_t                      ms;
     ngx_http_dynamo_rl_gate_req_t   req;
 
     err = NULL;
@@ -44,14 +56,19 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (err == NULL) {
         __builtin_trap();
     }
+}
 
-    /* the lease grammar on its own: more than zero, at most a week */
+
+/* the lease grammar on its own: more than zero, at most a week */
+
+static void
+ngx_http_dynamo_rl_fuzz_lease(const uint8_t *data, size_t size)
+{
+    ngx_msec_t  ms;
 
     if (ngx_http_dynamo_rl_parse_lease((u_char *) data, size, &ms) == NGX_OK
         && (ms == 0 || ms > 604800000))
     {
         __builtin_trap();
     }
-
-    return 0;
 }

@@ -28,6 +28,8 @@
 #define NGX_HTTP_DYNAMO_RL_TEST_NAME  1024
 #define NGX_HTTP_DYNAMO_RL_TEST_ESC   256
 
+#define NGX_HTTP_DYNAMO_RL_TEST_N(a)  (sizeof(a) / sizeof((a)[0]))
+
 
 typedef struct {
     ngx_uint_t                   n;
@@ -91,6 +93,10 @@ static void ngx_http_dynamo_rl_tap(ngx_http_dynamo_rl_tap_t *t,
 static char *ngx_http_dynamo_rl_test_escape(char *dst, size_t size,
     u_char *p, size_t len);
 static char *ngx_http_dynamo_rl_test_rc(ngx_int_t rc);
+static void ngx_http_dynamo_rl_test_rc_is(ngx_http_dynamo_rl_tap_t *t,
+    ngx_int_t rc, ngx_int_t expect, char *name, char *todo);
+static void ngx_http_dynamo_rl_test_name(char *name, size_t size,
+    char *func, ngx_str_t *in, ngx_int_t expect, const char *fmt, ...);
 static void ngx_http_dynamo_rl_test_str(ngx_http_dynamo_rl_tap_t *t,
     char *func, ngx_http_dynamo_rl_test_str_pt handler,
     ngx_http_dynamo_rl_test_str_t *cases, ngx_uint_t n);
@@ -692,31 +698,71 @@ ngx_http_dynamo_rl_test_rc(ngx_int_t rc)
 }
 
 
+/* a case's TAP line: ok when rc is the expected one, else both in diag */
+
+static void
+ngx_http_dynamo_rl_test_rc_is(ngx_http_dynamo_rl_tap_t *t, ngx_int_t rc,
+    ngx_int_t expect, char *name, char *todo)
+{
+    char  diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+
+    snprintf(diag, sizeof(diag), "got %s, expected %s",
+             ngx_http_dynamo_rl_test_rc(rc),
+             ngx_http_dynamo_rl_test_rc(expect));
+
+    ngx_http_dynamo_rl_tap(t, rc == expect, name, todo, diag);
+}
+
+
+/*
+ * a case's name, "func(\"input\") is " and the expectation: "refused",
+ * or for NGX_OK what fmt makes of the arguments
+ */
+
+static void
+ngx_http_dynamo_rl_test_name(char *name, size_t size, char *func,
+    ngx_str_t *in, ngx_int_t expect, const char *fmt, ...)
+{
+    int      len;
+    char     esc[NGX_HTTP_DYNAMO_RL_TEST_ESC];
+    va_list  args;
+
+    ngx_http_dynamo_rl_test_escape(esc, sizeof(esc), in->data, in->len);
+
+    len = snprintf(name, size, "%s(\"%s\") is ", func, esc);
+
+    if (len < 0 || (size_t) len >= size) {
+        return;
+    }
+
+    if (expect != NGX_OK) {
+        snprintf(name + len, size - len, "refused");
+        return;
+    }
+
+    va_start(args, fmt);
+    vsnprintf(name + len, size - len, fmt, args);
+    va_end(args);
+}
+
+
 static void
 ngx_http_dynamo_rl_test_str(ngx_http_dynamo_rl_tap_t *t, char *func,
     ngx_http_dynamo_rl_test_str_pt handler,
     ngx_http_dynamo_rl_test_str_t *cases, ngx_uint_t n)
 {
-    char        esc[NGX_HTTP_DYNAMO_RL_TEST_ESC];
     char        name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
-    char        diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
     ngx_int_t   rc;
     ngx_uint_t  i;
 
     for (i = 0; i < n; i++) {
         rc = handler(cases[i].in.data, cases[i].in.len);
 
-        ngx_http_dynamo_rl_test_escape(esc, sizeof(esc), cases[i].in.data,
-                                       cases[i].in.len);
+        ngx_http_dynamo_rl_test_name(name, sizeof(name), func, &cases[i].in,
+                                     cases[i].rc, "accepted");
 
-        snprintf(name, sizeof(name), "%s(\"%s\") is %s", func, esc,
-                 cases[i].rc == NGX_OK ? "accepted" : "refused");
-        snprintf(diag, sizeof(diag), "got %s, expected %s",
-                 ngx_http_dynamo_rl_test_rc(rc),
-                 ngx_http_dynamo_rl_test_rc(cases[i].rc));
-
-        ngx_http_dynamo_rl_tap(t, rc == cases[i].rc, name, cases[i].todo,
-                               diag);
+        ngx_http_dynamo_rl_test_rc_is(t, rc, cases[i].rc, name,
+                                      cases[i].todo);
     }
 }
 
@@ -727,18 +773,14 @@ ngx_http_dynamo_rl_test_one(ngx_http_dynamo_rl_tap_t *t, char *func,
     ngx_int_t expect, char *what)
 {
     char       name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
-    char       diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
     ngx_int_t  rc;
 
     rc = handler(p, len);
 
     snprintf(name, sizeof(name), "%s: %s is %s", func, what,
              expect == NGX_OK ? "accepted" : "refused");
-    snprintf(diag, sizeof(diag), "got %s, expected %s",
-             ngx_http_dynamo_rl_test_rc(rc),
-             ngx_http_dynamo_rl_test_rc(expect));
 
-    ngx_http_dynamo_rl_tap(t, rc == expect, name, NULL, diag);
+    ngx_http_dynamo_rl_test_rc_is(t, rc, expect, name, NULL);
 }
 
 
@@ -882,8 +924,7 @@ ngx_http_dynamo_rl_test_uuid7(ngx_http_dynamo_rl_tap_t *t)
     ngx_uint_t                       i, j, n;
     ngx_http_dynamo_rl_test_uuid_t  *u;
 
-    n = sizeof(ngx_http_dynamo_rl_test_uuids)
-        / sizeof(ngx_http_dynamo_rl_test_uuids[0]);
+    n = NGX_HTTP_DYNAMO_RL_TEST_N(ngx_http_dynamo_rl_test_uuids);
 
     for (i = 0; i < n; i++) {
         u = &ngx_http_dynamo_rl_test_uuids[i];
@@ -966,14 +1007,12 @@ static void
 ngx_http_dynamo_rl_test_target(ngx_http_dynamo_rl_tap_t *t)
 {
     char                              name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
-    char                              diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
     char                              raw[NGX_HTTP_DYNAMO_RL_TEST_ESC];
     ngx_int_t                         rc;
     ngx_uint_t                        i, n;
     ngx_http_dynamo_rl_test_target_t  *c;
 
-    n = sizeof(ngx_http_dynamo_rl_test_targets)
-        / sizeof(ngx_http_dynamo_rl_test_targets[0]);
+    n = NGX_HTTP_DYNAMO_RL_TEST_N(ngx_http_dynamo_rl_test_targets);
 
     for (i = 0; i < n; i++) {
         c = &ngx_http_dynamo_rl_test_targets[i];
@@ -986,11 +1025,8 @@ ngx_http_dynamo_rl_test_target(ngx_http_dynamo_rl_tap_t *t)
 
         snprintf(name, sizeof(name), "target_canonical(\"%s\"): %s, %s",
                  raw, c->what, c->rc == NGX_OK ? "accepted" : "refused");
-        snprintf(diag, sizeof(diag), "got %s, expected %s",
-                 ngx_http_dynamo_rl_test_rc(rc),
-                 ngx_http_dynamo_rl_test_rc(c->rc));
 
-        ngx_http_dynamo_rl_tap(t, rc == c->rc, name, NULL, diag);
+        ngx_http_dynamo_rl_test_rc_is(t, rc, c->rc, name, NULL);
     }
 
     /* the raw length is honoured: bytes after it are not looked at */
@@ -1007,7 +1043,6 @@ ngx_http_dynamo_rl_test_target(ngx_http_dynamo_rl_tap_t *t)
 static void
 ngx_http_dynamo_rl_test_u64(ngx_http_dynamo_rl_tap_t *t)
 {
-    char                            esc[NGX_HTTP_DYNAMO_RL_TEST_ESC];
     char                            name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
     char                            diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
     uint64_t                        v;
@@ -1015,8 +1050,7 @@ ngx_http_dynamo_rl_test_u64(ngx_http_dynamo_rl_tap_t *t)
     ngx_uint_t                      i, n, ok;
     ngx_http_dynamo_rl_test_u64_t  *c;
 
-    n = sizeof(ngx_http_dynamo_rl_test_u64s)
-        / sizeof(ngx_http_dynamo_rl_test_u64s[0]);
+    n = NGX_HTTP_DYNAMO_RL_TEST_N(ngx_http_dynamo_rl_test_u64s);
 
     for (i = 0; i < n; i++) {
         c = &ngx_http_dynamo_rl_test_u64s[i];
@@ -1026,17 +1060,9 @@ ngx_http_dynamo_rl_test_u64(ngx_http_dynamo_rl_tap_t *t)
 
         ok = (rc == c->rc && (rc != NGX_OK || v == c->value));
 
-        ngx_http_dynamo_rl_test_escape(esc, sizeof(esc), c->in.data,
-                                       c->in.len);
-
-        if (c->rc == NGX_OK) {
-            snprintf(name, sizeof(name), "parse_u64(\"%s\") is %llu", esc,
-                     (unsigned long long) c->value);
-
-        } else {
-            snprintf(name, sizeof(name), "parse_u64(\"%s\") is refused",
-                     esc);
-        }
+        ngx_http_dynamo_rl_test_name(name, sizeof(name), "parse_u64", &c->in,
+                                     c->rc, "%llu",
+                                     (unsigned long long) c->value);
 
         snprintf(diag, sizeof(diag), "got %s, value %llu",
                  ngx_http_dynamo_rl_test_rc(rc), (unsigned long long) v);
@@ -1077,7 +1103,6 @@ ngx_http_dynamo_rl_test_route(ngx_http_dynamo_rl_tap_t *t)
 static void
 ngx_http_dynamo_rl_test_admin(ngx_http_dynamo_rl_tap_t *t)
 {
-    char                              esc[NGX_HTTP_DYNAMO_RL_TEST_ESC];
     char                              name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
     char                              diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
     char                              rt[NGX_HTTP_DYNAMO_RL_TEST_ESC];
@@ -1087,8 +1112,7 @@ ngx_http_dynamo_rl_test_admin(ngx_http_dynamo_rl_tap_t *t)
     ngx_uint_t                        i, n, ok;
     ngx_http_dynamo_rl_test_admin_t  *c;
 
-    n = sizeof(ngx_http_dynamo_rl_test_admins)
-        / sizeof(ngx_http_dynamo_rl_test_admins[0]);
+    n = NGX_HTTP_DYNAMO_RL_TEST_N(ngx_http_dynamo_rl_test_admins);
 
     for (i = 0; i < n; i++) {
         c = &ngx_http_dynamo_rl_test_admins[i];
@@ -1110,19 +1134,11 @@ ngx_http_dynamo_rl_test_admin(ngx_http_dynamo_rl_tap_t *t)
                       && ngx_memcmp(route.data, c->route.data, route.len)
                          == 0)));
 
-        ngx_http_dynamo_rl_test_escape(esc, sizeof(esc), c->in.data,
-                                       c->in.len);
-
-        if (c->rc == NGX_OK) {
-            snprintf(name, sizeof(name), "parse_admin_path(\"%s\") is id"
-                     " %llu, route \"%.*s\"", esc,
-                     (unsigned long long) c->id, (int) c->route.len,
-                     (char *) c->route.data);
-
-        } else {
-            snprintf(name, sizeof(name), "parse_admin_path(\"%s\") is"
-                     " refused", esc);
-        }
+        ngx_http_dynamo_rl_test_name(name, sizeof(name), "parse_admin_path",
+                                     &c->in, c->rc, "id %llu, route \"%.*s\"",
+                                     (unsigned long long) c->id,
+                                     (int) c->route.len,
+                                     (char *) c->route.data);
 
         if (rc == NGX_OK && route.data != NULL) {
             ngx_http_dynamo_rl_test_escape(rt, sizeof(rt), route.data,
@@ -1192,7 +1208,6 @@ static void
 ngx_http_dynamo_rl_test_ns(ngx_http_dynamo_rl_tap_t *t)
 {
     char                           name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
-    char                           diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
     char                           scope[NGX_HTTP_DYNAMO_RL_TEST_ESC];
     char                           ns[NGX_HTTP_DYNAMO_RL_TEST_ESC];
     char                          *mode;
@@ -1200,8 +1215,7 @@ ngx_http_dynamo_rl_test_ns(ngx_http_dynamo_rl_tap_t *t)
     ngx_uint_t                     i, n;
     ngx_http_dynamo_rl_test_ns_t  *c;
 
-    n = sizeof(ngx_http_dynamo_rl_test_nss)
-        / sizeof(ngx_http_dynamo_rl_test_nss[0]);
+    n = NGX_HTTP_DYNAMO_RL_TEST_N(ngx_http_dynamo_rl_test_nss);
 
     for (i = 0; i < n; i++) {
         c = &ngx_http_dynamo_rl_test_nss[i];
@@ -1232,11 +1246,8 @@ ngx_http_dynamo_rl_test_ns(ngx_http_dynamo_rl_tap_t *t)
         snprintf(name, sizeof(name), "namespace_match %s=\"%s\" %s \"%s\"",
                  mode, scope, c->rc == NGX_OK ? "matches" : "does not match",
                  ns);
-        snprintf(diag, sizeof(diag), "got %s, expected %s",
-                 ngx_http_dynamo_rl_test_rc(rc),
-                 ngx_http_dynamo_rl_test_rc(c->rc));
 
-        ngx_http_dynamo_rl_tap(t, rc == c->rc, name, c->todo, diag);
+        ngx_http_dynamo_rl_test_rc_is(t, rc, c->rc, name, c->todo);
     }
 }
 
@@ -1258,8 +1269,7 @@ ngx_http_dynamo_rl_test_siphash(ngx_http_dynamo_rl_tap_t *t)
         msg[i] = (u_char) i;
     }
 
-    n = sizeof(ngx_http_dynamo_rl_test_sips)
-        / sizeof(ngx_http_dynamo_rl_test_sips[0]);
+    n = NGX_HTTP_DYNAMO_RL_TEST_N(ngx_http_dynamo_rl_test_sips);
 
     for (i = 0; i < n; i++) {
         h = ngx_http_dynamo_rl_siphash(key, msg,
@@ -1325,7 +1335,7 @@ ngx_http_dynamo_rl_test_origin(ngx_http_dynamo_rl_tap_t *t)
         { "http://", 1, NULL, "", 0, NGX_DECLINED },
     };
 
-    n = sizeof(cases) / sizeof(cases[0]);
+    n = NGX_HTTP_DYNAMO_RL_TEST_N(cases);
 
     for (i = 0; i < n; i++) {
         origin.data = (u_char *) cases[i].origin;
@@ -1380,7 +1390,7 @@ ngx_http_dynamo_rl_test_escape_log(ngx_http_dynamo_rl_tap_t *t)
         { "ab", 2, 1, "" },
     };
 
-    n = sizeof(cases) / sizeof(cases[0]);
+    n = NGX_HTTP_DYNAMO_RL_TEST_N(cases);
 
     for (i = 0; i < n; i++) {
         p = ngx_http_dynamo_rl_escape_log(buf, buf + cases[i].size,

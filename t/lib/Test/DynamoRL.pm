@@ -1177,6 +1177,13 @@ sub _tail {
 
 ###############################################################################
 
+# the pid of the running nginx master (the new one after an upgrade())
+
+sub master {
+	my ($self) = @_;
+	return $self->{_master};
+}
+
 # A binary upgrade, as Debian's "invoke-rc.d nginx upgrade" does it: USR2
 # to the running master, which re-executes the binary with the same
 # arguments (and reads nginx.conf again); the new master writes
@@ -1237,11 +1244,6 @@ sub upgrade_finish {
 	@OLD_MASTERS = grep { $_->[1] != $old } @OLD_MASTERS;
 
 	return $self;
-}
-
-sub master {
-	my ($self) = @_;
-	return $self->{_master};
 }
 
 # stops nginx only, keeping the daemons (the fake Dynamo) for a run()

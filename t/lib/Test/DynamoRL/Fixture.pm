@@ -64,7 +64,9 @@ package Test::DynamoRL::Fixture;
 #                                 the rest of examples/dynamo-rl.conf's
 #                                 /v1/ (no request buffering, a 60s read
 #                                 timeout, proxy_next_upstream error
-#                                 timeout)
+#                                 timeout), "ungated" dynamo_rl_gate off
+#                                 (a refresh's check that generation
+#                                 works while the gates are closed)
 #         %%RL_FRONTEND [n]%%     upstream "frontend": the fake frontend
 #                                 (8081), with "keepalive n" if given
 #         %%RL_LISTENER%%         upstream "rl_listener": the fake RL
@@ -108,12 +110,15 @@ package Test::DynamoRL::Fixture;
 #                                 %%RL_ADMIN_PLANE args%%
 #         %%RL_API_SERVER port [names]%%  a server on port with only
 #                                 %%RL_APIS names%%
-#         %%RL_DISCOVERY_SOURCE location url%%  an internal location
-#                                 (= location) proxied to url, for
-#                                 dynamo_rl_discovery
-#         %%RL_DISCOVERY_FETCH [upstream]%%  the internal
+#         %%RL_DISCOVERY_SOURCE location url [size]%%  an internal
+#                                 location (= location) proxied to url,
+#                                 for dynamo_rl_discovery; a size sets
+#                                 its subrequest_output_buffer_size
+#         %%RL_DISCOVERY_FETCH [upstream [size]]%%  the internal
 #                                 /_rl_discovery, proxied to the fake
-#                                 listener (127.0.0.1:8082) or upstream
+#                                 listener (127.0.0.1:8082) or upstream;
+#                                 a size sets its
+#                                 subrequest_output_buffer_size
 #         %%RL_APIS [names]%%     locations of the gate, attempts, status
 #                                 and metrics handlers (default: all)
 #
@@ -125,6 +130,9 @@ package Test::DynamoRL::Fixture;
 #                           hash (status 0 if nothing came) plus
 #                           "raw_body", the body before any de-chunking
 #     start($method, $uri, %o)  sends raw(), returns the socket
+#     attempt($id, $body, %o)  call() of POST /v1/completions (or uri =>
+#                           ...) with $body under attempt id $id, after
+#                           any other headers => [ ... ]
 #     hold($id, port => N)  starts a generation under attempt id $id that
 #                           the fake frontend holds open (scenario
 #                           "hang"); returns the socket
@@ -220,6 +228,8 @@ package Test::DynamoRL::Fixture;
 #                           $version) at the tests' pace: a 30 s lease,
 #                           10 s timeouts, a poll every 50 ms
 #     refresh_output($run)  what it has printed so far
+#     refresh_sequence()    the engine paths a refresh calls on every
+#                           worker, in order
 #     refresh_replicas(\@args, @gateways)  the replicas of a refresh:
 #                           "--gateway" and each of @gateways, or the
 #                           "replicas" of a hash at the end of @args,
@@ -227,6 +237,11 @@ package Test::DynamoRL::Fixture;
 #     refresh_failure($out)  the "FAILED at step" line of a refresh's
 #                           output, all of them joined with " | " unless
 #                           there is exactly one
+#     refresh_failed($name, $res, rc => N, step => $step, who => $who)
+#                           tests "$name: exit N" and "$name: step and
+#                           who" of the refresh $res: its exit code, and
+#                           one "FAILED at step $step, $who: " line;
+#                           returns that line (refresh_failure())
 #     refresh_finish($run)  waits for it (60 s, then kills it); returns
 #                           { rc => exit code or -1, out => its output }
 #
@@ -258,14 +273,15 @@ use strict;
 use base qw/ Exporter /;
 
 our @EXPORT_OK = qw/ deny_reasons output time_limit rl_test fail_without
-	rl_conf raw call start hold resp json
+	rl_conf raw call start attempt hold resp json
 	flat json_error is_true is_false iso_ms api metrics concurrent
 	read_until vllm_routes worker doc json_lines err_since frontend_records
 	frontend_requests forwarded listener_fetches worker_counts
 	worker_records_since worker_calls worker_state admin_call curl_response
 	fork_server samples record_with faketime set_clock clock_is
 	refresh_python refresh_start refresh_args refresh_output refresh_finish
-	refresh_replicas refresh_failure run_timed attempt_record example_conf
+	refresh_replicas refresh_failure refresh_failed refresh_sequence
+	run_timed attempt_record example_conf
 	promtool promtool_check parse_labels plane_reasons duration_buckets
 	slurp /;
 
@@ -401,6 +417,7 @@ my %CONF;
 			keepalive => ' proxy_http_version 1.1;'
 				. ' proxy_set_header Connection "";',
 			unbuffered => ' proxy_buffering off;',
+			ungated => ' dynamo_rl_gate off;',
 		);
 
 		# as in examples/dynamo-rl.conf, with a test's read timeout
@@ -532,20 +549,23 @@ my %CONF;
 	},
 
 	RL_DISCOVERY_SOURCE => sub {
-		my ($location, $url) = @_;
+		my ($location, $url, $size) = @_;
 
 		die "no url\n" unless defined $url;
 
-		return "location = $location { internal; proxy_pass $url; }";
+		return "location = $location { internal; proxy_pass $url;"
+			. (defined $size
+				? " subrequest_output_buffer_size $size;" : '')
+			. ' }';
 	},
 
 	RL_DISCOVERY_FETCH => sub {
-		my ($up) = @_;
+		my ($up, $size) = @_;
 
 		$up //= '127.0.0.1:8082';
 
-		return 'location = /_rl_discovery { internal;'
-			. " proxy_pass http://$up/v1/rl/workers; }";
+		return $CONF{RL_DISCOVERY_SOURCE}->('/_rl_discovery',
+			"http://$up/v1/rl/workers", $size);
 	},
 
 	RL_APIS => sub {
@@ -620,6 +640,15 @@ sub start {
 
 	return http(raw($method, $uri, %o), start => 1,
 		PeerAddr => '127.0.0.1:' . port($port));
+}
+
+sub attempt {
+	my ($id, $body, %o) = @_;
+
+	my $uri = delete $o{uri} // '/v1/completions';
+
+	return call('POST', $uri, %o, body => $body,
+		headers => [ @{$o{headers} // []}, 'X-Dynamo-Attempt-Id' => $id ]);
 }
 
 sub hold {
@@ -1190,6 +1219,12 @@ sub refresh_args {
 		'--poll-interval', '0.05');
 }
 
+sub refresh_sequence {
+	return map { "/engine/$_" } qw/ pause_generation
+		update_weights_from_disk flush_cache resume_generation
+		get_weight_version /;
+}
+
 sub refresh_replicas {
 	my ($args, @gateways) = @_;
 
@@ -1204,6 +1239,21 @@ sub refresh_failure {
 	my @lines = $out =~ /^(rl-refresh: FAILED at step .*)$/mg;
 
 	return @lines == 1 ? $lines[0] : join(' | ', @lines);
+}
+
+sub refresh_failed {
+	my ($name, $res, %o) = @_;
+
+	Test::More::is($res->{rc}, $o{rc}, "$name: exit $o{rc}")
+		or Test::More::diag($res->{out});
+
+	my $line = refresh_failure($res->{out});
+
+	Test::More::like($line,
+		qr/^rl-refresh: FAILED at step \Q$o{step}\E, \Q$o{who}\E: /,
+		"$name: step and who");
+
+	return $line;
 }
 
 sub refresh_finish {
