@@ -558,8 +558,7 @@ ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_dynamo_rl_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
-    ngx_buf_t                 *b;
-    ngx_chain_t               *cl, out;
+    ngx_chain_t               *cl;
     ngx_http_dynamo_rl_ctx_t  *ctx;
 
     if (r != r->main) {
@@ -589,21 +588,8 @@ ngx_http_dynamo_rl_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     ctx->error_body = 0;
 
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_ERROR;
-    }
-
-    b->pos = ctx->error.data;
-    b->last = ctx->error.data + ctx->error.len;
-    b->memory = 1;
-    b->last_buf = 1;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_next_body_filter(r, &out);
+    return ngx_http_dynamo_rl_send_body(r, ngx_http_next_body_filter,
+                                        ctx->error.data, ctx->error.len);
 }
 
 
