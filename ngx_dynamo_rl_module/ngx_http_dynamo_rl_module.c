@@ -439,12 +439,6 @@ ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r)
 
 
 /*
- * an error page of nginx's own (502 with no upstream, 504, 413, ...) on
- * the request plane is given Dynamo's flat shape, as clients parse it,
- * nested under "error" on SGLang's /generate
- */
-
-/*
  * the trusted listener is opened in browsers: nothing it answers is
  * sniffed into HTML; the discovery plane validated its body as JSON and
  * says so, whatever type the listener sent; a worker's answer is passed
@@ -488,6 +482,12 @@ ngx_http_dynamo_rl_trusted_headers(ngx_http_request_t *r, ngx_uint_t plane)
     return NGX_OK;
 }
 
+
+/*
+ * an error page of nginx's own (502 with no upstream, 504, 413, ...) on
+ * the request plane is given Dynamo's flat shape, as clients parse it,
+ * nested under "error" on SGLang's /generate
+ */
 
 static ngx_int_t
 ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
