@@ -399,8 +399,6 @@ static ngx_int_t
 ngx_http_dynamo_rl_admin_header_filter(ngx_http_request_t *r)
 {
     ngx_int_t                  rc;
-    ngx_buf_t                 *b;
-    ngx_chain_t                out;
     ngx_http_dynamo_rl_ctx_t  *ctx;
 
     static u_char  body[] = "{\"error\":\"upgrade_refused\",\"message\":"
@@ -454,21 +452,8 @@ ngx_http_dynamo_rl_admin_header_filter(ngx_http_request_t *r)
             return rc;
         }
 
-        b = ngx_calloc_buf(r->pool);
-        if (b == NULL) {
-            return NGX_ERROR;
-        }
-
-        b->pos = body;
-        b->last = body + sizeof(body) - 1;
-        b->memory = 1;
-        b->last_buf = 1;
-        b->last_in_chain = 1;
-
-        out.buf = b;
-        out.next = NULL;
-
-        rc = ngx_http_next_body_filter(r, &out);
+        rc = ngx_http_dynamo_rl_send_body(r, ngx_http_next_body_filter,
+                                          body, sizeof(body) - 1);
 
         /* the worker's stream after its 101 is never read: header_only */
 

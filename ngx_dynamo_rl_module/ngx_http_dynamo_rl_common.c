@@ -198,9 +198,7 @@ ngx_int_t
 ngx_http_dynamo_rl_send(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *type, ngx_str_t *body)
 {
-    ngx_int_t     rc;
-    ngx_buf_t    *b;
-    ngx_chain_t   out;
+    ngx_int_t  rc;
 
     rc = ngx_http_discard_request_body(r);
 
@@ -225,21 +223,38 @@ ngx_http_dynamo_rl_send(ngx_http_request_t *r, ngx_uint_t status,
         return rc;
     }
 
+    return ngx_http_dynamo_rl_send_body(r, ngx_http_output_filter,
+                                        body->data, body->len);
+}
+
+
+/*
+ * a whole body in memory as one last buffer, through the output filter of
+ * a content handler or the next body filter of a filter that answers
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_send_body(ngx_http_request_t *r,
+    ngx_http_output_body_filter_pt filter, u_char *p, size_t len)
+{
+    ngx_buf_t    *b;
+    ngx_chain_t   out;
+
     b = ngx_calloc_buf(r->pool);
     if (b == NULL) {
         return NGX_ERROR;
     }
 
-    b->pos = body->data;
-    b->last = body->data + body->len;
-    b->memory = body->len ? 1 : 0;
+    b->pos = p;
+    b->last = p + len;
+    b->memory = len ? 1 : 0;
     b->last_buf = 1;
     b->last_in_chain = 1;
 
     out.buf = b;
     out.next = NULL;
 
-    return ngx_http_output_filter(r, &out);
+    return filter(r, &out);
 }
 
 

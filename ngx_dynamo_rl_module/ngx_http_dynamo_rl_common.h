@@ -260,6 +260,8 @@ ngx_int_t ngx_http_dynamo_rl_send_json(ngx_http_request_t *r,
     ngx_uint_t status, ngx_str_t *body);
 ngx_int_t ngx_http_dynamo_rl_send(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *type, ngx_str_t *body);
+ngx_int_t ngx_http_dynamo_rl_send_body(ngx_http_request_t *r,
+    ngx_http_output_body_filter_pt filter, u_char *p, size_t len);
 ngx_int_t ngx_http_dynamo_rl_error(ngx_http_request_t *r,
     ngx_uint_t status, char *reason, char *message);
 ngx_int_t ngx_http_dynamo_rl_deny(ngx_http_request_t *r,

@@ -1632,9 +1632,7 @@ static ngx_int_t
 ngx_http_dynamo_rl_discovery_output(ngx_http_request_t *r, ngx_uint_t status,
     u_char *p, size_t len)
 {
-    ngx_int_t     rc;
-    ngx_buf_t    *b;
-    ngx_chain_t   out;
+    ngx_int_t  rc;
 
     r->headers_out.status = status;
     r->headers_out.content_length_n = len;
@@ -1649,19 +1647,5 @@ ngx_http_dynamo_rl_discovery_output(ngx_http_request_t *r, ngx_uint_t status,
         return rc;
     }
 
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_ERROR;
-    }
-
-    b->pos = p;
-    b->last = p + len;
-    b->memory = len ? 1 : 0;
-    b->last_buf = 1;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_next_body_filter(r, &out);
+    return ngx_http_dynamo_rl_send_body(r, ngx_http_next_body_filter, p, len);
 }

@@ -376,11 +376,11 @@ ngx_http_dynamo_rl_log_handler(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r)
 {
-    ngx_uint_t                      i, plane;
-    ngx_list_part_t                *part;
-    ngx_table_elt_t                *h, *header;
+    ngx_uint_t                      plane;
+    ngx_table_elt_t                *h;
     ngx_http_dynamo_rl_ctx_t       *ctx;
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
+    ngx_http_dynamo_rl_list_iter_t  it;
 
     if (r != r->main) {
         return ngx_http_next_header_filter(r);
@@ -413,26 +413,15 @@ ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r)
 
     /* the gateway's id wins over anything the upstream sent by that name */
 
-    part = &r->headers_out.headers.part;
-    header = part->elts;
-
-    for (i = 0; /* void */ ; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            header = part->elts;
-            i = 0;
-        }
-
-        if (header[i].key.len == ctx->header->len
-            && ngx_strncasecmp(header[i].key.data, ctx->header->data,
+    for (h = ngx_http_dynamo_rl_list_first(&r->headers_out.headers, &it);
+         h != NULL;
+         h = ngx_http_dynamo_rl_list_next(&it))
+    {
+        if (h->key.len == ctx->header->len
+            && ngx_strncasecmp(h->key.data, ctx->header->data,
                                ctx->header->len) == 0)
         {
-            header[i].hash = 0;
+            h->hash = 0;
         }
     }
 
@@ -450,12 +439,6 @@ ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r)
 
 
 /*
- * an error page of nginx's own (502 with no upstream, 504, 413, ...) on
- * the request plane is given Dynamo's flat shape, as clients parse it,
- * nested under "error" on SGLang's /generate
- */
-
-/*
  * the trusted listener is opened in browsers: nothing it answers is
  * sniffed into HTML; the discovery plane validated its body as JSON and
  * says so, whatever type the listener sent; a worker's answer is passed
@@ -465,42 +448,46 @@ ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_dynamo_rl_trusted_headers(ngx_http_request_t *r, ngx_uint_t plane)
 {
+    ngx_uint_t        i, n;
     ngx_table_elt_t  *h;
 
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
+    /* the first for every plane, both for the admin plane */
 
-    h->hash = 1;
-    ngx_str_set(&h->key, "X-Content-Type-Options");
-    ngx_str_set(&h->value, "nosniff");
+    static ngx_keyval_t  headers[] = {
+        { ngx_string("X-Content-Type-Options"), ngx_string("nosniff") },
+        { ngx_string("Content-Security-Policy"),
+          ngx_string("sandbox; default-src 'none'") }
+    };
+
+    n = (plane == NGX_HTTP_DYNAMO_RL_PLANE_ADMIN) ? 2 : 1;
+
+    for (i = 0; i < n; i++) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+        h->key = headers[i].key;
+        h->value = headers[i].value;
+    }
 
     if (plane == NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY) {
         ngx_str_set(&r->headers_out.content_type, "application/json");
         r->headers_out.content_type_len = sizeof("application/json") - 1;
         r->headers_out.content_type_lowcase = NULL;
         ngx_str_null(&r->headers_out.charset);
-
-        return NGX_OK;
     }
-
-    if (plane != NGX_HTTP_DYNAMO_RL_PLANE_ADMIN) {
-        return NGX_OK;
-    }
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    h->hash = 1;
-    ngx_str_set(&h->key, "Content-Security-Policy");
-    ngx_str_set(&h->value, "sandbox; default-src 'none'");
 
     return NGX_OK;
 }
 
+
+/*
+ * an error page of nginx's own (502 with no upstream, 504, 413, ...) on
+ * the request plane is given Dynamo's flat shape, as clients parse it,
+ * nested under "error" on SGLang's /generate
+ */
 
 static ngx_int_t
 ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
@@ -558,8 +545,7 @@ ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
 static ngx_int_t
 ngx_http_dynamo_rl_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
-    ngx_buf_t                 *b;
-    ngx_chain_t               *cl, out;
+    ngx_chain_t               *cl;
     ngx_http_dynamo_rl_ctx_t  *ctx;
 
     if (r != r->main) {
@@ -589,21 +575,8 @@ ngx_http_dynamo_rl_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     ctx->error_body = 0;
 
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_ERROR;
-    }
-
-    b->pos = ctx->error.data;
-    b->last = ctx->error.data + ctx->error.len;
-    b->memory = 1;
-    b->last_buf = 1;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_next_body_filter(r, &out);
+    return ngx_http_dynamo_rl_send_body(r, ngx_http_next_body_filter,
+                                        ctx->error.data, ctx->error.len);
 }
 
 

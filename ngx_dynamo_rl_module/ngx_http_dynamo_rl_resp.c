@@ -15,6 +15,7 @@ static ngx_int_t ngx_http_dynamo_rl_resp_digits(u_char *p, size_t len,
     uint64_t *n);
 static ngx_int_t ngx_http_dynamo_rl_resp_str(redisReply *r, ngx_str_t *s);
 static ngx_int_t ngx_http_dynamo_rl_resp_is(redisReply *r, const char *s);
+static ngx_uint_t ngx_http_dynamo_rl_resp_state(u_char c);
 static ngx_int_t ngx_http_dynamo_rl_resp_fleet(redisReply *r,
     uint64_t heartbeat, ngx_http_dynamo_rl_gate_reply_t *gr);
 static ngx_int_t ngx_http_dynamo_rl_resp_member(ngx_str_t *value,
@@ -265,30 +266,11 @@ static u_char  ngx_http_dynamo_rl_lua_beat[] =
 
 ngx_http_dynamo_rl_script_t  ngx_http_dynamo_rl_scripts[] = {
 
-    { ngx_string("claim"),
-      { sizeof(ngx_http_dynamo_rl_lua_claim) - 1,
-        ngx_http_dynamo_rl_lua_claim },
-      "" },
-
-    { ngx_string("move"),
-      { sizeof(ngx_http_dynamo_rl_lua_move) - 1,
-        ngx_http_dynamo_rl_lua_move },
-      "" },
-
-    { ngx_string("gate"),
-      { sizeof(ngx_http_dynamo_rl_lua_gate) - 1,
-        ngx_http_dynamo_rl_lua_gate },
-      "" },
-
-    { ngx_string("beat"),
-      { sizeof(ngx_http_dynamo_rl_lua_beat) - 1,
-        ngx_http_dynamo_rl_lua_beat },
-      "" },
-
-    { ngx_string("end"),
-      { sizeof(ngx_http_dynamo_rl_lua_end) - 1,
-        ngx_http_dynamo_rl_lua_end },
-      "" }
+    { ngx_string("claim"), ngx_string(ngx_http_dynamo_rl_lua_claim), "" },
+    { ngx_string("move"), ngx_string(ngx_http_dynamo_rl_lua_move), "" },
+    { ngx_string("gate"), ngx_string(ngx_http_dynamo_rl_lua_gate), "" },
+    { ngx_string("beat"), ngx_string(ngx_http_dynamo_rl_lua_beat), "" },
+    { ngx_string("end"), ngx_string(ngx_http_dynamo_rl_lua_end), "" }
 };
 
 
@@ -393,9 +375,7 @@ ngx_http_dynamo_rl_resp_claim(redisReply *reply,
             || ngx_http_dynamo_rl_resp_u64(e[1], &cr->epoch) != NGX_OK
             || ngx_http_dynamo_rl_resp_str(e[2], &cr->state) != NGX_OK
             || cr->state.len != 1
-            || ngx_strlchr((u_char *) "asufc", (u_char *) "asufc" + 5,
-                           cr->state.data[0])
-               == NULL)
+            || ngx_http_dynamo_rl_resp_state(cr->state.data[0]) == 0)
         {
             return NGX_ERROR;
         }
@@ -455,7 +435,15 @@ ngx_http_dynamo_rl_resp_gate(redisReply *reply, uint64_t heartbeat,
     ngx_http_dynamo_rl_gate_reply_t *gr)
 {
     ngx_str_t     state;
+    ngx_uint_t    i;
     redisReply  **e;
+
+    /* by NGX_HTTP_DYNAMO_RL_GATE_R_* */
+
+    static const char  *results[] = {
+        "ok", "epoch_mismatch", "not_closed", "no_lease", "nogate",
+        "created", "lost"
+    };
 
     ngx_memzero(gr, sizeof(ngx_http_dynamo_rl_gate_reply_t));
 
@@ -467,30 +455,17 @@ ngx_http_dynamo_rl_resp_gate(redisReply *reply, uint64_t heartbeat,
 
     e = reply->element;
 
-    if (ngx_http_dynamo_rl_resp_is(e[0], "ok")) {
-        gr->result = NGX_HTTP_DYNAMO_RL_GATE_R_OK;
+    for (i = 0; i < sizeof(results) / sizeof(results[0]); i++) {
+        if (ngx_http_dynamo_rl_resp_is(e[0], results[i])) {
+            break;
+        }
+    }
 
-    } else if (ngx_http_dynamo_rl_resp_is(e[0], "epoch_mismatch")) {
-        gr->result = NGX_HTTP_DYNAMO_RL_GATE_R_MISMATCH;
-
-    } else if (ngx_http_dynamo_rl_resp_is(e[0], "not_closed")) {
-        gr->result = NGX_HTTP_DYNAMO_RL_GATE_R_NOT_CLOSED;
-
-    } else if (ngx_http_dynamo_rl_resp_is(e[0], "no_lease")) {
-        gr->result = NGX_HTTP_DYNAMO_RL_GATE_R_NO_LEASE;
-
-    } else if (ngx_http_dynamo_rl_resp_is(e[0], "nogate")) {
-        gr->result = NGX_HTTP_DYNAMO_RL_GATE_R_NOGATE;
-
-    } else if (ngx_http_dynamo_rl_resp_is(e[0], "created")) {
-        gr->result = NGX_HTTP_DYNAMO_RL_GATE_R_CREATED;
-
-    } else if (ngx_http_dynamo_rl_resp_is(e[0], "lost")) {
-        gr->result = NGX_HTTP_DYNAMO_RL_GATE_R_LOST;
-
-    } else {
+    if (i == sizeof(results) / sizeof(results[0])) {
         return NGX_ERROR;
     }
+
+    gr->result = i;
 
     if (ngx_http_dynamo_rl_resp_str(e[1], &state) != NGX_OK) {
         return NGX_ERROR;
@@ -690,23 +665,9 @@ ngx_http_dynamo_rl_resp_record(redisReply *reply,
         return NGX_ERROR;
     }
 
-    switch (e[0]->str[0]) {
-    case 'a':
-        rec->state = NGX_HTTP_DYNAMO_RL_ACCEPTED;
-        break;
-    case 's':
-        rec->state = NGX_HTTP_DYNAMO_RL_STREAMING;
-        break;
-    case 'u':
-        rec->state = NGX_HTTP_DYNAMO_RL_SUCCEEDED;
-        break;
-    case 'f':
-        rec->state = NGX_HTTP_DYNAMO_RL_FAILED;
-        break;
-    case 'c':
-        rec->state = NGX_HTTP_DYNAMO_RL_CANCELED;
-        break;
-    default:
+    rec->state = ngx_http_dynamo_rl_resp_state((u_char) e[0]->str[0]);
+
+    if (rec->state == 0) {
         return NGX_ERROR;
     }
 
@@ -863,6 +824,23 @@ ngx_http_dynamo_rl_resp_str(redisReply *r, ngx_str_t *s)
     s->data = (u_char *) r->str;
 
     return NGX_OK;
+}
+
+
+/* an attempt's state from its letter in the store; 0: not a state */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_resp_state(u_char c)
+{
+    u_char  *p;
+
+    /* by NGX_HTTP_DYNAMO_RL_ACCEPTED .. NGX_HTTP_DYNAMO_RL_CANCELED */
+
+    static u_char  states[] = "?asufc";
+
+    p = ngx_strlchr(states + 1, states + sizeof(states) - 1, c);
+
+    return (p == NULL) ? 0 : (ngx_uint_t) (p - states);
 }
 
 

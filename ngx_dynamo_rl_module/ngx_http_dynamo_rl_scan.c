@@ -35,8 +35,20 @@ typedef char    ngx_http_dynamo_rl_vec16s_t __attribute__((vector_size(16)));
 #endif
 
 
+#define NGX_HTTP_DYNAMO_RL_CLASS_WS     0x01
+#define NGX_HTTP_DYNAMO_RL_CLASS_PLAIN  0x02
+#define NGX_HTTP_DYNAMO_RL_CLASS_DIGIT  0x04
+
+#define ngx_http_dynamo_rl_is_ws(c)                                           \
+    (ngx_http_dynamo_rl_class[c] & NGX_HTTP_DYNAMO_RL_CLASS_WS)
+#define ngx_http_dynamo_rl_is_plain(c)                                        \
+    (ngx_http_dynamo_rl_class[c] & NGX_HTTP_DYNAMO_RL_CLASS_PLAIN)
+#define ngx_http_dynamo_rl_is_digit(c)                                        \
+    (ngx_http_dynamo_rl_class[c] & NGX_HTTP_DYNAMO_RL_CLASS_DIGIT)
+
+
 #define ngx_http_dynamo_rl_skip_ws(p, end)                                    \
-    while (p < end && ngx_http_dynamo_rl_ws[*p]) { p++; }
+    while (p < end && ngx_http_dynamo_rl_is_ws(*p)) { p++; }
 
 
 static u_char *ngx_http_dynamo_rl_scan_string(u_char *p, u_char *end,
@@ -62,65 +74,21 @@ static ngx_int_t ngx_http_dynamo_rl_name_eq(ngx_http_dynamo_rl_member_t *a,
     ngx_http_dynamo_rl_member_t *b);
 
 
-static u_char  ngx_http_dynamo_rl_ws[256] = {
+/*
+ * the classes of a byte, one table for the three: 1 white space, 2 a byte
+ * that a string's fast path passes over (printable ASCII but " and \),
+ * 4 a digit (a digit is plain as well); the bytes from 0x80 up are in none
+ */
+
+static u_char  ngx_http_dynamo_rl_class[256] = {
     0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 0, 0,
     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
-};
-
-
-/* bytes a string's fast path passes over: printable ASCII but " and \ */
-
-static u_char  ngx_http_dynamo_rl_plain[256] = {
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
-};
-
-
-static u_char  ngx_http_dynamo_rl_digit[256] = {
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+    3, 2, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 0, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2
 };
 
 
@@ -128,9 +96,10 @@ ngx_int_t
 ngx_http_dynamo_rl_body_scan(u_char *p, size_t len,
     ngx_http_dynamo_rl_body_scan_t *bs)
 {
-    u_char                       *end, *q, *start;
+    u_char                        closing, *end, *q, *start;
+    size_t                        n;
     ngx_uint_t                    depth, lvl, next, i, plain;
-    const char                   *err;
+    const char                   *err, *lit;
     ngx_http_dynamo_rl_member_t  *m;
     u_char                        kind[NGX_HTTP_DYNAMO_RL_BODY_DEPTH];
 
@@ -176,32 +145,6 @@ value:
     switch (*p) {
 
     case '{':
-        if (depth == NGX_HTTP_DYNAMO_RL_BODY_DEPTH) {
-            bs->too_deep = 1;
-            err = "nesting deeper than 64";
-            goto failed;
-        }
-
-        if (next == NGX_HTTP_DYNAMO_RL_BODY_NVEXT) {
-            bs->nvext = m;
-
-        } else if (next == NGX_HTTP_DYNAMO_RL_BODY_UPLOAD) {
-            bs->upload = m;
-        }
-
-        kind[depth++] = (u_char) next;
-        p++;
-
-        ngx_http_dynamo_rl_skip_ws(p, end);
-
-        if (p < end && *p == '}') {
-            p++;
-            depth--;
-            goto after_value;
-        }
-
-        goto name;
-
     case '[':
         if (depth == NGX_HTTP_DYNAMO_RL_BODY_DEPTH) {
             bs->too_deep = 1;
@@ -209,19 +152,38 @@ value:
             goto failed;
         }
 
-        kind[depth++] = NGX_HTTP_DYNAMO_RL_KIND_ARRAY;
-        next = NGX_HTTP_DYNAMO_RL_KIND_OTHER;
+        if (*p == '[') {
+            kind[depth++] = NGX_HTTP_DYNAMO_RL_KIND_ARRAY;
+            next = NGX_HTTP_DYNAMO_RL_KIND_OTHER;
+            closing = ']';
+
+        } else {
+            if (next == NGX_HTTP_DYNAMO_RL_BODY_NVEXT) {
+                bs->nvext = m;
+
+            } else if (next == NGX_HTTP_DYNAMO_RL_BODY_UPLOAD) {
+                bs->upload = m;
+            }
+
+            kind[depth++] = (u_char) next;
+            closing = '}';
+        }
+
         p++;
 
         ngx_http_dynamo_rl_skip_ws(p, end);
 
-        if (p < end && *p == ']') {
+        if (p < end && *p == closing) {
             p++;
             depth--;
             goto after_value;
         }
 
-        goto value;
+        if (closing == ']') {
+            goto value;
+        }
+
+        goto name;
 
     case '"':
         p = ngx_http_dynamo_rl_scan_string(p + 1, end, 0, &err);
@@ -231,28 +193,17 @@ value:
 
         goto after_value;
 
-    case 't':
-        if (end - p < 4 || ngx_strncmp(p, "true", 4) != 0) {
-            goto invalid;
-        }
-
-        p += 4;
-        goto after_value;
-
     case 'f':
-        if (end - p < 5 || ngx_strncmp(p, "false", 5) != 0) {
-            goto invalid;
-        }
-
-        p += 5;
-        goto after_value;
-
     case 'n':
-        if (end - p < 4 || ngx_strncmp(p, "null", 4) != 0) {
+    case 't':
+        lit = (*p == 'f') ? "false" : (*p == 'n') ? "null" : "true";
+        n = ngx_strlen(lit);
+
+        if ((size_t) (end - p) < n || ngx_strncmp(p, lit, n) != 0) {
             goto invalid;
         }
 
-        p += 4;
+        p += n;
         goto after_value;
 
     default:
@@ -296,7 +247,7 @@ after_value:
 
                 p = ngx_http_dynamo_rl_integers(p + 1, end);
 
-                while (p < end && ngx_http_dynamo_rl_digit[*p]) {
+                while (p < end && ngx_http_dynamo_rl_is_digit(*p)) {
                     p++;
                 }
 
@@ -322,7 +273,7 @@ after_value:
             ngx_http_dynamo_rl_skip_ws(p, end);
 
             if (p == end
-                || !(ngx_http_dynamo_rl_digit[*p] || *p == '-'))
+                || !(ngx_http_dynamo_rl_is_digit(*p) || *p == '-'))
             {
                 goto value;
             }
@@ -371,7 +322,7 @@ name:
 
     /* most names are printable ASCII without escapes: their bytes are all */
 
-    for (q = p + 1; q < end && ngx_http_dynamo_rl_plain[*q]; q++) {
+    for (q = p + 1; q < end && ngx_http_dynamo_rl_is_plain(*q); q++) {
         /* void */
     }
 
@@ -467,7 +418,7 @@ ngx_http_dynamo_rl_scan_string(u_char *p, u_char *end, ngx_uint_t name,
 
     for ( ;; ) {
 
-        while (p < end && ngx_http_dynamo_rl_plain[*p]) {
+        while (p < end && ngx_http_dynamo_rl_is_plain(*p)) {
             p++;
         }
 
@@ -658,7 +609,7 @@ ngx_http_dynamo_rl_scan_number(u_char *p, u_char *end)
     } else if (*p >= '1' && *p <= '9') {
         p++;
 
-        while (p < end && ngx_http_dynamo_rl_digit[*p]) {
+        while (p < end && ngx_http_dynamo_rl_is_digit(*p)) {
             p++;
         }
 
@@ -678,11 +629,11 @@ ngx_http_dynamo_rl_scan_fraction(u_char *p, u_char *end)
     if (p < end && *p == '.') {
         p++;
 
-        if (p == end || !ngx_http_dynamo_rl_digit[*p]) {
+        if (p == end || !ngx_http_dynamo_rl_is_digit(*p)) {
             return NULL;
         }
 
-        while (p < end && ngx_http_dynamo_rl_digit[*p]) {
+        while (p < end && ngx_http_dynamo_rl_is_digit(*p)) {
             p++;
         }
     }
@@ -694,11 +645,11 @@ ngx_http_dynamo_rl_scan_fraction(u_char *p, u_char *end)
             p++;
         }
 
-        if (p == end || !ngx_http_dynamo_rl_digit[*p]) {
+        if (p == end || !ngx_http_dynamo_rl_is_digit(*p)) {
             return NULL;
         }
 
-        while (p < end && ngx_http_dynamo_rl_digit[*p]) {
+        while (p < end && ngx_http_dynamo_rl_is_digit(*p)) {
             p++;
         }
     }

@@ -195,6 +195,11 @@ static ngx_int_t ngx_http_dynamo_rl_store_test_connect(ngx_connection_t *c);
 static void ngx_http_dynamo_rl_store_send(
     ngx_http_dynamo_rl_store_conn_t *conn);
 
+static ngx_int_t ngx_http_dynamo_rl_store_grow(u_char **data, size_t *size,
+    size_t used, size_t n, ngx_log_t *log);
+static ngx_int_t ngx_http_dynamo_rl_store_room(
+    ngx_http_dynamo_rl_store_t *store, ngx_uint_t op, ngx_uint_t queued,
+    ngx_http_dynamo_rl_store_pt handler);
 static ngx_int_t ngx_http_dynamo_rl_store_push(
     ngx_http_dynamo_rl_store_t *store, ngx_uint_t op, ngx_uint_t script,
     ngx_uint_t nkeys, ngx_uint_t argc, ngx_str_t *argv,
@@ -284,8 +289,18 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_dynamo_rl_store_t  *store, **field;
 
     static const char  *names[] = {
-        "prefix=", "timeout=", "on_error=", "replica=", "password_file=",
-        "user=", "lease=", "gate_poll=", "gate_stale=", "heartbeat="
+        "prefix=", "on_error=", "replica=", "password_file=", "user=",
+        "timeout=", "lease=", "gate_poll=", "gate_stale=", "heartbeat="
+    };
+
+    /* the times, from names[5] on */
+
+    static size_t  times[] = {
+        offsetof(ngx_http_dynamo_rl_store_t, timeout),
+        offsetof(ngx_http_dynamo_rl_store_t, lease),
+        offsetof(ngx_http_dynamo_rl_store_t, gate_poll),
+        offsetof(ngx_http_dynamo_rl_store_t, gate_stale),
+        offsetof(ngx_http_dynamo_rl_store_t, heartbeat)
     };
 
     field = (ngx_http_dynamo_rl_store_t **) (p + cmd->offset);
@@ -377,12 +392,7 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             store->prefix = s;
             break;
 
-        case 1: /* timeout */
-            rv = ngx_http_dynamo_rl_store_time(cf, &value[i], 8,
-                                               &store->timeout);
-            break;
-
-        case 2: /* on_error */
+        case 1: /* on_error */
             if (s.len == 4 && ngx_strncmp(s.data, "fail", 4) == 0) {
                 store->on_error = NGX_HTTP_DYNAMO_RL_STORE_FAIL;
 
@@ -398,15 +408,15 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
             break;
 
-        case 3: /* replica */
+        case 2: /* replica */
             store->replica = s;
             break;
 
-        case 4: /* password_file */
+        case 3: /* password_file */
             password_file = &value[i];
             break;
 
-        case 5: /* user */
+        case 4: /* user */
             if (s.len == 0 || s.len > 128
                 || ngx_http_dynamo_rl_store_name_valid(&s) == NGX_ERROR)
             {
@@ -418,24 +428,11 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             store->user = s;
             break;
 
-        case 6: /* lease */
-            rv = ngx_http_dynamo_rl_store_time(cf, &value[i], 6,
-                                               &store->lease);
-            break;
-
-        case 7: /* gate_poll */
-            rv = ngx_http_dynamo_rl_store_time(cf, &value[i], 10,
-                                               &store->gate_poll);
-            break;
-
-        case 8: /* gate_stale */
-            rv = ngx_http_dynamo_rl_store_time(cf, &value[i], 11,
-                                               &store->gate_stale);
-            break;
-
-        default: /* heartbeat */
-            rv = ngx_http_dynamo_rl_store_time(cf, &value[i], 10,
-                                               &store->heartbeat);
+        default: /* timeout, lease, gate_poll, gate_stale, heartbeat */
+            rv = ngx_http_dynamo_rl_store_time(cf, &value[i],
+                                               ngx_strlen(names[j]),
+                                               (ngx_msec_t *) ((char *) store
+                                                               + times[j - 5]));
             break;
         }
 
@@ -448,7 +445,7 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         || ngx_http_dynamo_rl_store_name_valid(&store->replica) != NGX_OK)
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           (seen & (1 << 3))
+                           (seen & (1 << 2))
                            ? "invalid replica name \"%V\":"
                              " 1 to 63 of [A-Za-z0-9._-]"
                            : "the host name \"%V\" is not a valid replica"
@@ -505,6 +502,7 @@ ngx_http_dynamo_rl_store_url(ngx_conf_t *cf, ngx_http_dynamo_rl_store_t *store,
     ngx_str_t *url)
 {
     u_char     *p, *last, *q;
+    char       *hint;
     ngx_url_t   u;
     ngx_int_t   db;
 
@@ -536,54 +534,47 @@ ngx_http_dynamo_rl_store_url(ngx_conf_t *cf, ngx_http_dynamo_rl_store_t *store,
         }
 
         q = ngx_strlchr(p, last, '/');
-
-        if (q != NULL) {
-            db = (q + 1 == last) ? 0 : ngx_atoi(q + 1, last - q - 1);
-
-            if (db == NGX_ERROR || db > 9999) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid database in the store URL"
-                                   " \"%V\"", url);
-                return NGX_CONF_ERROR;
-            }
-
-            store->db = db;
-            last = q;
-        }
-
-        if (p == last) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "no host in the store URL \"%V\"", url);
-            return NGX_CONF_ERROR;
-        }
+        db = (q == NULL || q + 1 == last) ? 0 : ngx_atoi(q + 1, last - q - 1);
+        hint = "";
 
     } else if (url->len >= 5
                && ngx_strncasecmp(p, (u_char *) "unix:", 5) == 0)
     {
         q = ngx_strlchr(p, last, '?');
+        db = NGX_ERROR;
 
-        if (q != NULL) {
-            db = NGX_ERROR;
-
-            if (last - q > 4 && ngx_strncmp(q, "?db=", 4) == 0) {
-                db = ngx_atoi(q + 4, last - q - 4);
-            }
-
-            if (db == NGX_ERROR || db > 9999) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid database in the store URL"
-                                   " \"%V\", it must be \"?db=N\"", url);
-                return NGX_CONF_ERROR;
-            }
-
-            store->db = db;
-            last = q;
+        if (q != NULL && last - q > 4 && ngx_strncmp(q, "?db=", 4) == 0) {
+            db = ngx_atoi(q + 4, last - q - 4);
         }
+
+        hint = ", it must be \"?db=N\"";
 
     } else {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid store URL \"%V\", it must begin with"
                            " \"redis://\" or \"unix:\"", url);
+        return NGX_CONF_ERROR;
+    }
+
+    /* the database: "/N" after redis://host[:port], "?db=N" after unix: */
+
+    if (q != NULL) {
+        if (db == NGX_ERROR || db > 9999) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid database in the store URL \"%V\"%s",
+                               url, hint);
+            return NGX_CONF_ERROR;
+        }
+
+        store->db = db;
+        last = q;
+    }
+
+    /* p is past "redis://"; a unix: URL keeps "unix:" for ngx_parse_url() */
+
+    if (p == last) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "no host in the store URL \"%V\"", url);
         return NGX_CONF_ERROR;
     }
 
@@ -1099,23 +1090,11 @@ ngx_http_dynamo_rl_store_batch(ngx_http_dynamo_rl_store_t *store,
                                              NULL, NULL, NULL);
     }
 
-    if (conn->nfifo + conn->npending + conn->nbatched >= store->queue_max) {
-        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
-                                      NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
-
-        if (handler == NULL) {
-            NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, 1);
-
-            if (!conn->dropping) {
-                conn->dropping = 1;
-                ngx_log_error(NGX_LOG_WARN, conn->log, 0,
-                              "dynamo rl store: %ui commands wait for"
-                              " \"%V\", writes are dropped",
-                              conn->nfifo + conn->npending + conn->nbatched,
-                              &store->url);
-            }
-        }
-
+    if (ngx_http_dynamo_rl_store_room(store, op,
+                                      conn->nfifo + conn->npending
+                                      + conn->nbatched, handler)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -1451,18 +1430,12 @@ ngx_http_dynamo_rl_store_bulk(ngx_http_dynamo_rl_store_conn_t *conn,
     if (b->size - b->len < size) {
         size = ngx_max(2 * b->size, ngx_max(b->len + size, 4096));
 
-        p = ngx_alloc(size, conn->log);
-        if (p == NULL) {
+        if (ngx_http_dynamo_rl_store_grow(&b->data, &b->size, b->len, size,
+                                          conn->log)
+            != NGX_OK)
+        {
             return NGX_ERROR;
         }
-
-        if (b->data != NULL) {
-            ngx_memcpy(p, b->data, b->len);
-            ngx_free(b->data);
-        }
-
-        b->data = p;
-        b->size = size;
     }
 
     p = ngx_http_dynamo_rl_store_format(b->data + b->len, '$', s->len);
@@ -1473,6 +1446,69 @@ ngx_http_dynamo_rl_store_bulk(ngx_http_dynamo_rl_store_conn_t *conn,
     b->len = p - b->data;
 
     return NGX_OK;
+}
+
+
+/* a buffer of ngx_alloc() moved to "size" bytes, its "used" bytes kept */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_grow(u_char **data, size_t *size, size_t used,
+    size_t n, ngx_log_t *log)
+{
+    u_char  *p;
+
+    p = ngx_alloc(n, log);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (*data != NULL) {
+        ngx_memcpy(p, *data, used);
+        ngx_free(*data);
+    }
+
+    *data = p;
+    *size = n;
+
+    return NGX_OK;
+}
+
+
+/*
+ * NGX_OK while fewer than queue_max commands wait; otherwise the command
+ * is refused as with the store down, and a write without a waiter is
+ * counted as dropped and logged once until the queue drains
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_room(ngx_http_dynamo_rl_store_t *store,
+    ngx_uint_t op, ngx_uint_t queued, ngx_http_dynamo_rl_store_pt handler)
+{
+    ngx_http_dynamo_rl_store_conn_t  *conn;
+
+    if (queued < store->queue_max) {
+        return NGX_OK;
+    }
+
+    NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
+                                  NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
+
+    if (handler != NULL) {
+        return NGX_ERROR;
+    }
+
+    NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, 1);
+
+    conn = store->conn;
+
+    if (!conn->dropping) {
+        conn->dropping = 1;
+        ngx_log_error(NGX_LOG_WARN, conn->log, 0,
+                      "dynamo rl store: %ui commands wait for \"%V\","
+                      " writes are dropped", queued, &store->url);
+    }
+
+    return NGX_ERROR;
 }
 
 
@@ -1499,22 +1535,10 @@ ngx_http_dynamo_rl_store_push(ngx_http_dynamo_rl_store_t *store,
         return NGX_ERROR;
     }
 
-    if (conn->nfifo + conn->npending >= store->queue_max) {
-        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
-                                      NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
-
-        if (handler == NULL) {
-            NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, 1);
-
-            if (!conn->dropping) {
-                conn->dropping = 1;
-                ngx_log_error(NGX_LOG_WARN, conn->log, 0,
-                              "dynamo rl store: %ui commands wait for"
-                              " \"%V\", writes are dropped",
-                              conn->nfifo + conn->npending, &store->url);
-            }
-        }
-
+    if (ngx_http_dynamo_rl_store_room(store, op,
+                                      conn->nfifo + conn->npending, handler)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -1721,8 +1745,7 @@ static ngx_int_t
 ngx_http_dynamo_rl_store_append(ngx_http_dynamo_rl_store_conn_t *conn,
     char *buf, size_t len)
 {
-    u_char  *out;
-    size_t   size;
+    size_t  size;
 
     if (conn->out_size - conn->out_last < len && conn->out_pos > 0) {
         ngx_memmove(conn->out, conn->out + conn->out_pos,
@@ -1738,18 +1761,12 @@ ngx_http_dynamo_rl_store_append(ngx_http_dynamo_rl_store_conn_t *conn,
             size *= 2;
         }
 
-        out = ngx_alloc(size, conn->log);
-        if (out == NULL) {
+        if (ngx_http_dynamo_rl_store_grow(&conn->out, &conn->out_size,
+                                          conn->out_last, size, conn->log)
+            != NGX_OK)
+        {
             return NGX_ERROR;
         }
-
-        if (conn->out != NULL) {
-            ngx_memcpy(out, conn->out, conn->out_last);
-            ngx_free(conn->out);
-        }
-
-        conn->out = out;
-        conn->out_size = size;
     }
 
     conn->out_last = ngx_cpymem(conn->out + conn->out_last, buf, len)

@@ -228,6 +228,7 @@ main(void)
         "*2\r\n*1\r\n:1\r\n:1\r\n",
         "*2\r\n$2\r\nok\r\n*1\r\n:1\r\n",
         "*3\r\n$3\r\ndup\r\n:3\r\n$1\r\nx\r\n",
+        "*3\r\n$3\r\ndup\r\n:3\r\n$1\r\n?\r\n",
         "*3\r\n$3\r\ndup\r\n:3\r\n$2\r\nss\r\n",
         "*3\r\n$3\r\ndup\r\n:3\r\n$0\r\n\r\n",
         "*3\r\n$3\r\ndup\r\n:3\r\n:1\r\n",
@@ -504,6 +505,7 @@ main(void)
     {
         static const char  *bad[] = {
             "*9\r\n$1\r\nx\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
+            "*9\r\n$1\r\n?\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
             "*9\r\n$2\r\nab\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
             "*9\r\n" NIL "$3\r\n200\r\n" NIL NIL NIL NIL NIL NIL NIL,
             "*9\r\n$1\r\nu\r\n$3\r\nabc\r\n" NIL NIL NIL NIL NIL NIL NIL,
