@@ -1094,9 +1094,7 @@ ngx_http_dynamo_rl_ledger_filter_init(ngx_conf_t *cf)
 static ngx_int_t
 ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
 {
-    ngx_http_dynamo_rl_ctx_t   *ctx;
-    ngx_http_dynamo_rl_node_t  *lr;
-    ngx_http_dynamo_rl_zone_t  *zone;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
 
     if (r != r->main) {
         return ngx_http_next_header_filter(r);
@@ -1104,10 +1102,30 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
 
-    if (ctx == NULL || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+    if (ctx != NULL && ngx_http_dynamo_rl_ledger_header(r, ctx) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+/*
+ * the ledger's part of the header filter, also called by the module's
+ * request plane filter, which runs it without the other planes' filters
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_ledger_header(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    ngx_http_dynamo_rl_node_t  *lr;
+    ngx_http_dynamo_rl_zone_t  *zone;
+
+    if (ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
         || ctx->deny_reason.len || ctx->logged)
     {
-        return ngx_http_next_header_filter(r);
+        return NGX_OK;
     }
 
     if (r->method == NGX_HTTP_HEAD
@@ -1137,7 +1155,7 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
     }
 
     if (lr == NULL) {
-        return ngx_http_next_header_filter(r);
+        return NGX_OK;
     }
 
     ngx_shmtx_lock(&zone->shpool->mutex);
@@ -1148,7 +1166,7 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    return ngx_http_next_header_filter(r);
+    return NGX_OK;
 }
 
 
@@ -1227,7 +1245,6 @@ static ngx_int_t
 ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
     ngx_int_t                  rc;
-    ngx_chain_t               *cl;
     ngx_http_dynamo_rl_ctx_t  *ctx;
 
     if (r != r->main || in == NULL) {
@@ -1236,10 +1253,44 @@ ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
 
-    if (ctx == NULL || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+    if (ctx == NULL) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    rc = ngx_http_dynamo_rl_ledger_body(r, ctx, in);
+
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    rc = ngx_http_next_body_filter(r, in);
+
+    ngx_http_dynamo_rl_ledger_sent(r, ctx, rc);
+
+    return rc;
+}
+
+
+/*
+ * the ledger's part of the body filter, before the next filter:
+ * NGX_DECLINED when the response is not the ledger's to follow, and then
+ * ngx_http_dynamo_rl_ledger_sent() is not to be called after it
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_ledger_body(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_chain_t *in)
+{
+    ngx_chain_t  *cl;
+
+    if (ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
         || ctx->deny_reason.len || ctx->complete)
     {
-        return ngx_http_next_body_filter(r, in);
+        return NGX_DECLINED;
     }
 
     for (cl = in; cl; cl = cl->next) {
@@ -1259,20 +1310,25 @@ ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         }
     }
 
-    rc = ngx_http_next_body_filter(r, in);
+    return NGX_OK;
+}
 
-    /*
-     * settled as soon as the whole response is written, not at the log
-     * phase, which a lingering close can hold back for seconds
-     */
 
+/*
+ * after the next filter: settled as soon as the whole response is
+ * written, not at the log phase, which a lingering close can hold back
+ * for seconds
+ */
+
+void
+ngx_http_dynamo_rl_ledger_sent(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_int_t rc)
+{
     if (ctx->complete && rc == NGX_OK && !r->buffered && !r->postponed
         && !r->connection->buffered && !r->connection->error)
     {
         ngx_http_dynamo_rl_ledger_finish(r, ctx);
     }
-
-    return rc;
 }
 
 
