@@ -98,7 +98,7 @@ static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 static ngx_inline ngx_uint_t
 ngx_http_dynamo_rl_ledger_hash(ngx_http_dynamo_rl_shctx_t *sh, ngx_str_t *id)
 {
-    return (uint32_t) ngx_http_dynamo_rl_siphash(sh->key, id->data, id->len);
+    return (uint32_t) ngx_http_dynamo_rl_siphash13(sh->key, id->data, id->len);
 }
 
 
