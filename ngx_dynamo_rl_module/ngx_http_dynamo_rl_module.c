@@ -1313,6 +1313,7 @@ ngx_http_dynamo_rl_merge_names(ngx_conf_t *cf,
     }
 
     conf->request_id_hash = ngx_hash_key(request_id.data, request_id.len);
+    conf->header_lens = ngx_http_dynamo_rl_request_lens(conf);
 
     return NGX_OK;
 }
