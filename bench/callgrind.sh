@@ -10,11 +10,14 @@
 # (callgrind_control -d) and divided by the requests wrk completed.
 #
 #     bench/callgrind.sh [VARIANT...]   plain module body-off ledger-off
+#     MODULE=/tmp/old.so bench/callgrind.sh module    another build
 #
 # Knobs: MODULE (the .so), DURATION (5 s), WARMUP (2 s), CACHE_SIM=1
 # (--cache-sim=yes: L1i and last-level misses too), KEEP=1 (the scratch
 # directory with the callgrind.out files, for callgrind_annotate).
-# Prints one line per variant: "variant instructions/request [misses]".
+# Prints one line per variant: instructions per request, the part of them
+# in glibc's malloc.c (which moves with the heap's state from run to run),
+# the others, and with CACHE_SIM=1 the misses per request.
 
 set -eu
 set -o pipefail
@@ -177,11 +180,17 @@ for v in $variants; do
     grep -q "Non-2xx" "$prefix/wrk.$v" && die "$v: non-2xx responses"
     dump=$(ls -t "$out".* 2>/dev/null | head -1)
     [ -n "$dump" ] || die "$v: no callgrind dump"
-    awk -v n="$n" -v v="$v" '
+    # the part in glibc's malloc.c: it moves by a few hundred per request
+    # from run to run with the heap's state, so it is shown apart
+    mal=$(callgrind_annotate --threshold=100 --auto=no "$dump" 2>/dev/null \
+          | awk '/malloc\/malloc.c:/ { x = $1; gsub(/,/, "", x); s += x }
+                 END { print s + 0 }')
+    awk -v n="$n" -v v="$v" -v mal="$mal" '
         /^events:/ { for (i = 2; i <= NF; i++) ev[i - 1] = $i }
         /^summary:/ {
-            line = sprintf("%-11s %8d requests  Ir/request %7.0f", v, n,
-                           $2 / n)
+            line = sprintf("%-11s %8d requests  Ir/request %7.0f" \
+                           "  malloc.c %5.0f  others %7.0f", v, n, $2 / n,
+                           mal / n, ($2 - mal) / n)
             for (i = 3; i <= NF; i++)
                 if (ev[i - 1] == "I1mr" || ev[i - 1] == "DLmr" \
                     || ev[i - 1] == "DLmw")
