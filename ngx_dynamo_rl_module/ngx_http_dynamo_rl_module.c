@@ -435,8 +435,11 @@ ngx_http_dynamo_rl_plane_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         return ngx_http_dynamo_rl_planes_body(r, in);
     }
 
+    /* the module's own body filter acts only on an error page of nginx's */
+
     if (in == NULL) {
-        return ngx_http_dynamo_rl_body_filter(r, in);
+        return ctx->error_body ? ngx_http_dynamo_rl_body_filter(r, in)
+                               : ngx_http_next_body_filter(r, in);
     }
 
     ngx_http_dynamo_rl_status_body(ctx, in);
@@ -448,10 +451,12 @@ ngx_http_dynamo_rl_plane_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     }
 
     if (rc == NGX_DECLINED) {
-        return ngx_http_dynamo_rl_body_filter(r, in);
+        return ctx->error_body ? ngx_http_dynamo_rl_body_filter(r, in)
+                               : ngx_http_next_body_filter(r, in);
     }
 
-    rc = ngx_http_dynamo_rl_body_filter(r, in);
+    rc = ctx->error_body ? ngx_http_dynamo_rl_body_filter(r, in)
+                         : ngx_http_next_body_filter(r, in);
 
     ngx_http_dynamo_rl_ledger_sent(r, ctx, rc);
 
