@@ -153,8 +153,8 @@ requests() {
     awk '/requests in/ { print $1 }' "$1"
 }
 
-sim=
-[ -z "${CACHE_SIM:-}" ] || sim="--cache-sim=yes"
+sim=${CG_OPTS:-}
+[ -z "${CACHE_SIM:-}" ] || sim="$sim --cache-sim=yes"
 
 for v in $variants; do
     gateway_conf "$v" > "$prefix/gw/nginx.conf"
