@@ -25,6 +25,7 @@
 #                                two more gateways, off-base and on-base,
 #                                with another build of the module: a
 #                                change measured side by side in one run
+#                                (and the per-round ratios of the two)
 #     PROFILE=1 bench/body.sh    then perf of the off and on workers under
 #                                each body (3 s each), in the output
 #     KEEP=1 bench/body.sh       keep the scratch directory (perf data)
@@ -154,9 +155,14 @@ done
 results="$prefix/results.txt"
 : > "$results"
 
+# the order of the gateways is reversed every other round: side by side
+# with BASE_MODULE, a fixed order gave the same build 4% apart (an A/A run)
+order_rev=$(echo "$gateways" | tr ' ' '\n' | tac | tr '\n' ' ')
+
 for r in $(seq "$rounds"); do
+    if [ $((r % 2)) = 0 ]; then order=$order_rev; else order=$gateways; fi
     for b in $bodies; do
-        for g in $gateways; do
+        for g in $order; do
             j0=$(proc_jiffies "${worker[$g]}")
             out=$(taskset -c "$load_cpu" wrk -t1 -c"$conns" -d"${duration}s" \
                 -s "$top/bench/wrk-body.lua" \
@@ -196,6 +202,12 @@ for b, name in (("small", "small completion"), ("big", "200 KB token array")):
             st.median(on.values()),
             st.median(on[r] / off[r] for r in rs),
             st.median(on[r] / plain[r] for r in rs)))
+    if len(builds) > 1:
+        for g in ("off", "on"):
+            new, base = us[(b, g)], us[(b, g + "-base")]
+            print("| %s | %s/%s-base, median of per-round ratios | %.3f "
+                  "| | | | |" % (name, g, g,
+                                 st.median(new[r] / base[r] for r in new)))
 EOT
 
 if [ "${PROFILE:-0}" = 1 ]; then

@@ -104,6 +104,7 @@ typedef struct {
     u_char                         *attempt_upstream_header_lc;
     ngx_uint_t                      attempt_upstream;
     ngx_uint_t                      request_id_hash;
+    uint64_t                        header_lens;
 
     ngx_flag_t                      strip_routing_headers;
     ngx_flag_t                      accel_buffering;

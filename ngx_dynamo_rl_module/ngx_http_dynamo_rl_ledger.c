@@ -98,7 +98,7 @@ static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 static ngx_inline ngx_uint_t
 ngx_http_dynamo_rl_ledger_hash(ngx_http_dynamo_rl_shctx_t *sh, ngx_str_t *id)
 {
-    return (uint32_t) ngx_http_dynamo_rl_siphash(sh->key, id->data, id->len);
+    return (uint32_t) ngx_http_dynamo_rl_siphash13(sh->key, id->data, id->len);
 }
 
 
@@ -1132,9 +1132,7 @@ ngx_http_dynamo_rl_ledger_filter_init(ngx_conf_t *cf)
 static ngx_int_t
 ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
 {
-    ngx_http_dynamo_rl_ctx_t   *ctx;
-    ngx_http_dynamo_rl_node_t  *lr;
-    ngx_http_dynamo_rl_zone_t  *zone;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
 
     if (r != r->main) {
         return ngx_http_next_header_filter(r);
@@ -1142,10 +1140,30 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
 
-    if (ctx == NULL || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+    if (ctx != NULL && ngx_http_dynamo_rl_ledger_header(r, ctx) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+/*
+ * the ledger's part of the header filter, also called by the module's
+ * request plane filter, which runs it without the other planes' filters
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_ledger_header(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    ngx_http_dynamo_rl_node_t  *lr;
+    ngx_http_dynamo_rl_zone_t  *zone;
+
+    if (ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
         || ctx->deny_reason.len || ctx->logged)
     {
-        return ngx_http_next_header_filter(r);
+        return NGX_OK;
     }
 
     if (r->method == NGX_HTTP_HEAD
@@ -1175,7 +1193,7 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
     }
 
     if (lr == NULL) {
-        return ngx_http_next_header_filter(r);
+        return NGX_OK;
     }
 
     ngx_shmtx_lock(&zone->shpool->mutex);
@@ -1186,7 +1204,7 @@ ngx_http_dynamo_rl_ledger_header_filter(ngx_http_request_t *r)
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    return ngx_http_next_header_filter(r);
+    return NGX_OK;
 }
 
 
@@ -1265,7 +1283,6 @@ static ngx_int_t
 ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
     ngx_int_t                  rc;
-    ngx_chain_t               *cl;
     ngx_http_dynamo_rl_ctx_t  *ctx;
 
     if (r != r->main || in == NULL) {
@@ -1274,10 +1291,44 @@ ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
 
-    if (ctx == NULL || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+    if (ctx == NULL) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    rc = ngx_http_dynamo_rl_ledger_body(r, ctx, in);
+
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    rc = ngx_http_next_body_filter(r, in);
+
+    ngx_http_dynamo_rl_ledger_sent(r, ctx, rc);
+
+    return rc;
+}
+
+
+/*
+ * the ledger's part of the body filter, before the next filter:
+ * NGX_DECLINED when the response is not the ledger's to follow, and then
+ * ngx_http_dynamo_rl_ledger_sent() is not to be called after it
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_ledger_body(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_chain_t *in)
+{
+    ngx_chain_t  *cl;
+
+    if (ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
         || ctx->deny_reason.len || ctx->complete)
     {
-        return ngx_http_next_body_filter(r, in);
+        return NGX_DECLINED;
     }
 
     for (cl = in; cl; cl = cl->next) {
@@ -1297,20 +1348,25 @@ ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         }
     }
 
-    rc = ngx_http_next_body_filter(r, in);
+    return NGX_OK;
+}
 
-    /*
-     * settled as soon as the whole response is written, not at the log
-     * phase, which a lingering close can hold back for seconds
-     */
 
+/*
+ * after the next filter: settled as soon as the whole response is
+ * written, not at the log phase, which a lingering close can hold back
+ * for seconds
+ */
+
+void
+ngx_http_dynamo_rl_ledger_sent(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_int_t rc)
+{
     if (ctx->complete && rc == NGX_OK && !r->buffered && !r->postponed
         && !r->connection->buffered && !r->connection->error)
     {
         ngx_http_dynamo_rl_ledger_finish(r, ctx);
     }
-
-    return rc;
 }
 
 

@@ -64,6 +64,12 @@ void ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
 void ngx_http_dynamo_rl_ledger_init_process(ngx_http_dynamo_rl_zone_t *zone);
 void ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx);
 ngx_int_t ngx_http_dynamo_rl_ledger_filter_init(ngx_conf_t *cf);
+ngx_int_t ngx_http_dynamo_rl_ledger_header(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx);
+ngx_int_t ngx_http_dynamo_rl_ledger_body(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_chain_t *in);
+void ngx_http_dynamo_rl_ledger_sent(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_int_t rc);
 char *ngx_http_dynamo_rl_attempts_api(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 ngx_int_t ngx_http_dynamo_rl_ledger_walk(ngx_http_dynamo_rl_zone_t *zone,

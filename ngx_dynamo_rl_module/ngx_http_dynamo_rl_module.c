@@ -37,6 +37,10 @@ static ngx_int_t ngx_http_dynamo_rl_merge_names(ngx_conf_t *cf,
 
 static void ngx_http_dynamo_rl_cleanup(void *data);
 static ngx_int_t ngx_http_dynamo_rl_log_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_plane_header_filter(
+    ngx_http_request_t *r);
+static ngx_int_t ngx_http_dynamo_rl_plane_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
 static ngx_int_t ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_trusted_headers(ngx_http_request_t *r,
     ngx_uint_t plane);
@@ -321,6 +325,10 @@ static ngx_http_variable_t  ngx_http_dynamo_rl_vars[] = {
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
+/* the filters of every plane, the module's own last: see plane_header_filter */
+static ngx_http_output_header_filter_pt  ngx_http_dynamo_rl_planes_header;
+static ngx_http_output_body_filter_pt    ngx_http_dynamo_rl_planes_body;
+
 
 /*
  * the proxy module's location configuration starts with its
@@ -370,6 +378,89 @@ ngx_http_dynamo_rl_log_handler(ngx_http_request_t *r)
     ngx_http_dynamo_rl_account(r, ctx);
 
     return NGX_OK;
+}
+
+
+/*
+ * The module's filters are a chain: discovery's, status's, admin's, the
+ * ledger's, then the module's own.  A request plane response, nearly all
+ * of the traffic, needs only status's, the ledger's and the module's, so
+ * these two filters on top of the chain call just those, in the chain's
+ * order, and pass anything else to the whole chain.  Whatever this path
+ * does must stay what the chain does for the same request.
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_plane_header_filter(ngx_http_request_t *r)
+{
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    if (r != r->main) {
+        return ngx_http_dynamo_rl_planes_header(r);
+    }
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    if (ctx == NULL || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        || ctx->admin_done)
+    {
+        return ngx_http_dynamo_rl_planes_header(r);
+    }
+
+    ngx_http_dynamo_rl_status_header(r, ctx);
+
+    if (ngx_http_dynamo_rl_ledger_header(r, ctx) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_dynamo_rl_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_plane_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_int_t                  rc;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    if (r != r->main) {
+        return ngx_http_dynamo_rl_planes_body(r, in);
+    }
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+
+    if (ctx == NULL || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        || ctx->doc_hold || ctx->admin_inspect)
+    {
+        return ngx_http_dynamo_rl_planes_body(r, in);
+    }
+
+    /* the module's own body filter acts only on an error page of nginx's */
+
+    if (in == NULL) {
+        return ctx->error_body ? ngx_http_dynamo_rl_body_filter(r, in)
+                               : ngx_http_next_body_filter(r, in);
+    }
+
+    ngx_http_dynamo_rl_status_body(ctx, in);
+
+    rc = ngx_http_dynamo_rl_ledger_body(r, ctx, in);
+
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        return ctx->error_body ? ngx_http_dynamo_rl_body_filter(r, in)
+                               : ngx_http_next_body_filter(r, in);
+    }
+
+    rc = ctx->error_body ? ngx_http_dynamo_rl_body_filter(r, in)
+                         : ngx_http_next_body_filter(r, in);
+
+    ngx_http_dynamo_rl_ledger_sent(r, ctx, rc);
+
+    return rc;
 }
 
 
@@ -1200,6 +1291,7 @@ ngx_http_dynamo_rl_merge_names(ngx_conf_t *cf,
     }
 
     conf->request_id_hash = ngx_hash_key(request_id.data, request_id.len);
+    conf->header_lens = ngx_http_dynamo_rl_request_lens(conf);
 
     return NGX_OK;
 }
@@ -1329,7 +1421,17 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
         return NGX_ERROR;
     }
 
-    return ngx_http_dynamo_rl_discovery_filter_init(cf);
+    if (ngx_http_dynamo_rl_discovery_filter_init(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ngx_http_dynamo_rl_planes_header = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_dynamo_rl_plane_header_filter;
+
+    ngx_http_dynamo_rl_planes_body = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_dynamo_rl_plane_body_filter;
+
+    return NGX_OK;
 }
 
 

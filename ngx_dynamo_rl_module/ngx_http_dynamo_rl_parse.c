@@ -15,6 +15,8 @@ static u_char *ngx_http_dynamo_rl_url_scheme(u_char *p, size_t len);
 static u_char *ngx_http_dynamo_rl_url_host_end(u_char *p, u_char *last);
 static void ngx_http_dynamo_rl_sse_line(ngx_http_dynamo_rl_sse_t *sse);
 static ngx_inline uint64_t ngx_http_dynamo_rl_le64(u_char *p);
+static ngx_inline uint64_t ngx_http_dynamo_rl_siphash_cd(u_char *key, u_char *p,
+    size_t len, ngx_uint_t c, ngx_uint_t d);
 static ngx_int_t ngx_http_dynamo_rl_caseeq(u_char *a, u_char *b, size_t n);
 static ngx_int_t ngx_http_dynamo_rl_state_token(u_char **pos, u_char *end,
     ngx_str_t *tok, u_char sep);
@@ -811,11 +813,18 @@ ngx_http_dynamo_rl_le64(u_char *p)
 }
 
 
-uint64_t
-ngx_http_dynamo_rl_siphash(u_char *key, u_char *p, size_t len)
+/*
+ * SipHash-c-d: c rounds per 8 bytes of input, d rounds at the end; both
+ * are constants in each caller, so the rounds are unrolled
+ */
+
+static ngx_inline uint64_t
+ngx_http_dynamo_rl_siphash_cd(u_char *key, u_char *p, size_t len,
+    ngx_uint_t c, ngx_uint_t d)
 {
-    size_t    n;
-    uint64_t  k0, k1, v0, v1, v2, v3, m, b;
+    size_t      n;
+    uint64_t    k0, k1, v0, v1, v2, v3, m, b;
+    ngx_uint_t  i;
 
     k0 = ngx_http_dynamo_rl_le64(key);
     k1 = ngx_http_dynamo_rl_le64(key + 8);
@@ -831,8 +840,11 @@ ngx_http_dynamo_rl_siphash(u_char *key, u_char *p, size_t len)
         m = ngx_http_dynamo_rl_le64(p);
 
         v3 ^= m;
-        ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
-        ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
+
+        for (i = 0; i < c; i++) {
+            ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
+        }
+
         v0 ^= m;
     }
 
@@ -841,17 +853,40 @@ ngx_http_dynamo_rl_siphash(u_char *key, u_char *p, size_t len)
     }
 
     v3 ^= b;
-    ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
-    ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
+
+    for (i = 0; i < c; i++) {
+        ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
+    }
+
     v0 ^= b;
 
     v2 ^= 0xff;
-    ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
-    ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
-    ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
-    ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
+
+    for (i = 0; i < d; i++) {
+        ngx_http_dynamo_rl_sipround(v0, v1, v2, v3);
+    }
 
     return v0 ^ v1 ^ v2 ^ v3;
+}
+
+
+uint64_t
+ngx_http_dynamo_rl_siphash(u_char *key, u_char *p, size_t len)
+{
+    return ngx_http_dynamo_rl_siphash_cd(key, p, len, 2, 4);
+}
+
+
+/*
+ * SipHash-1-3, as Rust's standard hash tables use against hash flooding:
+ * still keyed, so a client cannot choose ids that share a bucket, at
+ * about half the rounds of SipHash-2-4 (the ledger hashes every id)
+ */
+
+uint64_t
+ngx_http_dynamo_rl_siphash13(u_char *key, u_char *p, size_t len)
+{
+    return ngx_http_dynamo_rl_siphash_cd(key, p, len, 1, 3);
 }
 
 

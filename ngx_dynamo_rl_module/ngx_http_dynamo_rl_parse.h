@@ -149,6 +149,7 @@ ngx_int_t ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
 ngx_int_t ngx_http_dynamo_rl_parse_lease(u_char *p, size_t len,
     ngx_msec_t *ms);
 uint64_t ngx_http_dynamo_rl_siphash(u_char *key, u_char *p, size_t len);
+uint64_t ngx_http_dynamo_rl_siphash13(u_char *key, u_char *p, size_t len);
 uint64_t ngx_http_dynamo_rl_state_checksum(u_char *p, size_t len);
 ngx_int_t ngx_http_dynamo_rl_state_parse(u_char *p, size_t len,
     ngx_http_dynamo_rl_state_file_t *sf, char **err);

@@ -343,30 +343,7 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
     n = 0;
     id = NULL;
     touch = 0;
-
-    /*
-     * the lengths of every name the walk looks for, a bit each (a name of
-     * 64 bytes or more is looked at whatever its length): most headers
-     * cost one test
-     */
-
-    lens = NGX_HTTP_DYNAMO_RL_ROUTING_LENS
-           | (1ULL << ngx_http_dynamo_rl_request_id.len)
-           | (1ULL << ngx_http_dynamo_rl_dynamo_request_id.len)
-           | (1ULL << ngx_http_dynamo_rl_content_encoding.len);
-
-    if (drlcf->attempt_header.len < 64) {
-        lens |= 1ULL << drlcf->attempt_header.len;
-
-    } else {
-        lens = (uint64_t) -1;
-    }
-
-    if (drlcf->attempt_upstream != NGX_HTTP_DYNAMO_RL_UPSTREAM_NONE) {
-        lens |= (drlcf->attempt_upstream_header.len < 64)
-                ? 1ULL << drlcf->attempt_upstream_header.len
-                : (uint64_t) -1;
-    }
+    lens = drlcf->header_lens;
 
     /*
      * one walk of the client's headers: the attempt id, whether any
@@ -493,6 +470,39 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
                    &ctx->attempt_id, n ? " from client" : "");
 
     return NGX_OK;
+}
+
+
+/*
+ * at merge: the lengths of every name the attempt's walk of the client's
+ * headers looks for, a bit each (a name of 64 bytes or more is looked at
+ * whatever its length), so that most headers cost one test
+ */
+
+uint64_t
+ngx_http_dynamo_rl_request_lens(ngx_http_dynamo_rl_loc_conf_t *drlcf)
+{
+    uint64_t  lens;
+
+    lens = NGX_HTTP_DYNAMO_RL_ROUTING_LENS
+           | (1ULL << ngx_http_dynamo_rl_request_id.len)
+           | (1ULL << ngx_http_dynamo_rl_dynamo_request_id.len)
+           | (1ULL << ngx_http_dynamo_rl_content_encoding.len);
+
+    if (drlcf->attempt_header.len < 64) {
+        lens |= 1ULL << drlcf->attempt_header.len;
+
+    } else {
+        lens = (uint64_t) -1;
+    }
+
+    if (drlcf->attempt_upstream != NGX_HTTP_DYNAMO_RL_UPSTREAM_NONE) {
+        lens |= (drlcf->attempt_upstream_header.len < 64)
+                ? 1ULL << drlcf->attempt_upstream_header.len
+                : (uint64_t) -1;
+    }
+
+    return lens;
 }
 
 

@@ -11,10 +11,13 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_http.h>
+#include "ngx_http_dynamo_rl_common.h"
 
 
 ngx_int_t ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r);
+uint64_t ngx_http_dynamo_rl_request_lens(
+    ngx_http_dynamo_rl_loc_conf_t *drlcf);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_REQUEST_H_INCLUDED_ */

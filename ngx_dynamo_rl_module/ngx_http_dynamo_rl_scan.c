@@ -50,6 +50,11 @@ typedef char    ngx_http_dynamo_rl_vec16s_t __attribute__((vector_size(16)));
 #define ngx_http_dynamo_rl_skip_ws(p, end)                                    \
     while (p < end && ngx_http_dynamo_rl_is_ws(*p)) { p++; }
 
+/* ngx_http_dynamo_rl_name_hash() of an ASCII name literal */
+#define ngx_http_dynamo_rl_ascii_hash(name)                                   \
+    ((uint32_t) ((sizeof(name) - 1) << 16 | (u_char) (name)[0] << 8           \
+                 | (u_char) (name)[sizeof(name) - 2]))
+
 
 static u_char *ngx_http_dynamo_rl_scan_string(u_char *p, u_char *end,
     ngx_uint_t name, const char **err);
@@ -366,12 +371,17 @@ name:
 
         bs->n[lvl]++;
 
+        /* the hash, of length and end bytes, rules out most names */
+
         if (lvl == NGX_HTTP_DYNAMO_RL_BODY_TOP
+            && m->hash == ngx_http_dynamo_rl_ascii_hash("nvext")
             && ngx_http_dynamo_rl_body_name_is(m, "nvext") == NGX_OK)
         {
             next = NGX_HTTP_DYNAMO_RL_BODY_NVEXT;
 
         } else if (lvl == NGX_HTTP_DYNAMO_RL_BODY_NVEXT
+                   && m->hash
+                      == ngx_http_dynamo_rl_ascii_hash("metadata_upload")
                    && ngx_http_dynamo_rl_body_name_is(m, "metadata_upload")
                       == NGX_OK)
         {

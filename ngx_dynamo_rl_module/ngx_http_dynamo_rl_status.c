@@ -514,41 +514,47 @@ ngx_http_dynamo_rl_status_filter_init(ngx_conf_t *cf)
 }
 
 
-/*
- * the request plane's time to the upstream's response header: Dynamo's
- * frontend sends it with the first event of a stream, so for SSE this is
- * the time to the first token
- */
-
 static ngx_int_t
 ngx_http_dynamo_rl_status_header_filter(ngx_http_request_t *r)
 {
     ngx_http_dynamo_rl_ctx_t  *ctx;
 
-    if (r != r->main || r->upstream == NULL
-        || r->upstream->headers_in.status_n == 0)
-    {
+    if (r != r->main) {
         return ngx_http_next_header_filter(r);
     }
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
 
-    if (ctx != NULL && ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
-        && ctx->header_at == 0)
-    {
-        ctx->header_at = ngx_http_dynamo_rl_now();
+    if (ctx != NULL) {
+        ngx_http_dynamo_rl_status_header(r, ctx);
     }
 
     return ngx_http_next_header_filter(r);
 }
 
 
-/* the end of a response: its last buffer handed to the output */
+/*
+ * the request plane's time to the upstream's response header: Dynamo's
+ * frontend sends it with the first event of a stream, so for SSE this is
+ * the time to the first token
+ */
+
+void
+ngx_http_dynamo_rl_status_header(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    if (r->upstream != NULL && r->upstream->headers_in.status_n != 0
+        && ctx->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        && ctx->header_at == 0)
+    {
+        ctx->header_at = ngx_http_dynamo_rl_now();
+    }
+}
+
 
 static ngx_int_t
 ngx_http_dynamo_rl_status_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
-    ngx_chain_t               *cl;
     ngx_http_dynamo_rl_ctx_t  *ctx;
 
     if (r != r->main || in == NULL) {
@@ -557,8 +563,24 @@ ngx_http_dynamo_rl_status_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module);
 
-    if (ctx == NULL || ctx->ended_at) {
-        return ngx_http_next_body_filter(r, in);
+    if (ctx != NULL) {
+        ngx_http_dynamo_rl_status_body(ctx, in);
+    }
+
+    return ngx_http_next_body_filter(r, in);
+}
+
+
+/* the end of a response: its last buffer handed to the output */
+
+void
+ngx_http_dynamo_rl_status_body(ngx_http_dynamo_rl_ctx_t *ctx,
+    ngx_chain_t *in)
+{
+    ngx_chain_t  *cl;
+
+    if (ctx->ended_at) {
+        return;
     }
 
     for (cl = in; cl; cl = cl->next) {
@@ -567,8 +589,6 @@ ngx_http_dynamo_rl_status_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
             break;
         }
     }
-
-    return ngx_http_next_body_filter(r, in);
 }
 
 

@@ -16,7 +16,7 @@
 
 
 /* bumped whenever the layout of the shared context changes */
-#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  10
+#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  11
 
 #define NGX_HTTP_DYNAMO_RL_PLANES        3     /* request, discovery, admin */
 #define NGX_HTTP_DYNAMO_RL_OUTCOMES      4
