@@ -1,0 +1,497 @@
+#!/usr/bin/perl
+
+# (C) ngx_dynamo_rl_module developers
+
+# Attacks on the request plane's verdicts (the gate, the body policy and
+# the ledger deciding, the precontent handler answering once through
+# ngx_http_dynamo_rl_refuse()) and on the request plane's filter pair on
+# top of the module's chain: response paths through error_page (static,
+# named, =200), proxy_intercept_errors, return in an if block, nginx's own
+# 413, auth_request, mirror, proxy_next_upstream, X-Accel-Redirect in an
+# if block, keepalive pipelining, SSE and HTTP/2 client aborts, two worker
+# processes and a body still arriving while the gate closes.
+#
+# Assertions under "# finding N" fail on the code they were written
+# against: each is what DESIGN.md promises.  The rest are attacks that
+# held, kept as regression tests.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use IO::Select;
+use IO::Socket::INET;
+use JSON::PP;
+
+use lib 't/lib';
+use Test::DynamoRL qw/ port /;
+use Test::DynamoRL::Fixture qw/ rl_test call attempt hold start json api
+	flat read_until forwarded json_lines /;
+
+###############################################################################
+
+my $t = rl_test(180, 70, <<'EOF2');
+
+%%RL_MAIN workers=2%%
+
+http {
+    %%RL_HTTP 1m%%
+    %%RL_FRONTEND%%
+    upstream two {
+        server 127.0.0.1:8081;
+        server 127.0.0.1:8081;
+    }
+
+    %%RL_ACCESS_LOG attempt outcome status deny uri%%
+
+    server {
+        %%RL_LISTEN 8080%%
+
+        location /v1/ {
+            dynamo_rl_plane request;
+            proxy_pass http://frontend;
+
+            proxy_intercept_errors on;
+            error_page 502 =200 /ok.json;
+            error_page 504 = @fallback;
+            error_page 500 = @retry;
+
+            if ($http_x_block) {
+                return 418;
+            }
+
+            if ($http_x_branch) {
+                set $branch 1;
+            }
+        }
+
+        location /u/ {
+            dynamo_rl_plane request;
+            proxy_pass http://frontend/v1/;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }
+
+        location /small/ {
+            dynamo_rl_plane request;
+            client_max_body_size 1k;
+            proxy_pass http://frontend/v1/;
+        }
+
+        location /m/ {
+            dynamo_rl_plane request;
+            mirror /mirror;
+            proxy_pass http://frontend/v1/;
+        }
+
+        location /a/ {
+            dynamo_rl_plane request;
+            auth_request /auth;
+            proxy_pass http://frontend/v1/;
+        }
+
+        location /n/ {
+            dynamo_rl_plane request;
+            proxy_pass http://two/v1/;
+            proxy_next_upstream error timeout http_502 non_idempotent;
+        }
+
+        location = /ok.json { root %%TESTDIR%%; }
+
+        location @fallback {
+            default_type application/json;
+            return 200 '{"fallback":true}';
+        }
+
+        location @retry { proxy_pass http://frontend; }
+
+        location = /mirror {
+            internal;
+            proxy_pass http://frontend/v1/completions;
+        }
+
+        location = /auth { internal; return 401; }
+
+        location = /secret { return 200 'SECRET'; }
+    }
+
+    server {
+        %%RL_LISTEN 8090 http2%%
+
+        location /v1/ {
+            dynamo_rl_plane request;
+            proxy_pass http://frontend;
+            proxy_buffering off;
+        }
+    }
+
+    %%RL_API_SERVER 8070%%
+}
+
+EOF2
+
+$t->write_file('ok.json', '{"static":true}');
+$t->run_fake_dynamo()->run();
+
+my $P = '{"prompt":"p"}';
+
+###############################################################################
+
+# an upstream's error answered by an error page of the operator's: the
+# attempt is judged by what the upstream answered ("failed: upstream
+# non-2xx"), whatever status the error page gives the client
+
+my $r = attempt('ep-static', $P, headers => [ 'x-fake-scenario' => 'status-502' ]);
+is($r->{status}, 200, 'error_page =200: the static page answers');
+is(forwarded($t, 'ep-static'), 1, 'error_page =200: forwarded once');
+
+# finding 1: an upstream 502 that error_page turns into a 200 is recorded
+# "succeeded" (ledger.c ngx_http_dynamo_rl_ledger_finish() judges
+# r->headers_out.status, the error page's status, not the upstream's)
+
+my $rec = wait_done('ep-static');
+is($rec->{state}, 'failed',
+	'finding 1: upstream 502 behind error_page =200 is failed');
+is(logged('ep-static')->{outcome}, 'failed',
+	'finding 1: $dynamo_rl_outcome of it is failed');
+
+$r = attempt('ep-named', $P, headers => [ 'x-fake-scenario' => 'status-504' ]);
+is($r->{status}, 200, 'error_page to a named return: answered');
+is(forwarded($t, 'ep-named'), 1, 'error_page to a named return: forwarded once');
+
+$rec = wait_done('ep-named');
+is($rec->{state}, 'failed',
+	'finding 1: upstream 504 behind a named location\'s return 200 is failed');
+
+# an error page that would forward again: refused, never sent twice
+
+$r = attempt('ep-retry', $P, headers => [ 'x-fake-scenario' => 'status-500' ]);
+is($r->{status}, 502, 'error_page to a proxying location: 502');
+is($r->{headers}{'x-dynamo-rl-reason'}, 'redirected',
+	'error_page to a proxying location: reason');
+ok(flat($r, 502, 'Bad Gateway'), 'error_page to a proxying location: flat');
+is($r->{headers}{'x-dynamo-attempt-id'}, 'ep-retry',
+	'error_page to a proxying location: the id echoed');
+is(forwarded($t, 'ep-retry'), 1, 'error_page to a proxying location: forwarded once');
+
+$rec = wait_done('ep-retry');
+is($rec->{state}, 'failed', 'refused after its upstream: record failed');
+
+# finding 2: the record of that attempt has no status although the client
+# was answered 502 (ledger.c ngx_http_dynamo_rl_ledger_header() and
+# _finish() skip any request with deny_reason set, so the "redirected"
+# refusal of request.c's passed branch leaves the record to
+# ngx_http_dynamo_rl_ledger_abandon(), which ends it without a status),
+# and the access log's outcome says "rejected" for an attempt whose
+# record is "failed"
+
+is($rec->{status}, 502,
+	'finding 2: the record holds the status sent to the client');
+is(logged('ep-retry')->{outcome}, $rec->{state},
+	'finding 2: $dynamo_rl_outcome is the record\'s terminal state');
+
+# a refusal by access control (auth_request) consumes no attempt id
+
+$r = attempt('auth-1', $P, uri => '/a/completions');
+is($r->{status}, 401, 'auth_request: 401');
+is(forwarded($t, 'auth-1'), 0, 'auth_request: nothing forwarded');
+
+# finding 3: the flat error of a 401 says "type":"Bad Request"
+# (common.c ngx_http_dynamo_rl_status_type() has no 401, 415 ... and
+# answers "Bad Request" for every other 4xx)
+
+ok(flat($r, 401, 'Unauthorized'),
+	'finding 3: a 401 on the request plane has type Unauthorized');
+
+$r = attempt('auth-1', $P);
+is($r->{status}, 200, 'auth_request: the id is still free');
+is(forwarded($t, 'auth-1'), 1, 'auth_request: then forwarded once');
+
+# the module's own 415: status and reason right, the type is not
+
+$r = attempt('enc-1', $P, headers => [ 'Content-Encoding' => 'gzip' ]);
+is($r->{status}, 415, 'content coding: 415');
+is($r->{headers}{'x-dynamo-rl-reason'}, 'unsupported_encoding',
+	'content coding: reason');
+ok(flat($r, 415, 'Unsupported Media Type'),
+	'finding 3: the module\'s own 415 has type Unsupported Media Type');
+is(forwarded($t, 'enc-1'), 0, 'content coding: not forwarded');
+
+# finding 4: nginx's own 413 of a declared body over
+# client_max_body_size (sent from the find-config phase, before the
+# module's PREACCESS handler made a context) is nginx's HTML page without
+# the attempt id: request.c creates the context only in PREACCESS, and
+# module.c's header filter gives the flat shape and the id only to a
+# request with a context
+
+$r = call('POST', '/small/completions', body => '{"prompt":"' . ('x' x 2048) . '"}',
+	headers => [ 'X-Dynamo-Attempt-Id' => 'big-1' ]);
+is($r->{status}, 413, 'declared body too large: 413');
+ok(flat($r, 413, 'Payload Too Large'),
+	'finding 4: nginx\'s 413 on the request plane has the flat shape');
+is($r->{headers}{'x-dynamo-attempt-id'}, 'big-1',
+	'finding 4: nginx\'s 413 on the request plane echoes the attempt id');
+is(forwarded($t, 'big-1'), 0, 'declared body too large: not forwarded');
+
+# finding 5: a "return" in an if block of a request-plane location
+# answers without the attempt id (it runs in the rewrite phase, before
+# request.c's PREACCESS handler creates the context)
+
+$r = attempt('if-ret', $P, headers => [ 'x-block' => 1 ]);
+is($r->{status}, 418, 'return in an if block: its status');
+is($r->{headers}{'x-dynamo-attempt-id'}, 'if-ret',
+	'finding 5: return in an if block echoes the attempt id');
+
+# the frontend's X-Accel-Redirect in an if block that inherits the plane
+
+$r = attempt('accel-if', $P,
+	headers => [ 'x-branch' => 1, 'x-fake-scenario' => 'accel-redirect' ]);
+is($r->{status}, 200, 'X-Accel-Redirect in an if block: 200');
+unlike($r->{body}, qr/SECRET/, 'X-Accel-Redirect in an if block: not honoured');
+
+# mirror: the background subrequest of a plane request is never sent
+
+$r = attempt('mir-1', $P, uri => '/m/completions');
+is($r->{status}, 200, 'mirror: the request itself');
+ok($t->wait_for(sub { logged('mir-1')->{outcome} }, 5), 'mirror: logged');
+is(forwarded($t, 'mir-1'), 1, 'mirror: the generation reached Dynamo once');
+
+# proxy_next_upstream non_idempotent: never sent to a second server
+
+$r = attempt('nu-1', $P, uri => '/n/completions',
+	headers => [ 'x-fake-scenario' => 'no-response' ]);
+is($r->{status}, 502, 'next upstream: 502');
+is(forwarded($t, 'nu-1'), 1, 'next upstream: forwarded once');
+is(wait_done('nu-1')->{state}, 'failed', 'next upstream: failed');
+
+# keepalive pipelining: a refused duplicate, then a fresh attempt
+
+my $pipe = pipelined(
+	raw_post('pipe-1', $P, 'keep-alive') . raw_post('pipe-1', $P, 'keep-alive')
+	. raw_post('pipe-2', $P, 'close'));
+is(scalar @$pipe, 3, 'pipelined: three answers');
+is($pipe->[0]{status}, 200, 'pipelined: the first is forwarded');
+is($pipe->[1]{status}, 409, 'pipelined: the duplicate is refused');
+is($pipe->[1]{headers}{'x-should-retry'}, 'false',
+	'pipelined: the duplicate is not to be retried');
+ok(!defined $pipe->[1]{headers}{'retry-after'},
+	'pipelined: the duplicate has no Retry-After');
+is($pipe->[2]{headers}{'x-dynamo-attempt-id'}, 'pipe-2',
+	'pipelined: the next one has its own id');
+is(forwarded($t, 'pipe-1') . '/' . forwarded($t, 'pipe-2'), '1/1',
+	'pipelined: each id forwarded once');
+
+# SSE terminal detection on the filter pair
+
+is(stream('sse-ok', 'split-done'), 'succeeded', 'sse: [DONE] split: succeeded');
+is(stream('sse-err', 'error-frame'), 'failed', 'sse: error frame: failed');
+is(stream('sse-cut', 'abrupt'), 'failed', 'sse: cut short: failed');
+
+# a client that goes away mid-stream
+
+my $s = start('POST', '/u/completions', body => '{"prompt":"p","stream":true}',
+	headers => [ 'X-Dynamo-Attempt-Id' => 'sse-gone', 'x-fake-scenario' => 'slow',
+		'x-fake-events' => 100 ]);
+ok(read_until($s, qr/data:/, 5) =~ /data:/, 'sse abort: a first event');
+close $s;
+is(wait_done('sse-gone')->{state}, 'canceled', 'sse abort: canceled');
+
+# HTTP/2: an answer, and a client gone mid-stream
+
+SKIP: {
+	skip 'no curl', 4 unless `curl --version 2>/dev/null` =~ /nghttp2/;
+
+	my $out = h2('h2-ok', '{"prompt":"p"}', 5);
+	like($out, qr/^x-dynamo-attempt-id: h2-ok\r?$/mi, 'http2: the id echoed');
+	is(wait_done('h2-ok')->{state}, 'succeeded', 'http2: succeeded');
+
+	h2('h2-gone', '{"prompt":"p","stream":true}', 1,
+		'x-fake-scenario: slow', 'x-fake-events: 100');
+	is(wait_done('h2-gone')->{state}, 'canceled', 'http2 abort: canceled');
+	is(forwarded($t, 'h2-gone'), 1, 'http2 abort: forwarded once');
+}
+
+# the gate: refusals with Retry-After, not recorded, not forwarded
+
+my $g = gate_post('{"action":"close","reason":"attack","lease":"120s"}');
+is($g->{state}, 'closed', 'gate: closed with a lease');
+
+$r = attempt('gate-1', $P);
+is($r->{status} . ' ' . ($r->{headers}{'x-dynamo-rl-reason'} // ''),
+	'503 gate_closed', 'gate closed: refused');
+ok(($r->{headers}{'retry-after'} // 0) > 100
+	&& $r->{headers}{'retry-after'} <= 120, 'gate closed: Retry-After is the lease');
+is(api('gate-1')->{status}, 404, 'gate closed: not recorded');
+
+gate_post('{"action":"open"}');
+gate_post('{"action":"close","reason":"attack"}');
+
+$r = attempt('gate-2', $P);
+is($r->{headers}{'retry-after'}, 5, 'gate closed without a lease: Retry-After 5');
+is(forwarded($t, 'gate-1') + forwarded($t, 'gate-2'), 0,
+	'gate closed: nothing forwarded');
+
+gate_post('{"action":"open"}');
+
+# a body still arriving as the gate closes: counted in the drain from the
+# start, so the close waits for it
+
+$s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080))
+	or die "connect: $!\n";
+my $body = '{"prompt":"' . ('y' x 100) . '"}';
+print $s "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+	. "Connection: close\r\nX-Dynamo-Attempt-Id: slow-body\r\n"
+	. 'Content-Length: ' . length($body) . "\r\n\r\n" . substr($body, 0, 20);
+
+ok(wait_gate(sub { $_[0]{in_flight} == 1 }), 'body on the way: in flight');
+gate_post('{"action":"close","reason":"mid-body"}');
+is(gate()->{in_flight}, 1, 'closed mid-body: the drain waits for it');
+
+print $s substr($body, 20);
+my $raw = read_until($s, qr/\r\n\r\n.*\}\s*$/s, 5);
+close $s;
+
+my $status = $raw =~ m{^HTTP/1\.1 (\d+)} ? $1 : 0;
+ok($status == 200 || $status == 503, 'closed mid-body: answered');
+is(forwarded($t, 'slow-body'), $status == 200 ? 1 : 0,
+	'closed mid-body: forwarded only if admitted');
+ok(wait_gate(sub { $_[0]{in_flight} == 0 }), 'closed mid-body: drained');
+
+gate_post('{"action":"open"}');
+
+# two worker processes: every held attempt is in the drain, all leave
+
+my @held = map { hold("held-$_") } 1 .. 4;
+ok(wait_gate(sub { $_[0]{in_flight} == 4 }), 'two workers: four in flight');
+close $_ for @held;
+ok(wait_gate(sub { $_[0]{in_flight} == 0 }), 'two workers: drained');
+
+# after all of the above, nothing is left in the drain
+
+is(gate()->{in_flight}, 0, 'no drain count leaked');
+
+###############################################################################
+
+sub gate {
+	return json(call('GET', '/rl/gate', port => 8070));
+}
+
+sub gate_post {
+	return json(call('POST', '/rl/gate', port => 8070, body => shift));
+}
+
+sub wait_gate {
+	my ($cond) = @_;
+	my $last;
+	my $ok = $t->wait_for(sub { $last = gate(); $cond->($last) }, 10);
+	diag('gate: ' . encode_json($last)) unless $ok;
+	return $ok;
+}
+
+# the attempts API's record once it has ended
+
+sub wait_done {
+	my ($id) = @_;
+
+	my $rec = {};
+
+	$t->wait_for(sub {
+		$rec = api($id)->{json};
+		return defined $rec->{state}
+			&& $rec->{state} ne 'accepted' && $rec->{state} ne 'streaming';
+	}, 10);
+
+	return $rec;
+}
+
+# the access log's line of an attempt id (the last one), waited for
+
+sub logged {
+	my ($id) = @_;
+
+	my $line = {};
+
+	$t->wait_for(sub {
+		my @l = grep { ($_->{attempt} // '') eq $id }
+			json_lines($t->testdir() . '/rl.log');
+		$line = $l[-1] // {};
+		return @l > 0;
+	}, 5);
+
+	return $line;
+}
+
+sub raw_post {
+	my ($id, $body, $conn) = @_;
+
+	return "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+		. "Connection: $conn\r\nX-Dynamo-Attempt-Id: $id\r\n"
+		. "Content-Type: application/json\r\n"
+		. 'Content-Length: ' . length($body) . "\r\n\r\n$body";
+}
+
+# every answer on one connection, in order (each with Content-Length)
+
+sub pipelined {
+	my ($req) = @_;
+
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080))
+		or die "connect: $!\n";
+	print $s $req;
+
+	my $buf = '';
+	my $sel = IO::Select->new($s);
+
+	while ($sel->can_read(5)) {
+		my $n = sysread($s, $buf, 65536, length $buf);
+		last unless $n;
+	}
+
+	my @r;
+
+	while ($buf =~ s{\A(HTTP/1\.1 (\d+)[^\r]*\r\n(.*?)\r\n\r\n)}{}s) {
+		my ($status, $head) = ($2, $3);
+		my %h = map { /^([^:]+):\s*(.*)$/ ? (lc $1 => $2) : () }
+			split /\r\n/, $head;
+		my $len = $h{'content-length'} // 0;
+		my $b = substr($buf, 0, $len, '');
+		push @r, { status => $status, headers => \%h, body => $b };
+	}
+
+	return \@r;
+}
+
+# a stream through the unbuffered location, read to its end: the state
+
+sub stream {
+	my ($id, $scenario) = @_;
+
+	call('POST', '/u/completions', body => '{"prompt":"p","stream":true}',
+		headers => [ 'X-Dynamo-Attempt-Id' => $id,
+			'x-fake-scenario' => $scenario ]);
+
+	return wait_done($id)->{state};
+}
+
+sub h2 {
+	my ($id, $body, $max, @headers) = @_;
+
+	my @cmd = ('curl', '-s', '-i', '--http2-prior-knowledge',
+		'-m', $max, '-H', "X-Dynamo-Attempt-Id: $id",
+		'-H', 'Content-Type: application/json',
+		map({ ('-H', $_) } @headers), '--data-binary', $body,
+		'http://127.0.0.1:' . port(8090) . '/v1/completions');
+
+	open my $fh, '-|', @cmd or return '';
+	local $/;
+	my $out = <$fh> // '';
+	close $fh;
+
+	return $out;
+}
+
+###############################################################################
