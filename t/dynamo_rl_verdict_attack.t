@@ -29,11 +29,11 @@ use JSON::PP;
 use lib 't/lib';
 use Test::DynamoRL qw/ port /;
 use Test::DynamoRL::Fixture qw/ rl_test call attempt hold start json api
-	flat read_until forwarded json_lines /;
+	flat read_until forwarded json_lines metrics /;
 
 ###############################################################################
 
-my $t = rl_test(180, 70, <<'EOF2');
+my $t = rl_test(180, 71, <<'EOF2');
 
 %%RL_MAIN workers=2%%
 
@@ -169,7 +169,9 @@ is($rec->{state}, 'failed',
 
 # an error page that would forward again: refused, never sent twice
 
+my $m0 = metrics();
 $r = attempt('ep-retry', $P, headers => [ 'x-fake-scenario' => 'status-500' ]);
+my $m1 = metrics();
 is($r->{status}, 502, 'error_page to a proxying location: 502');
 is($r->{headers}{'x-dynamo-rl-reason'}, 'redirected',
 	'error_page to a proxying location: reason');
@@ -193,11 +195,28 @@ is($rec->{status}, 502,
 	'finding 2: the record holds the status sent to the client');
 is(logged('ep-retry')->{outcome}, $rec->{state},
 	'finding 2: $dynamo_rl_outcome is the record\'s terminal state');
+is(delta($m0, $m1, 'failed') . '/' . delta($m0, $m1, 'rejected'), '1/0',
+	'finding 2: the metrics count that forwarded attempt as failed');
 
 # a refusal by access control (auth_request) consumes no attempt id
 
+$m0 = metrics();
 $r = attempt('auth-1', $P, uri => '/a/completions');
+$m1 = metrics();
 is($r->{status}, 401, 'auth_request: 401');
+
+# finding 6: a request that auth_request refused, never admitted nor
+# recorded, is logged and counted as a "failed" attempt: ledger.c
+# ngx_http_dynamo_rl_ledger_finish() settles an outcome for every
+# request-plane context, admitted or not, so status.c's "no verdict:
+# refused before the module decided (allow/deny, auth)" rule (rejected)
+# is never reached
+
+is(logged('auth-1')->{outcome}, 'rejected',
+	'finding 6: refused by auth_request: $dynamo_rl_outcome rejected');
+is(delta($m0, $m1, 'failed') . '/' . delta($m0, $m1, 'rejected'), '0/1',
+	'finding 6: refused by auth_request: counted as rejected, not failed');
+
 is(forwarded($t, 'auth-1'), 0, 'auth_request: nothing forwarded');
 
 # finding 3: the flat error of a 401 says "type":"Bad Request"
@@ -382,6 +401,13 @@ sub gate {
 
 sub gate_post {
 	return json(call('POST', '/rl/gate', port => 8070, body => shift));
+}
+
+sub delta {
+	my ($m0, $m1, $outcome) = @_;
+	my $k = 'dynamo_rl_requests_total{plane="request",outcome="'
+		. $outcome . '"}';
+	return ($m1->{$k} // 0) - ($m0->{$k} // 0);
 }
 
 sub wait_gate {
