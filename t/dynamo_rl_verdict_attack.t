@@ -30,10 +30,11 @@ use lib 't/lib';
 use Test::DynamoRL qw/ port /;
 use Test::DynamoRL::Fixture qw/ rl_test call attempt hold start json api
 	flat read_until forwarded json_lines metrics /;
+use Test::DynamoRL::Redis qw/ admit replica_conf resp_proxy store_key /;
 
 ###############################################################################
 
-my $t = rl_test(180, 71, <<'EOF2');
+my $t = rl_test(180, 71 + 4 + 3 + 10 + 2, <<'EOF2');
 
 %%RL_MAIN workers=2%%
 
@@ -136,6 +137,27 @@ EOF2
 
 $t->write_file('ok.json', '{"static":true}');
 $t->run_fake_dynamo()->run();
+
+# a replica with a store, behind the fake RESP server, whose claims can
+# be held unanswered ("fault-stall-<x>" in the attempt id) for timeout
+
+my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
+my $PROXY = $t->testdir() . '/proxy';
+
+$t->run_daemon(\&resp_proxy, port(8390), $redis->port(), $PROXY);
+$t->waitforsocket('127.0.0.1:' . port(8390))
+	or die "the fake RESP server does not listen\n";
+
+my %S = (name => 'S', listen => 8180, api => 8170);
+
+my $conf = replica_conf(%S, store => 'redis://127.0.0.1:8390',
+	params => 'timeout=1s heartbeat=500ms gate_poll=100ms gate_stale=5s');
+$conf =~ s/(listen 127\.0\.0\.1:8180;)/$1 listen 127.0.0.1:8190 http2;/
+	or die "no listen in the replica's configuration\n";
+
+my $ts = Test::DynamoRL->new()->check_at_end();
+$ts->write_file_expand('nginx.conf', $conf);
+$ts->run();
 
 my $P = '{"prompt":"p"}';
 
@@ -332,6 +354,61 @@ SKIP: {
 		'x-fake-scenario: slow', 'x-fake-events: 100');
 	is(wait_done('h2-gone')->{state}, 'canceled', 'http2 abort: canceled');
 	is(forwarded($t, 'h2-gone'), 1, 'http2 abort: forwarded once');
+}
+
+# HTTP/2: a client gone while its body is on the way: counted while the
+# body comes, then out of the drain, nothing forwarded, the id unused
+
+SKIP: {
+	skip 'no curl', 4 unless `curl --version 2>/dev/null` =~ /nghttp2/;
+
+	my $port = port(8090);
+	open my $up, '-|', 'sh', '-c', 'printf \'{"prompt":\'; sleep 3'
+		. ' | curl -s --http2-prior-knowledge -m 1.5 -X POST -T -'
+		. ' -H "X-Dynamo-Attempt-Id: h2-body" -H "Content-Type: application/json"'
+		. " http://127.0.0.1:$port/v1/completions" or die "curl: $!\n";
+
+	ok(wait_gate(sub { $_[0]{in_flight} == 1 }), 'http2 mid-body: in flight');
+	{ local $/; my $discard = <$up>; }
+	close $up;
+	ok(wait_gate(sub { $_[0]{in_flight} == 0 }), 'http2 mid-body: drained');
+	is(forwarded($t, 'h2-body'), 0, 'http2 mid-body: nothing forwarded');
+	is(attempt('h2-body', $P)->{status}, 200, 'http2 mid-body: the id unused');
+}
+
+# the store's claim pending while the client goes away (HTTP/1.1 close,
+# HTTP/2 stream gone): nothing forwarded, the drain empties, and the
+# claim is released, so that the id passes afterwards, once
+
+is(admit(\%S)->{status}, 200, 'store: a replica that admits');
+
+$s = start('POST', '/v1/completions', port => 8180, body => $P,
+	headers => [ 'X-Dynamo-Attempt-Id' => 'fault-stall-h1' ]);
+select undef, undef, undef, 0.3;
+close $s;
+
+SKIP: {
+	skip 'no curl', 1 unless `curl --version 2>/dev/null` =~ /nghttp2/;
+
+	my $port = port(8190);
+	my $out = `curl -s -i --http2-prior-knowledge -m 0.3 -H 'X-Dynamo-Attempt-Id: fault-stall-h2' -H 'Content-Type: application/json' --data-binary '{"prompt":"p"}' http://127.0.0.1:$port/v1/completions`;
+	unlike($out, qr/^HTTP\/2 200/m, 'store, http2 gone: no answer of 200');
+}
+
+is(admit(\%S)->{status}, 200, 'store: admits again after the stalls');
+
+for my $id (qw/ fault-stall-h1 fault-stall-h2 /) {
+	is(forwarded($t, $id), 0, "store, $id: not forwarded while pending");
+
+	ok($t->wait_for(sub { (json(call('GET', '/rl/gate', port => 8170))
+		->{in_flight} // -1) == 0 }, 10), "store, $id: drained");
+
+	ok($t->wait_for(sub { !$redis->has_key(store_key("a:$id")) }, 10),
+		"store, $id: the claim released");
+
+	is(attempt($id, $P, port => 8180)->{status}, 200,
+		"store, $id: the id passes afterwards");
+	is(forwarded($t, $id), 1, "store, $id: forwarded once");
 }
 
 # the gate: refusals with Retry-After, not recorded, not forwarded
