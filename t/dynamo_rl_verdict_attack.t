@@ -9,7 +9,9 @@
 # named, =200), proxy_intercept_errors, return in an if block, nginx's own
 # 413, auth_request, mirror, proxy_next_upstream, X-Accel-Redirect in an
 # if block, keepalive pipelining, SSE and HTTP/2 client aborts, two worker
-# processes and a body still arriving while the gate closes.
+# processes, a body still arriving while the gate closes, and the shared
+# store's claim pending while the client goes away (Redis behind the
+# harness's fake RESP server).
 #
 # Assertions under "# finding N" fail on the code they were written
 # against: each is what DESIGN.md promises.  The rest are attacks that
@@ -171,9 +173,14 @@ my $r = attempt('ep-static', $P, headers => [ 'x-fake-scenario' => 'status-502' 
 is($r->{status}, 200, 'error_page =200: the static page answers');
 is(forwarded($t, 'ep-static'), 1, 'error_page =200: forwarded once');
 
-# finding 1: an upstream 502 that error_page turns into a 200 is recorded
-# "succeeded" (ledger.c ngx_http_dynamo_rl_ledger_finish() judges
-# r->headers_out.status, the error page's status, not the upstream's)
+# finding 1: an upstream 502 (or 504) that proxy_intercept_errors and
+# error_page turn into a 200 (error_page 502 =200 /static, or
+# error_page 504 = @named with "return 200") is recorded "succeeded", in
+# the attempts API, $dynamo_rl_outcome and the counters: DESIGN.md says
+# "failed: upstream non-2xx".  ledger.c:734 ngx_http_dynamo_rl_ledger_finish()
+# judges r->headers_out.status, the status of the error page the request
+# was redirected to, never r->upstream's (the filter pair in module.c
+# reaches the redirected response through get_ctx() and settles it)
 
 my $rec = wait_done('ep-static');
 is($rec->{state}, 'failed',
@@ -206,12 +213,14 @@ $rec = wait_done('ep-retry');
 is($rec->{state}, 'failed', 'refused after its upstream: record failed');
 
 # finding 2: the record of that attempt has no status although the client
-# was answered 502 (ledger.c ngx_http_dynamo_rl_ledger_header() and
-# _finish() skip any request with deny_reason set, so the "redirected"
-# refusal of request.c's passed branch leaves the record to
-# ngx_http_dynamo_rl_ledger_abandon(), which ends it without a status),
-# and the access log's outcome says "rejected" for an attempt whose
-# record is "failed"
+# was answered 502 ("status": HTTP status sent to the client), and the
+# access log's $dynamo_rl_outcome and the requests counter say "rejected"
+# for an attempt that reached Dynamo and whose record is "failed".
+# request.c:272 refuses the redirected request through refuse() and
+# deny(), which set deny_reason; ledger.c:1164 (ledger_header) and
+# ledger.c:722 (ledger_finish) then skip it, so the record is ended only
+# by ngx_http_dynamo_rl_ledger_abandon() at the pool's cleanup
+# (ledger.c:973, no status), and status.c:607 counts it as rejected
 
 is($rec->{status}, 502,
 	'finding 2: the record holds the status sent to the client');
@@ -227,26 +236,29 @@ $r = attempt('auth-1', $P, uri => '/a/completions');
 $m1 = metrics();
 is($r->{status}, 401, 'auth_request: 401');
 
-# finding 6: a request that auth_request refused, never admitted nor
-# recorded, is logged and counted as a "failed" attempt: ledger.c
-# ngx_http_dynamo_rl_ledger_finish() settles an outcome for every
-# request-plane context, admitted or not, so status.c's "no verdict:
-# refused before the module decided (allow/deny, auth)" rule (rejected)
-# is never reached
+# finding 3: a request that auth_request refused (401), never admitted,
+# never recorded, never forwarded, is logged and counted as a "failed"
+# attempt (and so would be one refused by allow/deny, limit_except or
+# limit_req): ledger.c:722-756 ngx_http_dynamo_rl_ledger_finish() settles
+# ctx->outcome for every request-plane context, admitted or not, so
+# status.c:623-628's own rule ("no verdict: refused before the module
+# decided (allow/deny, auth)" -> rejected) is never reached
 
 is(logged('auth-1')->{outcome}, 'rejected',
-	'finding 6: refused by auth_request: $dynamo_rl_outcome rejected');
+	'finding 3: refused by auth_request: $dynamo_rl_outcome rejected');
 is(delta($m0, $m1, 'failed') . '/' . delta($m0, $m1, 'rejected'), '0/1',
-	'finding 6: refused by auth_request: counted as rejected, not failed');
+	'finding 3: refused by auth_request: counted as rejected, not failed');
 
 is(forwarded($t, 'auth-1'), 0, 'auth_request: nothing forwarded');
 
-# finding 3: the flat error of a 401 says "type":"Bad Request"
-# (common.c ngx_http_dynamo_rl_status_type() has no 401, 415 ... and
-# answers "Bad Request" for every other 4xx)
+# finding 4: the flat error of a 401 says "type":"Bad Request", and so
+# does the module's own 415 unsupported_encoding: common.c:483-542
+# ngx_http_dynamo_rl_status_type(), "the canonical reason phrase,
+# Dynamo's type", has no 401, 411 or 415, and answers
+# "Bad Request" for every 4xx it does not list (common.c:540)
 
 ok(flat($r, 401, 'Unauthorized'),
-	'finding 3: a 401 on the request plane has type Unauthorized');
+	'finding 4: a 401 on the request plane has type Unauthorized');
 
 $r = attempt('auth-1', $P);
 is($r->{status}, 200, 'auth_request: the id is still free');
@@ -259,33 +271,35 @@ is($r->{status}, 415, 'content coding: 415');
 is($r->{headers}{'x-dynamo-rl-reason'}, 'unsupported_encoding',
 	'content coding: reason');
 ok(flat($r, 415, 'Unsupported Media Type'),
-	'finding 3: the module\'s own 415 has type Unsupported Media Type');
+	'finding 4: the module\'s own 415 has type Unsupported Media Type');
 is(forwarded($t, 'enc-1'), 0, 'content coding: not forwarded');
 
-# finding 4: nginx's own 413 of a declared body over
-# client_max_body_size (sent from the find-config phase, before the
-# module's PREACCESS handler made a context) is nginx's HTML page without
-# the attempt id: request.c creates the context only in PREACCESS, and
-# module.c's header filter gives the flat shape and the id only to a
-# request with a context
+# finding 5: nginx's own 413 of a declared body (Content-Length) over
+# client_max_body_size on the request plane is nginx's HTML page, without
+# the attempt id; the same 413 of a chunked body gets the flat shape and
+# the id.  nginx sends it from the find-config phase, before the module's
+# PREACCESS handler creates the context (request.c:126), and module.c:493
+# gives the flat shape and the id only to a request with a context
 
 $r = call('POST', '/small/completions', body => '{"prompt":"' . ('x' x 2048) . '"}',
 	headers => [ 'X-Dynamo-Attempt-Id' => 'big-1' ]);
 is($r->{status}, 413, 'declared body too large: 413');
 ok(flat($r, 413, 'Payload Too Large'),
-	'finding 4: nginx\'s 413 on the request plane has the flat shape');
+	'finding 5: nginx\'s 413 on the request plane has the flat shape');
 is($r->{headers}{'x-dynamo-attempt-id'}, 'big-1',
-	'finding 4: nginx\'s 413 on the request plane echoes the attempt id');
+	'finding 5: nginx\'s 413 on the request plane echoes the attempt id');
 is(forwarded($t, 'big-1'), 0, 'declared body too large: not forwarded');
 
-# finding 5: a "return" in an if block of a request-plane location
-# answers without the attempt id (it runs in the rewrite phase, before
-# request.c's PREACCESS handler creates the context)
+# finding 6: a "return" in an if block of a request-plane location
+# answers without the attempt id ("comes back on the response, headers
+# are sent even on errors"; "if blocks inherit the plane and all of its
+# policy"): it runs in the rewrite phase, before request.c:126 creates
+# the context, and module.c:493 echoes only a context's id
 
 $r = attempt('if-ret', $P, headers => [ 'x-block' => 1 ]);
 is($r->{status}, 418, 'return in an if block: its status');
 is($r->{headers}{'x-dynamo-attempt-id'}, 'if-ret',
-	'finding 5: return in an if block echoes the attempt id');
+	'finding 6: return in an if block echoes the attempt id');
 
 # the frontend's X-Accel-Redirect in an if block that inherits the plane
 
