@@ -9,7 +9,8 @@
 # named, =200), proxy_intercept_errors, return in an if block, nginx's own
 # 413, auth_request, mirror, proxy_next_upstream, X-Accel-Redirect in an
 # if block, keepalive pipelining, SSE and HTTP/2 client aborts, two worker
-# processes, a body still arriving while the gate closes, and the shared
+# processes, post_action, a body still arriving while the gate closes,
+# and the shared
 # store's claim pending while the client goes away (Redis behind the
 # harness's fake RESP server).
 #
@@ -36,7 +37,7 @@ use Test::DynamoRL::Redis qw/ admit replica_conf resp_proxy store_key /;
 
 ###############################################################################
 
-my $t = rl_test(180, 71 + 4 + 3 + 10 + 2, <<'EOF2');
+my $t = rl_test(180, 71 + 4 + 3 + 10 + 2 + 5, <<'EOF2');
 
 %%RL_MAIN workers=2%%
 
@@ -101,6 +102,12 @@ http {
             dynamo_rl_plane request;
             proxy_pass http://two/v1/;
             proxy_next_upstream error timeout http_502 non_idempotent;
+        }
+
+        location /pa/ {
+            dynamo_rl_plane request;
+            proxy_pass http://frontend/v1/;
+            post_action @retry;
         }
 
         location = /ok.json { root %%TESTDIR%%; }
@@ -300,6 +307,31 @@ $r = attempt('if-ret', $P, headers => [ 'x-block' => 1 ]);
 is($r->{status}, 418, 'return in an if block: its status');
 is($r->{headers}{'x-dynamo-attempt-id'}, 'if-ret',
 	'finding 6: return in an if block echoes the attempt id');
+
+# post_action after a whole answer: never forwarded again (held)
+
+$m0 = metrics();
+$r = attempt('post-1', $P, uri => '/pa/completions');
+is($r->{status}, 200, 'post_action: the answer');
+is(wait_done('post-1')->{state}, 'succeeded', 'post_action: record succeeded');
+my $post = logged('post-1');
+$m1 = metrics();
+is(forwarded($t, 'post-1'), 1, 'post_action: forwarded once, not again');
+
+# finding 7: but the succeeded attempt is logged and counted as a
+# refusal: $dynamo_rl_outcome "rejected", $status 502, deny reason
+# "redirected", requests_total{outcome="rejected"} and
+# denials_total{reason="redirected"} up by one, succeeded not counted.
+# post_action is an internal redirect after the response; request.c:252-275
+# (the passed branch) refuses it through refuse() and deny()
+# (common.c:476), which set deny_reason and a 502 status on a request
+# whose answer was already sent, and status.c:601-607 then counts the
+# request as rejected
+
+is($post->{outcome} . ' ' . $post->{deny}, 'succeeded ',
+	'finding 7: post_action: $dynamo_rl_outcome succeeded, no deny reason');
+is(delta($m0, $m1, 'succeeded') . '/' . delta($m0, $m1, 'rejected'), '1/0',
+	'finding 7: post_action: counted as succeeded, not rejected');
 
 # the frontend's X-Accel-Redirect in an if block that inherits the plane
 
