@@ -10,9 +10,8 @@
 # 413, auth_request, mirror, proxy_next_upstream, X-Accel-Redirect in an
 # if block, keepalive pipelining, SSE and HTTP/2 client aborts, two worker
 # processes, post_action, a body still arriving while the gate closes,
-# and the shared
-# store's claim pending while the client goes away (Redis behind the
-# harness's fake RESP server).
+# and the shared store's claim pending while the client goes away (Redis
+# behind the harness's fake RESP server).
 #
 # Assertions under "# finding N" fail on the code they were written
 # against: each is what DESIGN.md promises.  The rest are attacks that
