@@ -36,7 +36,7 @@ use Test::DynamoRL::Redis qw/ admit replica_conf resp_proxy store_key /;
 
 ###############################################################################
 
-my $t = rl_test(180, 71 + 4 + 3 + 10 + 2 + 5, <<'EOF2');
+my $t = rl_test(180, 71 + 4 + 3 + 10 + 2 + 5 + 2, <<'EOF2');
 
 %%RL_MAIN workers=2%%
 
@@ -504,6 +504,17 @@ ok(wait_gate(sub { $_[0]{in_flight} == 0 }), 'closed mid-body: drained');
 
 gate_post('{"action":"open"}');
 
+# two worker processes: one id sent eight times at once, forwarded once
+
+my @race = map { start('POST', '/v1/completions', body => $P,
+	headers => [ 'X-Dynamo-Attempt-Id' => 'race-1' ]) } 1 .. 8;
+my %st;
+$st{resp_status(read_until($_, qr/\}\s*$/, 5))}++ for @race;
+close $_ for @race;
+is(($st{200} // 0) . '/' . ($st{409} // 0), '1/7',
+	'two workers, one id eight times: one 200, seven 409');
+is(forwarded($t, 'race-1'), 1, 'two workers, one id eight times: forwarded once');
+
 # two worker processes: every held attempt is in the drain, all leave
 
 my @held = map { hold("held-$_") } 1 .. 4;
@@ -571,6 +582,11 @@ sub logged {
 	}, 5);
 
 	return $line;
+}
+
+sub resp_status {
+	my ($raw) = @_;
+	return ($raw // '') =~ m{^HTTP/1\.1 (\d+)} ? $1 : 0;
 }
 
 sub raw_post {
