@@ -269,7 +269,6 @@ ngx_int_t ngx_http_dynamo_rl_deny(ngx_http_request_t *r,
     ngx_uint_t status, char *reason, char *message);
 ngx_int_t ngx_http_dynamo_rl_refuse(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
-void ngx_http_dynamo_rl_status_type(ngx_uint_t status, ngx_str_t *type);
 ngx_int_t ngx_http_dynamo_rl_allow(ngx_http_request_t *r,
     ngx_uint_t methods);
 ngx_int_t ngx_http_dynamo_rl_read_only(ngx_http_request_t *r);

@@ -1748,6 +1748,69 @@ ngx_http_dynamo_rl_reason_t  ngx_http_dynamo_rl_reasons[] = {
 };
 
 
+/*
+ * the canonical reason phrase of an error status (RFC 9110), Dynamo's
+ * "type" of a flat error: every 4xx and 5xx nginx or the module answers
+ */
+
+static struct {
+    ngx_uint_t    status;
+    ngx_str_t     type;
+} ngx_http_dynamo_rl_status_types[] = {
+    { 400, ngx_string("Bad Request") },
+    { 401, ngx_string("Unauthorized") },
+    { 402, ngx_string("Payment Required") },
+    { 403, ngx_string("Forbidden") },
+    { 404, ngx_string("Not Found") },
+    { 405, ngx_string("Method Not Allowed") },
+    { 406, ngx_string("Not Acceptable") },
+    { 408, ngx_string("Request Timeout") },
+    { 409, ngx_string("Conflict") },
+    { 410, ngx_string("Gone") },
+    { 411, ngx_string("Length Required") },
+    { 412, ngx_string("Precondition Failed") },
+    { 413, ngx_string("Payload Too Large") },
+    { 414, ngx_string("URI Too Long") },
+    { 415, ngx_string("Unsupported Media Type") },
+    { 416, ngx_string("Range Not Satisfiable") },
+    { 418, ngx_string("I'm a teapot") },
+    { 421, ngx_string("Misdirected Request") },
+    { 422, ngx_string("Unprocessable Content") },
+    { 429, ngx_string("Too Many Requests") },
+    { 500, ngx_string("Internal Server Error") },
+    { 501, ngx_string("Not Implemented") },
+    { 502, ngx_string("Bad Gateway") },
+    { 503, ngx_string("Service Unavailable") },
+    { 504, ngx_string("Gateway Timeout") },
+    { 505, ngx_string("HTTP Version Not Supported") },
+    { 507, ngx_string("Insufficient Storage") },
+    { 0, ngx_null_string }
+};
+
+
+/* nginx's own 494-499 go out as 400; another status, as its class's */
+
+void
+ngx_http_dynamo_rl_status_type(ngx_uint_t status, ngx_str_t *type)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; ngx_http_dynamo_rl_status_types[i].status; i++) {
+        if (ngx_http_dynamo_rl_status_types[i].status == status) {
+            *type = ngx_http_dynamo_rl_status_types[i].type;
+            return;
+        }
+    }
+
+    if (status >= 500) {
+        ngx_str_set(type, "Internal Server Error");
+
+    } else {
+        ngx_str_set(type, "Bad Request");
+    }
+}
+
+
 /* the bucket of a duration: the first bound it does not pass, or +Inf */
 
 ngx_uint_t

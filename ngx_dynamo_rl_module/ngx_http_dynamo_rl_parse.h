@@ -172,6 +172,7 @@ ngx_int_t ngx_http_dynamo_rl_routes_find(u_char *p, size_t len,
     ngx_str_t *route);
 ngx_int_t ngx_http_dynamo_rl_parse_health_path(u_char *p, size_t len,
     uint64_t *id);
+void ngx_http_dynamo_rl_status_type(ngx_uint_t status, ngx_str_t *type);
 ngx_uint_t ngx_http_dynamo_rl_bucket(ngx_msec_t ms);
 ngx_uint_t ngx_http_dynamo_rl_reason_find(u_char *p, size_t len,
     ngx_uint_t plane);

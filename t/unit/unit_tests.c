@@ -115,6 +115,7 @@ static void ngx_http_dynamo_rl_test_ns(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_siphash(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_origin(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_escape_log(ngx_http_dynamo_rl_tap_t *t);
+static void ngx_http_dynamo_rl_test_status_type(ngx_http_dynamo_rl_tap_t *t);
 
 
 static ngx_http_dynamo_rl_test_str_t  ngx_http_dynamo_rl_test_ids[] = {
@@ -617,6 +618,7 @@ main(void)
     ngx_http_dynamo_rl_test_siphash(&t);
     ngx_http_dynamo_rl_test_origin(&t);
     ngx_http_dynamo_rl_test_escape_log(&t);
+    ngx_http_dynamo_rl_test_status_type(&t);
 
     /* a trailing plan: a crash part way through leaves no plan at all */
 
@@ -1449,5 +1451,50 @@ ngx_http_dynamo_rl_test_escape_log(ngx_http_dynamo_rl_tap_t *t)
                                   && *p == '\0'
                                   && (size_t) (p - buf) < cases[i].size,
                                "escape_log", NULL, (char *) buf);
+    }
+}
+
+
+static void
+ngx_http_dynamo_rl_test_status_type(ngx_http_dynamo_rl_tap_t *t)
+{
+    char        name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    ngx_str_t   type;
+    ngx_uint_t  i, n;
+
+    static struct {
+        ngx_uint_t   status;
+        char        *type;
+    } cases[] = {
+        { 400, "Bad Request" },
+        { 401, "Unauthorized" },
+        { 403, "Forbidden" },
+        { 409, "Conflict" },
+        { 411, "Length Required" },
+        { 413, "Payload Too Large" },
+        { 415, "Unsupported Media Type" },
+        { 418, "I'm a teapot" },
+        { 429, "Too Many Requests" },
+        { 494, "Bad Request" },
+        { 499, "Bad Request" },
+        { 502, "Bad Gateway" },
+        { 503, "Service Unavailable" },
+        { 504, "Gateway Timeout" },
+        { 507, "Insufficient Storage" },
+        { 599, "Internal Server Error" },
+    };
+
+    n = NGX_HTTP_DYNAMO_RL_TEST_N(cases);
+
+    for (i = 0; i < n; i++) {
+        ngx_http_dynamo_rl_status_type(cases[i].status, &type);
+
+        snprintf(name, sizeof(name), "status_type(%lu) is \"%s\"",
+                 (unsigned long) cases[i].status, cases[i].type);
+
+        ngx_http_dynamo_rl_tap(t, type.len == strlen(cases[i].type)
+                                  && memcmp(type.data, cases[i].type,
+                                            type.len) == 0,
+                               name, NULL, NULL);
     }
 }
