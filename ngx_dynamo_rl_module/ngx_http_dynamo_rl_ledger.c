@@ -714,14 +714,31 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
 {
     off_t                            sent;
     uint64_t                         now;
-    ngx_uint_t                       state, status, reason;
+    ngx_uint_t                       state, status, upstream, reason;
     ngx_connection_t                *c;
+    ngx_http_upstream_state_t       *us;
     ngx_http_dynamo_rl_node_t       *lr;
     ngx_http_dynamo_rl_zone_t       *zone;
 
-    if (ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST || ctx->deny_reason.len
-        || ctx->settled)
+    /*
+     * an attempt, once admitted: a request that access control refused is
+     * no attempt, and one the module refused before it was forwarded was
+     * not recorded; one refused after it was (an error page that would
+     * forward it again) ends as what its upstream answered
+     */
+
+    if (ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST || ctx->settled
+        || (ctx->deny_reason.len
+            && (r->upstream == NULL || !r->upstream->request_sent)))
     {
+        return;
+    }
+
+    if (!ctx->admitted) {
+        if (r->headers_out.status >= NGX_HTTP_BAD_REQUEST) {
+            ngx_str_set(&ctx->outcome, "rejected");
+        }
+
         return;
     }
 
@@ -737,11 +754,29 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
         status = NGX_HTTP_CLIENT_CLOSED_REQUEST;
     }
 
+    /*
+     * the upstream's own status, which proxy_intercept_errors and an
+     * error page may have hidden from the client behind another one
+     */
+
+    upstream = NGX_HTTP_OK;
+
+    if (r->upstream_states != NULL && r->upstream_states->nelts) {
+        us = r->upstream_states->elts;
+        us = &us[r->upstream_states->nelts - 1];
+
+        if (us->status) {
+            upstream = us->status;
+        }
+    }
+
     if (ctx->sse.error) {
         state = NGX_HTTP_DYNAMO_RL_FAILED;
 
     } else if (ctx->complete && !c->error) {
         state = (status >= NGX_HTTP_OK && status < NGX_HTTP_SPECIAL_RESPONSE
+                 && upstream >= NGX_HTTP_OK
+                 && upstream < NGX_HTTP_SPECIAL_RESPONSE
                  && (!ctx->sse_on || ctx->sse.done))
                 ? NGX_HTTP_DYNAMO_RL_SUCCEEDED : NGX_HTTP_DYNAMO_RL_FAILED;
 

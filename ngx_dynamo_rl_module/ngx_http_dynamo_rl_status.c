@@ -598,7 +598,12 @@ ngx_http_dynamo_rl_outcome(ngx_http_request_t *r,
 {
     ngx_uint_t  i, plane;
 
-    if (ctx->deny_reason.len
+    /*
+     * a refusal, but for the listener's invalid document and for an
+     * attempt refused after it was forwarded, which the ledger settled
+     */
+
+    if (ctx->deny_reason.len && !ctx->settled
         && !(ctx->deny_reason.len == sizeof("discovery_invalid") - 1
              && ngx_strncmp(ctx->deny_reason.data, "discovery_invalid",
                             ctx->deny_reason.len)
