@@ -480,6 +480,16 @@ ngx_http_dynamo_rl_header_filter(ngx_http_request_t *r)
     ctx = ngx_http_dynamo_rl_get_ctx(r);
 
     drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    if (ctx == NULL && drlcf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        && r->headers_out.status >= NGX_HTTP_BAD_REQUEST)
+    {
+        ctx = ngx_http_dynamo_rl_request_late(r, drlcf);
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
     plane = ctx ? ctx->plane : drlcf->plane;
 
     if ((plane == NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY

@@ -197,6 +197,67 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
 
 
 /*
+ * an error of the request plane to a request that never reached PREACCESS
+ * (nginx's own 413 of a declared body, from the find-config phase, or a
+ * "return" of the rewrite phase): a context all the same, so that the
+ * error has the plane's shape and carries an id, the client's when it
+ * sent one valid id, else one minted; it is no attempt, and nothing was
+ * forwarded
+ */
+
+ngx_http_dynamo_rl_ctx_t *
+ngx_http_dynamo_rl_request_late(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_loc_conf_t *drlcf)
+{
+    ngx_uint_t                       n;
+    ngx_table_elt_t                 *h, *id;
+    ngx_http_dynamo_rl_ctx_t        *ctx;
+    ngx_http_dynamo_rl_list_iter_t   it;
+
+    ctx = ngx_http_dynamo_rl_create_ctx(r);
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    ctx->plane = NGX_HTTP_DYNAMO_RL_PLANE_REQUEST;
+    ctx->header = &drlcf->attempt_header;
+    ctx->started = ngx_http_dynamo_rl_now();
+
+    n = 0;
+    id = NULL;
+
+    for (h = ngx_http_dynamo_rl_list_first(&r->headers_in.headers, &it);
+         h != NULL;
+         h = ngx_http_dynamo_rl_list_next(&it))
+    {
+        if (ngx_http_dynamo_rl_header_is(h, &drlcf->attempt_header)
+            == NGX_OK)
+        {
+            id = h;
+            n++;
+        }
+    }
+
+    if (n == 1
+        && ngx_http_dynamo_rl_attempt_id_valid(id->value.data, id->value.len)
+           == NGX_OK)
+    {
+        ctx->attempt_id = id->value;
+        return ctx;
+    }
+
+    if (ngx_http_dynamo_rl_mint(r, ctx->id) != NGX_OK) {
+        return NULL;
+    }
+
+    ctx->attempt_id.data = ctx->id;
+    ctx->attempt_id.len = NGX_HTTP_DYNAMO_RL_UUID_LEN;
+
+    return ctx;
+}
+
+
+/*
  * PRECONTENT: a request that already went to an upstream from a plane
  * location is never forwarded again, whatever brought it back (an
  * error_page with proxy_intercept_errors, to a regular or a named
@@ -254,6 +315,23 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
             && clcf->handler == NULL)
         {
             return NGX_DECLINED;
+        }
+
+        if (r->post_action) {
+
+            /*
+             * post_action, after the response: nothing is sent again,
+             * and nothing answered, which would change what the request
+             * is logged and counted as
+             */
+
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "dynamo rl: post_action \"%V\" of a plane request "
+                          "not sent", &r->uri);
+
+            ngx_http_finalize_request(r, NGX_OK);
+
+            return NGX_DONE;
         }
 
         if (r->upstream == NULL) {

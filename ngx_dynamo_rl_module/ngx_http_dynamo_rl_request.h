@@ -16,6 +16,8 @@
 
 ngx_int_t ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r);
+ngx_http_dynamo_rl_ctx_t *ngx_http_dynamo_rl_request_late(
+    ngx_http_request_t *r, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 uint64_t ngx_http_dynamo_rl_request_lens(
     ngx_http_dynamo_rl_loc_conf_t *drlcf);
 
