@@ -13,9 +13,11 @@
 # and the shared store's claim pending while the client goes away (Redis
 # behind the harness's fake RESP server).
 #
-# Assertions under "# finding N" fail on the code they were written
-# against: each is what DESIGN.md promises.  The rest are attacks that
-# held, kept as regression tests.
+# Assertions under "# finding N" failed on the code they were written
+# against (5ed126b and before; the file:line references are of
+# that code): each is what DESIGN.md promises, and each holds since the
+# fixes that followed.  The rest are attacks that held, kept as
+# regression tests.
 
 ###############################################################################
 
@@ -206,7 +208,7 @@ is($rec->{state}, 'failed',
 
 my $m0 = metrics();
 $r = attempt('ep-retry', $P, headers => [ 'x-fake-scenario' => 'status-500' ]);
-my $m1 = metrics();
+my $m1 = counted($m0);
 is($r->{status}, 502, 'error_page to a proxying location: 502');
 is($r->{headers}{'x-dynamo-rl-reason'}, 'redirected',
 	'error_page to a proxying location: reason');
@@ -239,7 +241,7 @@ is(delta($m0, $m1, 'failed') . '/' . delta($m0, $m1, 'rejected'), '1/0',
 
 $m0 = metrics();
 $r = attempt('auth-1', $P, uri => '/a/completions');
-$m1 = metrics();
+$m1 = counted($m0);
 is($r->{status}, 401, 'auth_request: 401');
 
 # finding 3: a request that auth_request refused (401), never admitted,
@@ -314,7 +316,7 @@ $r = attempt('post-1', $P, uri => '/pa/completions');
 is($r->{status}, 200, 'post_action: the answer');
 is(wait_done('post-1')->{state}, 'succeeded', 'post_action: record succeeded');
 my $post = logged('post-1');
-$m1 = metrics();
+$m1 = counted($m0);
 is(forwarded($t, 'post-1'), 1, 'post_action: forwarded once, not again');
 
 # finding 7: but the succeeded attempt is logged and counted as a
@@ -534,6 +536,23 @@ sub gate {
 
 sub gate_post {
 	return json(call('POST', '/rl/gate', port => 8070, body => shift));
+}
+
+# the metrics once the request just answered is counted: its log phase,
+# where it is, comes after its response
+
+sub counted {
+	my ($m0) = @_;
+	my $m1;
+
+	$t->wait_for(sub {
+		$m1 = metrics();
+		my $n = 0;
+		$n += delta($m0, $m1, $_) for qw/ succeeded failed canceled rejected /;
+		return $n >= 1;
+	}, 5);
+
+	return $m1;
 }
 
 sub delta {
