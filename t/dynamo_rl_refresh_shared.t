@@ -32,8 +32,9 @@ use Time::HiRes ();
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ refresh_args refresh_failed refresh_finish
-	refresh_python refresh_replicas refresh_sequence refresh_start rl_conf
-	time_limit worker_calls worker_counts worker_state /;
+	refresh_output refresh_python refresh_replicas refresh_sequence
+	refresh_start rl_conf time_limit worker_calls worker_counts
+	worker_state /;
 
 ###############################################################################
 
@@ -346,8 +347,13 @@ sub refresh_draining {
 
 	my $run = start_refresh(next_version(), @args);
 
+	# closed, and the close seen through the other replica: the last of
+	# step 1, which reports a change of the gate before it as its own
+
 	ok(Test::DynamoRL::wait_for(sub {
 		gate_state(1)->{state} eq 'closed'
+			&& refresh_output($run)
+			=~ /^\[1\/9 close\] +replica \Q$GB\E  sees the close/m
 	}, 10), "$name: closed");
 
 	return $run;
