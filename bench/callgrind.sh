@@ -59,23 +59,8 @@ gw_port=$((base + 1))
 cp "$module" "$prefix/module.so"
 mkdir -p "$prefix/up" "$prefix/gw"
 
-completion='{"id":"cmpl-8c1f6b0e2d4a4e0f9a7b3c5d1e2f3a4b","object":"text_completion","created":1732890000,"model":"Qwen/Qwen3-0.6B-Instruct","choices":[{"index":0,"text":" Hello! It is nice to meet you. I am a small language model served by Dynamo behind an nginx gateway, and this fixed completion stands in for generated text so that the benchmark measures the gateway rather than the model. Each response carries the same bytes, whatever the prompt said.","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":8,"completion_tokens":64,"total_tokens":72},"system_fingerprint":"fp_bench_0001"}'
-
 cat > "$prefix/up/nginx.conf" <<EOF
-$(conf_head up)
-
-http {
-$(temp_paths "$prefix/up")
-    access_log  off;
-    keepalive_requests  1000000;
-
-    server {
-        listen  127.0.0.1:$up_port reuseport backlog=4096;
-
-        location = /v1/completions {
-            default_type  application/json;
-            return 200 '$completion';
-        }
+$(upstream_head "$up_port")
     }
 }
 EOF
