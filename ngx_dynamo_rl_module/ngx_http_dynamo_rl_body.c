@@ -119,9 +119,13 @@ ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
         return ngx_http_dynamo_rl_body_verdict(ctx);
     }
 
-    /* the reference the read took */
+    /*
+     * the reference the read took: the request holds its own, so this is
+     * what ngx_http_finalize_request(r, NGX_DONE) would do, without its
+     * walk to ngx_http_close_request()
+     */
 
-    ngx_http_finalize_request(r, NGX_DONE);
+    r->main->count--;
 
     if (ctx->body_state == NGX_HTTP_DYNAMO_RL_BODY_CHECKED) {
 

@@ -153,6 +153,24 @@ ngx_http_dynamo_rl_now(void)
 }
 
 
+/*
+ * the same clock, for a request: its start as long as nginx's cached
+ * clock has not moved since (ngx_current_msec, updated as the event loop
+ * turns), as in the phases that follow a request's header without
+ * waiting, which then need not read the clock again
+ */
+
+uint64_t
+ngx_http_dynamo_rl_ctx_now(ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    if (ctx->started && ctx->started_tick == ngx_current_msec) {
+        return ctx->started;
+    }
+
+    return ngx_http_dynamo_rl_now();
+}
+
+
 /* the wall clock in milliseconds since the epoch: for display only */
 
 uint64_t

@@ -178,8 +178,12 @@ typedef struct {
     size_t                          admin_len;
     ngx_str_t                       admin_result;
 
-    /* ngx_http_dynamo_rl_now(): the start, the upstream's header, the end */
+    /*
+     * ngx_http_dynamo_rl_now(): the start, the upstream's header, the end;
+     * ngx_current_msec at the start, see ngx_http_dynamo_rl_ctx_now()
+     */
     uint64_t                        started;
+    ngx_msec_t                      started_tick;
     uint64_t                        header_at;
     uint64_t                        ended_at;
 
@@ -255,6 +259,7 @@ char *ngx_http_dynamo_rl_content_handler(ngx_conf_t *cf,
     ngx_http_handler_pt handler);
 ngx_http_dynamo_rl_zone_t *ngx_http_dynamo_rl_get_zone(ngx_http_request_t *r);
 uint64_t ngx_http_dynamo_rl_now(void);
+uint64_t ngx_http_dynamo_rl_ctx_now(ngx_http_dynamo_rl_ctx_t *ctx);
 uint64_t ngx_http_dynamo_rl_wall(void);
 u_char *ngx_http_dynamo_rl_iso_time(u_char *p, uint64_t ms);
 ngx_int_t ngx_http_dynamo_rl_send_json(ngx_http_request_t *r,

@@ -276,7 +276,7 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
 record:
 
     hash = ngx_http_dynamo_rl_ledger_hash(zone->sh, &ctx->attempt_id);
-    now = ngx_http_dynamo_rl_now();
+    now = ngx_http_dynamo_rl_ctx_now(ctx);
 
     size = offsetof(ngx_http_dynamo_rl_node_t, id) + ctx->attempt_id.len;
 
@@ -821,7 +821,9 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
         return;
     }
 
-    now = ngx_http_dynamo_rl_now();
+    /* the end of the response, when it ended, is the record's */
+
+    now = ctx->ended_at ? ctx->ended_at : ngx_http_dynamo_rl_now();
 
     zone = ctx->ledger_zone;
 

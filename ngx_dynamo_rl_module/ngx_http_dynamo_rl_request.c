@@ -131,6 +131,7 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
     ctx->plane = drlcf->plane;
     ctx->header = &drlcf->attempt_header;
     ctx->started = ngx_http_dynamo_rl_now();
+    ctx->started_tick = ngx_current_msec;
 
 
     if (drlcf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
@@ -222,6 +223,7 @@ ngx_http_dynamo_rl_request_late(ngx_http_request_t *r,
     ctx->plane = NGX_HTTP_DYNAMO_RL_PLANE_REQUEST;
     ctx->header = &drlcf->attempt_header;
     ctx->started = ngx_http_dynamo_rl_now();
+    ctx->started_tick = ngx_current_msec;
 
     n = 0;
     id = NULL;
