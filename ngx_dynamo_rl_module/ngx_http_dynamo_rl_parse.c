@@ -941,6 +941,87 @@ ngx_http_dynamo_rl_same_origin(ngx_str_t *origin, ngx_uint_t origins,
 }
 
 
+/*
+ * a name is compared only with those of its own length, at most two;
+ * NGX_HTTP_DYNAMO_RL_HEADER_LENS has a bit for each length here
+ */
+
+ngx_uint_t
+ngx_http_dynamo_rl_header_class(u_char *name, size_t len)
+{
+    char        *s1, *s2;
+    ngx_uint_t   c1, c2;
+
+    if (len > 28 || !(NGX_HTTP_DYNAMO_RL_HEADER_LENS & (1 << len))) {
+        return NGX_HTTP_DYNAMO_RL_HEADER_OTHER;
+    }
+
+    s2 = NULL;
+    c1 = NGX_HTTP_DYNAMO_RL_HEADER_ROUTING;
+    c2 = NGX_HTTP_DYNAMO_RL_HEADER_ROUTING;
+
+    switch (len) {
+
+    case 9:
+        s1 = "x-dp-rank";
+        break;
+
+    case 10:
+        s1 = "request-id";
+        c1 = NGX_HTTP_DYNAMO_RL_HEADER_REQUEST_ID;
+        break;
+
+    case 16:
+        s1 = "content-encoding";
+        c1 = NGX_HTTP_DYNAMO_RL_HEADER_CODING;
+        s2 = "x-dynamo-dp-rank";
+        break;
+
+    case 17:
+        s1 = "x-prefill-dp-rank";
+        break;
+
+    case 19:
+        s1 = "x-dynamo-request-id";
+        c1 = NGX_HTTP_DYNAMO_RL_HEADER_REQUEST_ID;
+        break;
+
+    case 20:
+        s1 = "x-worker-instance-id";
+        s2 = "x-data-parallel-rank";
+        break;
+
+    case 21:
+        s1 = "x-prefill-instance-id";
+        break;
+
+    case 24:
+        s1 = "x-dynamo-prefill-dp-rank";
+        break;
+
+    case 27:
+        s1 = "x-dynamo-worker-instance-id";
+        break;
+
+    default: /* 28 */
+        s1 = "x-dynamo-prefill-instance-id";
+        break;
+    }
+
+    if (ngx_http_dynamo_rl_caseeq(name, (u_char *) s1, len) == NGX_OK) {
+        return c1;
+    }
+
+    if (s2 != NULL
+        && ngx_http_dynamo_rl_caseeq(name, (u_char *) s2, len) == NGX_OK)
+    {
+        return c2;
+    }
+
+    return NGX_HTTP_DYNAMO_RL_HEADER_OTHER;
+}
+
+
 /* ASCII letters in any case; the pure code links without ngx_string.c */
 
 static ngx_int_t

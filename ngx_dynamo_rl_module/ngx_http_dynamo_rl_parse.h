@@ -32,6 +32,20 @@
 #define NGX_HTTP_DYNAMO_RL_REASONS         24
 #define NGX_HTTP_DYNAMO_RL_BUCKETS         19   /* 5 ms .. 1 h, +Inf */
 
+/*
+ * a client's request header that the request plane renames or drops
+ * (ngx_http_dynamo_rl_header_class()), and the lengths of their names, a
+ * bit each, so that most headers are ruled out by their length alone
+ */
+#define NGX_HTTP_DYNAMO_RL_HEADER_OTHER       0
+#define NGX_HTTP_DYNAMO_RL_HEADER_ROUTING     1   /* a routing pin */
+#define NGX_HTTP_DYNAMO_RL_HEADER_REQUEST_ID  2   /* a request id of Dynamo's */
+#define NGX_HTTP_DYNAMO_RL_HEADER_CODING      3   /* Content-Encoding */
+
+#define NGX_HTTP_DYNAMO_RL_HEADER_LENS                                       \
+    ((1 << 9) | (1 << 10) | (1 << 16) | (1 << 17) | (1 << 19) | (1 << 20)   \
+     | (1 << 21) | (1 << 24) | (1 << 27) | (1 << 28))
+
 /* an attempt's states, in the ledger and in the store's replies */
 #define NGX_HTTP_DYNAMO_RL_ACCEPTED        1
 #define NGX_HTTP_DYNAMO_RL_STREAMING       2
@@ -173,6 +187,7 @@ ngx_int_t ngx_http_dynamo_rl_routes_find(u_char *p, size_t len,
 ngx_int_t ngx_http_dynamo_rl_parse_health_path(u_char *p, size_t len,
     uint64_t *id);
 void ngx_http_dynamo_rl_status_type(ngx_uint_t status, ngx_str_t *type);
+ngx_uint_t ngx_http_dynamo_rl_header_class(u_char *name, size_t len);
 ngx_uint_t ngx_http_dynamo_rl_bucket(ngx_msec_t ms);
 ngx_uint_t ngx_http_dynamo_rl_reason_find(u_char *p, size_t len,
     ngx_uint_t plane);

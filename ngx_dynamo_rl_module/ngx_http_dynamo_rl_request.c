@@ -25,38 +25,12 @@ static ngx_int_t ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf,
     ngx_uint_t client_id, ngx_uint_t touch);
 static ngx_int_t ngx_http_dynamo_rl_upstream_touch(ngx_table_elt_t *h,
-    ngx_http_dynamo_rl_loc_conf_t *drlcf);
-static ngx_int_t ngx_http_dynamo_rl_routing_header(ngx_table_elt_t *h);
+    ngx_uint_t class, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 static ngx_table_elt_t *ngx_http_dynamo_rl_push_header(ngx_list_t *list,
     ngx_str_t *name, u_char *lowcase, ngx_uint_t hash, ngx_str_t *value);
 
 
 static ngx_str_t  ngx_http_dynamo_rl_request_id = ngx_string("request-id");
-static ngx_str_t  ngx_http_dynamo_rl_dynamo_request_id =
-    ngx_string("x-dynamo-request-id");
-static ngx_str_t  ngx_http_dynamo_rl_content_encoding =
-    ngx_string("Content-Encoding");
-
-
-/* the lengths of the names below, a bit each: most headers skip the walk */
-
-#define NGX_HTTP_DYNAMO_RL_ROUTING_LENS                                      \
-    ((1 << 9) | (1 << 16) | (1 << 17) | (1 << 20) | (1 << 21) | (1 << 24)   \
-     | (1 << 27) | (1 << 28))
-
-
-static ngx_str_t  ngx_http_dynamo_rl_routing_headers[] = {
-    ngx_string("x-dynamo-worker-instance-id"),
-    ngx_string("x-dynamo-prefill-instance-id"),
-    ngx_string("x-dynamo-dp-rank"),
-    ngx_string("x-dynamo-prefill-dp-rank"),
-    ngx_string("x-worker-instance-id"),
-    ngx_string("x-prefill-instance-id"),
-    ngx_string("x-dp-rank"),
-    ngx_string("x-data-parallel-rank"),
-    ngx_string("x-prefill-dp-rank"),
-    ngx_null_string
-};
 
 
 ngx_int_t
@@ -415,8 +389,9 @@ static ngx_int_t
 ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
 {
+    size_t            len;
     uint64_t          lens;
-    ngx_uint_t        i, n, touch;
+    ngx_uint_t        i, n, touch, class;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *header, *id;
 
@@ -447,11 +422,13 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
             i = 0;
         }
 
-        if (header[i].key.len < 64 && !(lens & (1ULL << header[i].key.len))) {
+        len = header[i].key.len;
+
+        if (len < 64 && !(lens & (1ULL << len))) {
             continue;
         }
 
-        if (header[i].key.len == drlcf->attempt_header.len
+        if (len == drlcf->attempt_header.len
             && ngx_http_dynamo_rl_header_is(&header[i], &drlcf->attempt_header)
                == NGX_OK)
         {
@@ -459,16 +436,16 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
             n++;
         }
 
+        class = ngx_http_dynamo_rl_header_class(header[i].key.data, len);
+
         if (!touch
-            && ngx_http_dynamo_rl_upstream_touch(&header[i], drlcf) == NGX_OK)
+            && ngx_http_dynamo_rl_upstream_touch(&header[i], class, drlcf)
+               == NGX_OK)
         {
             touch = 1;
         }
 
-        if (header[i].key.len == ngx_http_dynamo_rl_content_encoding.len
-            && ngx_http_dynamo_rl_header_is(&header[i],
-                                  &ngx_http_dynamo_rl_content_encoding)
-               == NGX_OK
+        if (class == NGX_HTTP_DYNAMO_RL_HEADER_CODING
             && (header[i].value.len != sizeof("identity") - 1
                 || ngx_strncasecmp(header[i].value.data,
                                    (u_char *) "identity",
@@ -564,10 +541,7 @@ ngx_http_dynamo_rl_request_lens(ngx_http_dynamo_rl_loc_conf_t *drlcf)
 {
     uint64_t  lens;
 
-    lens = NGX_HTTP_DYNAMO_RL_ROUTING_LENS
-           | (1ULL << ngx_http_dynamo_rl_request_id.len)
-           | (1ULL << ngx_http_dynamo_rl_dynamo_request_id.len)
-           | (1ULL << ngx_http_dynamo_rl_content_encoding.len);
+    lens = NGX_HTTP_DYNAMO_RL_HEADER_LENS;
 
     if (drlcf->attempt_header.len < 64) {
         lens |= 1ULL << drlcf->attempt_header.len;
@@ -679,7 +653,12 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
             i = 0;
         }
 
-        if (ngx_http_dynamo_rl_upstream_touch(&header[i], drlcf) != NGX_OK) {
+        if (ngx_http_dynamo_rl_upstream_touch(&header[i],
+                          ngx_http_dynamo_rl_header_class(header[i].key.data,
+                                                          header[i].key.len),
+                          drlcf)
+            != NGX_OK)
+        {
             continue;
         }
 
@@ -787,62 +766,26 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
 /*
  * NGX_OK: a client's header the upstream must not see as it is (the
  * upstream id's name, a routing pin, a request id), the attempt header
- * excepted; lengths first, as most headers are none of them
+ * excepted; "class" is the header's ngx_http_dynamo_rl_header_class()
  */
 
 static ngx_int_t
-ngx_http_dynamo_rl_upstream_touch(ngx_table_elt_t *h,
+ngx_http_dynamo_rl_upstream_touch(ngx_table_elt_t *h, ngx_uint_t class,
     ngx_http_dynamo_rl_loc_conf_t *drlcf)
 {
-    size_t  len;
-
-    len = h->key.len;
+    if (class == NGX_HTTP_DYNAMO_RL_HEADER_REQUEST_ID
+        || (class == NGX_HTTP_DYNAMO_RL_HEADER_ROUTING
+            && drlcf->strip_routing_headers))
+    {
+        return NGX_OK;
+    }
 
     if (drlcf->attempt_upstream != NGX_HTTP_DYNAMO_RL_UPSTREAM_NONE
-        && len == drlcf->attempt_upstream_header.len
+        && h->key.len == drlcf->attempt_upstream_header.len
         && ngx_http_dynamo_rl_header_is(h, &drlcf->attempt_upstream_header)
            == NGX_OK)
     {
         return NGX_OK;
-    }
-
-    if (drlcf->strip_routing_headers
-        && ngx_http_dynamo_rl_routing_header(h) == NGX_OK)
-    {
-        return NGX_OK;
-    }
-
-    if ((len == ngx_http_dynamo_rl_request_id.len
-         && ngx_http_dynamo_rl_header_is(h, &ngx_http_dynamo_rl_request_id)
-            == NGX_OK)
-        || (len == ngx_http_dynamo_rl_dynamo_request_id.len
-            && ngx_http_dynamo_rl_header_is(h,
-                                     &ngx_http_dynamo_rl_dynamo_request_id)
-               == NGX_OK))
-    {
-        return NGX_OK;
-    }
-
-    return NGX_DECLINED;
-}
-
-
-static ngx_int_t
-ngx_http_dynamo_rl_routing_header(ngx_table_elt_t *h)
-{
-    ngx_str_t  *name;
-
-    if (h->key.len > 28
-        || !(NGX_HTTP_DYNAMO_RL_ROUTING_LENS & (1 << h->key.len))
-        || (h->key.data[0] != 'x' && h->key.data[0] != 'X'))
-    {
-        return NGX_DECLINED;
-    }
-
-    for (name = ngx_http_dynamo_rl_routing_headers; name->len; name++) {
-        if (ngx_http_dynamo_rl_header_is(h, name) == NGX_OK) {
-            return NGX_OK;
-        }
     }
 
     return NGX_DECLINED;

@@ -116,6 +116,7 @@ static void ngx_http_dynamo_rl_test_siphash(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_origin(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_escape_log(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_status_type(ngx_http_dynamo_rl_tap_t *t);
+static void ngx_http_dynamo_rl_test_header_class(ngx_http_dynamo_rl_tap_t *t);
 
 
 static ngx_http_dynamo_rl_test_str_t  ngx_http_dynamo_rl_test_ids[] = {
@@ -619,6 +620,7 @@ main(void)
     ngx_http_dynamo_rl_test_origin(&t);
     ngx_http_dynamo_rl_test_escape_log(&t);
     ngx_http_dynamo_rl_test_status_type(&t);
+    ngx_http_dynamo_rl_test_header_class(&t);
 
     /* a trailing plan: a crash part way through leaves no plan at all */
 
@@ -1497,4 +1499,96 @@ ngx_http_dynamo_rl_test_status_type(ngx_http_dynamo_rl_tap_t *t)
                                             type.len) == 0,
                                name, NULL, NULL);
     }
+}
+
+
+/*
+ * the client headers the request plane renames or drops, from the
+ * contract, in any case; and names that are none of them, among them
+ * those of an OpenAI SDK request and names of the same lengths
+ */
+
+static void
+ngx_http_dynamo_rl_test_header_class(ngx_http_dynamo_rl_tap_t *t)
+{
+    char        name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    u_char      buf[64];
+    size_t      len, k;
+    ngx_uint_t  i, j, n, class;
+
+    static struct {
+        char        *name;
+        ngx_uint_t   class;
+    } cases[] = {
+        { "x-dynamo-worker-instance-id", NGX_HTTP_DYNAMO_RL_HEADER_ROUTING },
+        { "x-dynamo-prefill-instance-id", NGX_HTTP_DYNAMO_RL_HEADER_ROUTING },
+        { "x-dynamo-dp-rank", NGX_HTTP_DYNAMO_RL_HEADER_ROUTING },
+        { "x-dynamo-prefill-dp-rank", NGX_HTTP_DYNAMO_RL_HEADER_ROUTING },
+        { "x-worker-instance-id", NGX_HTTP_DYNAMO_RL_HEADER_ROUTING },
+        { "x-prefill-instance-id", NGX_HTTP_DYNAMO_RL_HEADER_ROUTING },
+        { "x-dp-rank", NGX_HTTP_DYNAMO_RL_HEADER_ROUTING },
+        { "x-data-parallel-rank", NGX_HTTP_DYNAMO_RL_HEADER_ROUTING },
+        { "x-prefill-dp-rank", NGX_HTTP_DYNAMO_RL_HEADER_ROUTING },
+        { "request-id", NGX_HTTP_DYNAMO_RL_HEADER_REQUEST_ID },
+        { "x-dynamo-request-id", NGX_HTTP_DYNAMO_RL_HEADER_REQUEST_ID },
+        { "content-encoding", NGX_HTTP_DYNAMO_RL_HEADER_CODING },
+        { "x-request-id", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-client-request-id", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-dynamo-attempt-id", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "content-type", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "content-length", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-stainless-lang", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-stainless-runtime", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-stainless-package-version", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-stainless-read-timeout", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-dp-ranks", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-dp-ran", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "y-dp-rank", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-dp-ranK-", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "request_id", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "content-encodinh", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-dynamo-prefill-instance-i", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-dynamo-prefill-instance-idx", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+    };
+
+    n = NGX_HTTP_DYNAMO_RL_TEST_N(cases);
+
+    for (i = 0; i < n; i++) {
+        len = strlen(cases[i].name);
+
+        /* as sent, then in capitals, then with every other letter one */
+
+        for (j = 0; j < 3; j++) {
+            memcpy(buf, cases[i].name, len);
+
+            if (j > 0) {
+                for (k = 0; k < len; k++) {
+                    if ((j == 1 || k % 2) && buf[k] >= 'a' && buf[k] <= 'z') {
+                        buf[k] = (u_char) (buf[k] - 'a' + 'A');
+                    }
+                }
+            }
+
+            class = ngx_http_dynamo_rl_header_class(buf, len);
+
+            snprintf(name, sizeof(name), "header_class(\"%.*s\") is %lu",
+                     (int) len, buf, (unsigned long) cases[i].class);
+
+            ngx_http_dynamo_rl_tap(t, class == cases[i].class, name, NULL,
+                                   NULL);
+        }
+    }
+
+    /* a name of over 28 bytes or 64 is never one, nor does it overrun */
+
+    memset(buf, 'x', sizeof(buf));
+
+    ngx_http_dynamo_rl_tap(t,
+                           ngx_http_dynamo_rl_header_class(buf, sizeof(buf))
+                           == NGX_HTTP_DYNAMO_RL_HEADER_OTHER
+                           && ngx_http_dynamo_rl_header_class(buf, 29)
+                              == NGX_HTTP_DYNAMO_RL_HEADER_OTHER,
+                           "header_class() of long names is other", NULL,
+                           NULL);
 }
