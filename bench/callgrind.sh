@@ -10,9 +10,11 @@
 # (callgrind_control -d) and divided by the requests wrk completed.
 #
 #     bench/callgrind.sh [VARIANT...]   plain module body-off ledger-off
+#                                       id-header-off floor
 #     MODULE=/tmp/old.so bench/callgrind.sh module    another build
 #
-# Knobs: MODULE (the .so), DURATION (5 s), WARMUP (2 s), CACHE_SIM=1
+# Knobs: MODULE (the .so), DURATION (5 s), WARMUP (2 s), SDK=1 (the
+# requests carry an OpenAI SDK's headers, see wrk-request.lua), CACHE_SIM=1
 # (--cache-sim=yes: L1i and last-level misses too), KEEP=1 (the scratch
 # directory with the callgrind.out files, for callgrind_annotate).
 # Prints one line per variant: instructions per request, the part of them
@@ -123,6 +125,16 @@ EOF
         echo "            dynamo_rl_plane  request;"
         echo "            dynamo_rl_ledger off;"
         echo "            dynamo_rl_gate   off;" ;;
+    id-header-off)
+        echo "            dynamo_rl_plane                   request;"
+        echo "            dynamo_rl_attempt_upstream_header off;" ;;
+    floor)
+        # the plane with every optional part off: ids, headers, counters
+        echo "            dynamo_rl_plane                   request;"
+        echo "            dynamo_rl_body_policy             off;"
+        echo "            dynamo_rl_ledger                  off;"
+        echo "            dynamo_rl_gate                    off;"
+        echo "            dynamo_rl_attempt_upstream_header off;" ;;
     *) die "no variant $1" ;;
     esac
     cat <<EOF
