@@ -3,8 +3,10 @@
 #   make            build build/ngx_http_dynamo_rl_module.so
 #   make run        the gateway in front of the bundled fake Dynamo;
 #                   REPLICAS=2: two gateways sharing a local redis-server
-#   make test       unit tests, fuzz smoke, the example alerting rules
-#                   and the whole prove suite
+#   make test       unit tests, fuzz smoke, the example alerting rules,
+#                   the whole prove suite and test-filters
+#   make test-filters  the request plane's tests against build/nofast,
+#                   the module without its fast filter pair
 #   make check      lint, cppcheck and test
 #   make deb        build/libnginx-mod-http-dynamo-rl_<version>_<arch>.deb
 #
@@ -39,7 +41,7 @@ FUZZ_SMOKE_TIME ?= 30
 .PHONY: all build deps run-deps unit-tests valgrind deb bench nginx-tests soak \
         bench-deps bench-request bench-store \
         bench-snapshot bench-body bench-body-e2e bench-admin test-deps run test unit fuzz fuzz-smoke lint \
-        cppcheck check asan clean rules
+        cppcheck check asan clean rules build-nofast test-filters
 
 all: build
 
@@ -130,6 +132,27 @@ test: test-deps bench-deps build $(UNITS) $(FUZZERS) $(BUILD)/snapshot-bench
 	$(MAKE) rules
 	$(PROVE) $(PROVE_OPTS) -e '' $(UNITS)
 	TEST_NGINX_MODULES=$(BUILD) $(PROVE) $(PROVE_OPTS) -I t/lib -r t/
+	$(MAKE) test-filters
+
+# the request plane's filter pair on top of the module's filter chain
+# (ngx_http_dynamo_rl_plane_header_filter) takes a shortcut through it:
+# build/nofast has the pair pass to the chain instead
+# (NGX_HTTP_DYNAMO_RL_NOFAST), and the request plane's tests must pass on
+# both paths; TEST_NGINX_NOFAST=1 tells t/dynamo_rl_filters.t which path
+# to find in the debug log, about a minute
+
+NOFAST_BUILD := $(CURDIR)/build/nofast
+FILTER_TESTS := $(addprefix t/dynamo_rl_, filters.t request.t \
+                request_id.t ledger.t verdict_attack.t body.t \
+                body_attack.t http2.t compose.t store_attack.t sdk.t)
+
+build-nofast:
+	$(MAKE) BUILD=$(NOFAST_BUILD) \
+	    EXTRA_CC_OPT='-DNGX_HTTP_DYNAMO_RL_NOFAST=1' build
+
+test-filters: build-nofast
+	TEST_NGINX_NOFAST=1 TEST_NGINX_MODULES=$(NOFAST_BUILD) \
+	    $(PROVE) $(PROVE_OPTS) -I t/lib $(FILTER_TESTS)
 
 # the example alerting rules: syntax, then their promtool test cases
 

@@ -387,7 +387,10 @@ ngx_http_dynamo_rl_log_handler(ngx_http_request_t *r)
  * of the traffic, needs only status's, the ledger's and the module's, so
  * these two filters on top of the chain call just those, in the chain's
  * order, and pass anything else to the whole chain.  Whatever this path
- * does must stay what the chain does for the same request.
+ * does must stay what the chain does for the same request: "make
+ * test-filters" runs the request plane's tests against build/nofast,
+ * built with NGX_HTTP_DYNAMO_RL_NOFAST, where these two filters pass
+ * such a response to the chain as well, with a debug line that says so.
  */
 
 static ngx_int_t
@@ -406,6 +409,15 @@ ngx_http_dynamo_rl_plane_header_filter(ngx_http_request_t *r)
     {
         return ngx_http_dynamo_rl_planes_header(r);
     }
+
+#if (NGX_HTTP_DYNAMO_RL_NOFAST)
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "dynamo rl filter: request plane header to the chain");
+
+    return ngx_http_dynamo_rl_planes_header(r);
+
+#endif
 
     ngx_http_dynamo_rl_status_header(r, ctx);
 
@@ -434,6 +446,15 @@ ngx_http_dynamo_rl_plane_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     {
         return ngx_http_dynamo_rl_planes_body(r, in);
     }
+
+#if (NGX_HTTP_DYNAMO_RL_NOFAST)
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "dynamo rl filter: request plane body to the chain");
+
+    return ngx_http_dynamo_rl_planes_body(r, in);
+
+#endif
 
     /* the module's own body filter acts only on an error page of nginx's */
 
