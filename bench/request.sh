@@ -5,7 +5,7 @@
 # A fast upstream on the load generator's CPU: nginx "return 200" with a
 # fixed ~600-byte OpenAI-shaped completion for POST /v1/completions, and a
 # second nginx whose SSE route (bench/lua/sse.lua) writes N events at a
-# fixed pace, each stamped with its send time.  Five gateways, each
+# fixed pace, each stamped with its send time.  Seven gateways, each
 # "worker_processes 1" and pinned to the gateway CPU, identical but for the
 # policy in their /v1/ locations (proxy_pass to an upstream block with
 # keepalive, proxy_buffering off, proxy_request_buffering off):
@@ -17,6 +17,12 @@
 #                       dynamo_rl_gate off;";
 #   module-body-off     the module's defaults with "dynamo_rl_body_policy
 #                       off;" (no body read before the ledger);
+#   module-floor        every optional part of the plane off: "dynamo_rl_
+#                       body_policy off; dynamo_rl_ledger off;
+#                       dynamo_rl_gate off; dynamo_rl_attempt_upstream_
+#                       header off;" (ids, the attempt and request-id
+#                       headers, the response's id, metrics: the floor
+#                       below which no tuning of the optional parts goes);
 #   lua                 the attempt-id policy in lua-nginx-module
 #                       (bench/lua/attempt.lua), no dynamo_rl module;
 #   lua-ledger          the same plus a single-use ledger in a
@@ -42,7 +48,8 @@
 # One interleaved series: each round runs, in this order, wrk (-t1 -c16
 # --latency, POST /v1/completions, bench/wrk-request.lua) against plain,
 # module (minted ids), module-client-id (a unique client id per request),
-# module-ledger-off, module-body-off, lua, lua-client-id, lua-ledger,
+# module-ledger-off, module-body-off, module-floor, lua, lua-client-id,
+# lua-ledger,
 # lua-ledger-client-id
 # and direct (the upstream itself);
 # h2load (h2c, -c16 -m1) against plain and module; then SSE streams
@@ -97,7 +104,7 @@ store=${STORE:-0}
 prefix=$(mktemp -d /tmp/dynamo-rl-bench-req.XXXXXX)
 chmod 755 "$prefix"
 bench_name=request.sh
-instances="up sse plain module ledgeroff bodyoff lua lualedger fill"
+instances="up sse plain module ledgeroff bodyoff floor lua lualedger fill"
 [ "$store" != 1 ] || instances="$instances store luaredis"
 
 bench_traps
@@ -121,9 +128,9 @@ if [ "$(nproc)" -lt 2 ] && [ "$gw_cpu" != "$load_cpu" ]; then
     die "needs 2 CPUs (or GATEWAY_CPU=LOAD_CPU)"
 fi
 
-# twenty-two free loopback ports
+# twenty-four free loopback ports
 
-free_ports 22
+free_ports 24
 
 up_port=$base
 sse_port=$((base + 1))
@@ -142,11 +149,13 @@ lualedger_port=$((base + 13))
 lualedger_api=$((base + 14))
 bodyoff_port=$((base + 15))
 bodyoff_api=$((base + 16))
-redis_port=$((base + 17))
-store_port=$((base + 18))
-store_api=$((base + 19))
-luaredis_port=$((base + 20))
-luaredis_api=$((base + 21))
+floor_port=$((base + 17))
+floor_api=$((base + 18))
+redis_port=$((base + 19))
+store_port=$((base + 20))
+store_api=$((base + 21))
+luaredis_port=$((base + 22))
+luaredis_api=$((base + 23))
 
 # private copies: others may rebuild build/ or edit bench/ meanwhile, and
 # the workers (nobody) read the Lua files
@@ -229,6 +238,12 @@ policy() {
     bodyoff)
         echo "            dynamo_rl_plane        request;"
         echo "            dynamo_rl_body_policy  off;" ;;
+    floor)
+        echo "            dynamo_rl_plane                    request;"
+        echo "            dynamo_rl_body_policy              off;"
+        echo "            dynamo_rl_ledger                   off;"
+        echo "            dynamo_rl_gate                     off;"
+        echo "            dynamo_rl_attempt_upstream_header  off;" ;;
     store)
         # the store is the http level's dynamo_rl_store
         echo "            dynamo_rl_plane  request;" ;;
@@ -256,7 +271,7 @@ gateway_conf() {
     # gateway_conf kind port h2port apiport
     kind=$1
     case $kind in
-    module|ledgeroff|bodyoff|fill|store)
+    module|ledgeroff|bodyoff|floor|fill|store)
         echo "load_module  $prefix/module.so;" ;;
     lua|lualedger|luaredis)
         echo "load_module  $modules_dir/ndk_http_module.so;"
@@ -274,7 +289,7 @@ $(temp_paths "$prefix/$kind")
 
 EOF
     case $kind in
-    module|ledgeroff|bodyoff|fill)
+    module|ledgeroff|bodyoff|floor|fill)
         cat <<EOF
     dynamo_rl_zone         zone=rl:$zone_size;
     dynamo_rl_attempt_ttl  10m;
@@ -451,12 +466,13 @@ gateway_conf ledgeroff "$ledgeroff_port" "" "$ledgeroff_api" \
     > "$prefix/ledgeroff/nginx.conf"
 gateway_conf bodyoff "$bodyoff_port" "" "$bodyoff_api" \
     > "$prefix/bodyoff/nginx.conf"
+gateway_conf floor "$floor_port" "" "$floor_api" > "$prefix/floor/nginx.conf"
 gateway_conf lua "$lua_port" "" "$lua_api" > "$prefix/lua/nginx.conf"
 gateway_conf lualedger "$lualedger_port" "" "$lualedger_api" \
     > "$prefix/lualedger/nginx.conf"
 gateway_conf fill "$fill_port" "" "$fill_api" > "$prefix/fill/nginx.conf"
 
-gateways="plain module ledgeroff bodyoff lua lualedger fill"
+gateways="plain module ledgeroff bodyoff floor lua lualedger fill"
 store_skipped=
 
 if [ "$store" = 1 ]; then
@@ -508,7 +524,7 @@ for g in $gateways; do
     start "$g" "$gw_cpu"
 done
 
-for p in $(seq "$base" $((base + 16))); do
+for p in $(seq "$base" $((base + 18))); do
     if [ "$h2" != 1 ] && { [ "$p" = "$plain_h2_port" ] \
                           || [ "$p" = "$module_h2_port" ]; }; then
         continue
@@ -535,6 +551,7 @@ plain_w=$(worker_of plain)
 module_w=$(worker_of module)
 ledgeroff_w=$(worker_of ledgeroff)
 bodyoff_w=$(worker_of bodyoff)
+floor_w=$(worker_of floor)
 lua_w=$(worker_of lua)
 lualedger_w=$(worker_of lualedger)
 fill_w=$(worker_of fill)
@@ -606,7 +623,8 @@ state_of() {
 # the policy gateways, and those of them with a ledger
 
 policy_gateways="module $module_port|module-ledger-off $ledgeroff_port"
-policy_gateways="$policy_gateways|module-body-off $bodyoff_port|lua $lua_port"
+policy_gateways="$policy_gateways|module-body-off $bodyoff_port"
+policy_gateways="$policy_gateways|module-floor $floor_port|lua $lua_port"
 policy_gateways="$policy_gateways|lua-ledger $lualedger_port"
 
 if [ "$store" = 1 ]; then
@@ -628,16 +646,19 @@ done
 
 for g in "${pgs[@]}"; do
     set -- $g
+    # module-floor sends no second header (X-Request-Id) upstream
+    xr=1
+    [ "$1" != module-floor ] || xr=
     r=$(post "$2" /v1/echo)
     IFS='|' read -r st id e1 e2 _ <<< "$r"
     [ "$st" = 200 ] && [[ $id =~ $uuid7 ]] && [ "$e1" = "$id" ] \
-        && [ "$e2" = "$id" ] || die "$1: a minted id gave: $r"
+        && [ "$e2" = "${xr:+$id}" ] || die "$1: a minted id gave: $r"
     mid=$id
     cid=sanity-$tag-$1
     r=$(post "$2" /v1/echo "X-Dynamo-Attempt-Id: $cid")
     IFS='|' read -r st id e1 e2 _ <<< "$r"
     [ "$st" = 200 ] && [ "$id" = "$cid" ] && [ "$e1" = "$cid" ] \
-        && [ "$e2" = "$cid" ] || die "$1: a client id gave: $r"
+        && [ "$e2" = "${xr:+$cid}" ] || die "$1: a client id gave: $r"
     r=$(post "$2" /v1/completions "X-Dynamo-Attempt-Id: bad/id")
     [ "${r%%|*}" = 400 ] || die "$1: an invalid id gave: $r"
     r=$(post "$2" /v1/completions "X-Dynamo-Attempt-Id: $cid")
@@ -782,7 +803,7 @@ warm() {
 }
 
 for g in "plain $plain_port" "module-ledger-off $ledgeroff_port" \
-         "lua $lua_port" "direct $up_port"
+         "module-floor $floor_port" "lua $lua_port" "direct $up_port"
 do
     set -- $g
     warm "$1" "$2"
@@ -826,8 +847,8 @@ if [ "$h2" = 1 ]; then
     done
 fi
 
-for port in $sse_port $plain_port $module_port $ledgeroff_port $lua_port \
-            $lualedger_port
+for port in $sse_port $plain_port $module_port $ledgeroff_port $floor_port \
+            $lua_port $lualedger_port
 do
     run_client "$prefix/out/warmup-sse" "$python" "$prefix/sse_client.py" \
         run 127.0.0.1 "$port" "$sse_streams" 10 2 "$prefix/out/warmup-sse.d" \
@@ -843,7 +864,7 @@ sse_results=$prefix/sse-results
 : > "$sse_results"
 
 variants="plain module module-client-id module-ledger-off module-body-off"
-variants="$variants lua lua-client-id"
+variants="$variants module-floor lua lua-client-id"
 variants="$variants lua-ledger lua-ledger-client-id direct"
 [ "$h2" != 1 ] || variants="$variants plain-h2 module-h2"
 if [ "$store" = 1 ]; then
@@ -856,14 +877,17 @@ variants=${VARIANTS-$variants}
 if [ -n "$store_skipped" ]; then
     variants=$(echo " $variants " | sed 's/ store\(-c1\)\{0,1\} / /g')
 fi
-sse_variants=${SSE_VARIANTS-direct plain module module-ledger-off lua lua-ledger}
+sse_variants="direct plain module module-ledger-off module-floor lua lua-ledger"
+sse_variants=${SSE_VARIANTS-$sse_variants}
 
 sse_chrt=
 [ "$sse_rt" != 1 ] || sse_chrt="chrt -f 1"
 
 rt_workers() {
     # rt_workers fifo|other: the SSE path's workers
-    for w in $sse_w $plain_w $module_w $ledgeroff_w $lua_w $lualedger_w; do
+    for w in $sse_w $plain_w $module_w $ledgeroff_w $floor_w $lua_w \
+             $lualedger_w
+    do
         if [ "$1" = fifo ]; then
             chrt -f -p 1 "$w" > /dev/null
         else
@@ -888,6 +912,7 @@ variant() {
     module-client-id)  port=$module_port; w=$module_w; mode=client ;;
     module-ledger-off) port=$ledgeroff_port; w=$ledgeroff_w ;;
     module-body-off)   port=$bodyoff_port; w=$bodyoff_w ;;
+    module-floor)      port=$floor_port; w=$floor_w ;;
     lua)               port=$lua_port; w=$lua_w ;;
     lua-client-id)     port=$lua_port; w=$lua_w; mode=client ;;
     lua-ledger)        port=$lualedger_port; w=$lualedger_w ;;
@@ -1008,6 +1033,7 @@ for round in $(seq 1 "$rounds"); do
         plain)             port=$plain_port ;;
         module)            port=$module_port ;;
         module-ledger-off) port=$ledgeroff_port ;;
+        module-floor)      port=$floor_port ;;
         lua)               port=$lua_port ;;
         lua-ledger)        port=$lualedger_port ;;
         *)                 die "no SSE variant $v" ;;
@@ -1087,7 +1113,8 @@ rss() {
 
 profiles=
 if [ "$profile" = 1 ] && command -v perf > /dev/null; then
-    for v in ${PROFILE_VARIANTS:-plain module module-ledger-off lua lua-ledger}; do
+    pvs="plain module module-ledger-off module-floor lua lua-ledger"
+    for v in ${PROFILE_VARIANTS:-$pvs}; do
         variant "$v"
         [ -n "$w" ] || continue
         set -- "$v"
@@ -1211,7 +1238,7 @@ echo
 echo "| gateway | RSS kB |"
 echo "|---|---:|"
 for g in "plain $plain_w" "module $module_w" "module-ledger-off $ledgeroff_w" \
-         "module-body-off $bodyoff_w" \
+         "module-body-off $bodyoff_w" "module-floor $floor_w" \
          "lua $lua_w" "lua-ledger $lualedger_w" "fill (128-byte ids) $fill_w" \
          "upstream $up_w"
 do

@@ -144,6 +144,8 @@ def main(argv):
              ("module-ledger-off", "plain"), ("module-body-off", "plain"),
              ("module", "module-ledger-off"), ("module", "module-body-off"),
              ("module-client-id", "module-ledger-off"),
+             ("module-floor", "plain"), ("module", "module-floor"),
+             ("module-ledger-off", "module-floor"),
              ("module", "lua"), ("module-client-id", "lua-client-id"),
              ("module", "lua-ledger"),
              ("module-client-id", "lua-ledger-client-id"),
