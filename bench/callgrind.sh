@@ -129,12 +129,8 @@ EOF
         echo "            dynamo_rl_plane                   request;"
         echo "            dynamo_rl_attempt_upstream_header off;" ;;
     floor)
-        # the plane with every optional part off: ids, headers, counters
-        echo "            dynamo_rl_plane                   request;"
-        echo "            dynamo_rl_body_policy             off;"
-        echo "            dynamo_rl_ledger                  off;"
-        echo "            dynamo_rl_gate                    off;"
-        echo "            dynamo_rl_attempt_upstream_header off;" ;;
+        # the plane with every optional part off (lib.sh)
+        floor_policy ;;
     *) die "no variant $1" ;;
     esac
     cat <<EOF

@@ -154,6 +154,20 @@ $(temp_paths "$prefix/up")
 EOF
 }
 
+floor_policy() {
+    # floor_policy: a gateway's /v1/ location lines for the request plane
+    # with every optional part off, what callgrind.sh's "floor" and
+    # request.sh's "module-floor" measure: ids, the attempt and request-id
+    # headers, the response's id header, metrics
+    cat <<'EOF'
+            dynamo_rl_plane                   request;
+            dynamo_rl_body_policy             off;
+            dynamo_rl_ledger                  off;
+            dynamo_rl_gate                    off;
+            dynamo_rl_attempt_upstream_header off;
+EOF
+}
+
 start() {
     # start dir cpu
     taskset -c "$2" "$nginx" -p "$prefix/$1/" -c "$prefix/$1/nginx.conf" \

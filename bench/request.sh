@@ -239,11 +239,8 @@ policy() {
         echo "            dynamo_rl_plane        request;"
         echo "            dynamo_rl_body_policy  off;" ;;
     floor)
-        echo "            dynamo_rl_plane                    request;"
-        echo "            dynamo_rl_body_policy              off;"
-        echo "            dynamo_rl_ledger                   off;"
-        echo "            dynamo_rl_gate                     off;"
-        echo "            dynamo_rl_attempt_upstream_header  off;" ;;
+        # the plane with every optional part off (lib.sh)
+        floor_policy ;;
     store)
         # the store is the http level's dynamo_rl_store
         echo "            dynamo_rl_plane  request;" ;;
