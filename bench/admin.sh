@@ -101,13 +101,7 @@ other=$(awk 'match($0, /"instance_id":[0-9]+/) {
 chmod 644 "$prefix"/docs/*
 
 cat > "$prefix/stub/nginx.conf" <<EOF
-worker_processes  1;
-pid               $prefix/stub/nginx.pid;
-error_log         $prefix/stub/error.log warn;
-
-events {
-    worker_connections  4096;
-}
+$(conf_head stub)
 
 http {
 $(temp_paths "$prefix/stub")
@@ -138,13 +132,7 @@ gateway_conf() {
     cat <<EOF
 load_module  $prefix/module.so;
 
-worker_processes  1;
-pid               $prefix/$1/nginx.pid;
-error_log         $prefix/$1/error.log warn;
-
-events {
-    worker_connections  4096;
-}
+$(conf_head "$1")
 
 http {
 $(temp_paths "$prefix/$1")

@@ -77,15 +77,7 @@ gateway_conf() {
     *) echo "load_module  $prefix/module.so;" ;;
     esac
     cat <<EOF
-worker_processes  1;
-daemon            off;
-master_process    off;
-pid               $prefix/gw/nginx.pid;
-error_log         $prefix/gw/error.log warn;
-
-events {
-    worker_connections  4096;
-}
+$(conf_head gw single)
 
 http {
 $(temp_paths "$prefix/gw")

@@ -111,9 +111,14 @@ free_ports() {
 }
 
 conf_head() {
-    # conf_head dir: the main context every instance shares
+    # conf_head dir [single]: the main context every instance shares;
+    # "single" keeps the one process in the foreground (under valgrind)
+    echo "worker_processes  1;"
+    [ "${2:-}" != single ] || cat <<EOF
+daemon            off;
+master_process    off;
+EOF
     cat <<EOF
-worker_processes  1;
 pid               $prefix/$1/nginx.pid;
 error_log         $prefix/$1/error.log warn;
 

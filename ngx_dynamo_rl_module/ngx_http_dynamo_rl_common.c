@@ -390,6 +390,7 @@ ngx_http_dynamo_rl_deny(ngx_http_request_t *r, ngx_uint_t status,
  */
 
 typedef struct {
+    ngx_uint_t                      verdict;
     ngx_uint_t                      status;
     char                           *reason;
     char                           *message;
@@ -397,40 +398,80 @@ typedef struct {
 } ngx_http_dynamo_rl_refusal_t;
 
 
-static ngx_http_dynamo_rl_refusal_t  ngx_http_dynamo_rl_refusals[] = {
-    { 0, NULL, NULL, 0 },
+/*
+ * indexed by verdict; each row names its verdict, and
+ * ngx_http_dynamo_rl_refusals_check() holds the two together
+ */
 
-    { NGX_HTTP_CONFLICT, "duplicate_attempt",
+static ngx_http_dynamo_rl_refusal_t  ngx_http_dynamo_rl_refusals[] = {
+    { 0, 0, NULL, NULL, 0 },
+
+    { NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE,
+      NGX_HTTP_CONFLICT, "duplicate_attempt",
       "attempt id already used: generation is not idempotent", 0 },
 
-    { NGX_HTTP_SERVICE_UNAVAILABLE, "ledger_full",
+    { NGX_HTTP_DYNAMO_RL_VERDICT_FULL,
+      NGX_HTTP_SERVICE_UNAVAILABLE, "ledger_full",
       "attempt ledger is full", 0 },
 
     /* the retry after the lease's end, in ctx->retry_after */
-    { NGX_HTTP_SERVICE_UNAVAILABLE, "gate_closed",
+    { NGX_HTTP_DYNAMO_RL_VERDICT_CLOSED,
+      NGX_HTTP_SERVICE_UNAVAILABLE, "gate_closed",
       "generation is paused for a policy refresh, retry later", 0 },
 
-    { NGX_HTTP_SERVICE_UNAVAILABLE, "store_unavailable",
+    { NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE,
+      NGX_HTTP_SERVICE_UNAVAILABLE, "store_unavailable",
       "the shared store does not answer: nothing was sent, retry later", 1 },
 
-    { NGX_HTTP_SERVICE_UNAVAILABLE, "gate_unknown",
+    { NGX_HTTP_DYNAMO_RL_VERDICT_UNKNOWN,
+      NGX_HTTP_SERVICE_UNAVAILABLE, "gate_unknown",
       "the gate's state is not known, retry later", 1 },
 
-    { NGX_HTTP_SERVICE_UNAVAILABLE, "gate_lost",
+    { NGX_HTTP_DYNAMO_RL_VERDICT_LOST,
+      NGX_HTTP_SERVICE_UNAVAILABLE, "gate_lost",
       "the gate's record was lost while it was closed: it stays closed", 5 },
 
-    { NGX_HTTP_SERVICE_UNAVAILABLE, "gate_unknown",
+    { NGX_HTTP_DYNAMO_RL_VERDICT_STALE,
+      NGX_HTTP_SERVICE_UNAVAILABLE, "gate_unknown",
       "the gate's state is not known: the shared store has not answered, "
       "retry later", 1 },
 
-    { NGX_HTTP_BAD_GATEWAY, "redirected",
+    { NGX_HTTP_DYNAMO_RL_VERDICT_REFUSED,
+      NGX_HTTP_BAD_GATEWAY, "redirected",
       "the request was refused in a plane location and is not forwarded "
       "after a redirect", 0 },
 
-    { NGX_HTTP_BAD_GATEWAY, "redirected",
+    { NGX_HTTP_DYNAMO_RL_VERDICT_FORWARDED,
+      NGX_HTTP_BAD_GATEWAY, "redirected",
       "the request already reached an upstream and is not forwarded again",
       0 },
 };
+
+
+/*
+ * a verdict added out of order would answer with another verdict's row:
+ * the table is checked once, at postconfiguration
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_refusals_check(ngx_conf_t *cf)
+{
+    ngx_uint_t  i, n;
+
+    n = sizeof(ngx_http_dynamo_rl_refusals)
+        / sizeof(ngx_http_dynamo_rl_refusal_t);
+
+    for (i = 0; i < n; i++) {
+        if (ngx_http_dynamo_rl_refusals[i].verdict != i) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "dynamo_rl refusals: row %ui is for verdict %ui",
+                               i, ngx_http_dynamo_rl_refusals[i].verdict);
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
 
 
 ngx_int_t

@@ -272,6 +272,7 @@ ngx_int_t ngx_http_dynamo_rl_error(ngx_http_request_t *r,
     ngx_uint_t status, char *reason, char *message);
 ngx_int_t ngx_http_dynamo_rl_deny(ngx_http_request_t *r,
     ngx_uint_t status, char *reason, char *message);
+ngx_int_t ngx_http_dynamo_rl_refusals_check(ngx_conf_t *cf);
 ngx_int_t ngx_http_dynamo_rl_refuse(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 ngx_int_t ngx_http_dynamo_rl_allow(ngx_http_request_t *r,

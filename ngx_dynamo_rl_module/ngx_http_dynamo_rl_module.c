@@ -1389,6 +1389,10 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
                       &zone->name, zone->file, zone->line);
     }
 
+    if (ngx_http_dynamo_rl_refusals_check(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     if (drmcf->shm_zone != NULL
         && ngx_http_dynamo_rl_zone_reserve(cf, drmcf->shm_zone,
                                            drmcf->snapshot_max)

@@ -17,6 +17,8 @@
 
 static ngx_int_t ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
+static ngx_int_t ngx_http_dynamo_rl_attempt_id(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_table_elt_t *id, ngx_uint_t n);
 static u_char *ngx_http_dynamo_rl_log_error(ngx_http_request_t *r,
     ngx_http_request_t *sr, u_char *buf, size_t len);
 static ngx_int_t ngx_http_dynamo_rl_mint(ngx_http_request_t *r,
@@ -214,20 +216,9 @@ ngx_http_dynamo_rl_request_late(ngx_http_request_t *r,
         }
     }
 
-    if (n == 1
-        && ngx_http_dynamo_rl_attempt_id_valid(id->value.data, id->value.len)
-           == NGX_OK)
-    {
-        ctx->attempt_id = id->value;
-        return ctx;
-    }
-
-    if (ngx_http_dynamo_rl_mint(r, ctx->id) != NGX_OK) {
+    if (ngx_http_dynamo_rl_attempt_id(r, ctx, id, n) == NGX_ERROR) {
         return NULL;
     }
-
-    ctx->attempt_id.data = ctx->id;
-    ctx->attempt_id.len = NGX_HTTP_DYNAMO_RL_UUID_LEN;
 
     return ctx;
 }
@@ -391,6 +382,7 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
 {
     size_t            len;
     uint64_t          lens;
+    ngx_int_t         rc;
     ngx_uint_t        i, n, touch, class;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *header, *id;
@@ -456,20 +448,15 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
         }
     }
 
-    if (n > 1
-        || (n == 1
-            && ngx_http_dynamo_rl_attempt_id_valid(id->value.data,
-                                                   id->value.len)
-               != NGX_OK))
-    {
+    rc = ngx_http_dynamo_rl_attempt_id(r, ctx, id, n);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED && n > 0) {
+
         /* the response still carries an id the access log can join on */
-
-        if (ngx_http_dynamo_rl_mint(r, ctx->id) != NGX_OK) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        ctx->attempt_id.data = ctx->id;
-        ctx->attempt_id.len = NGX_HTTP_DYNAMO_RL_UUID_LEN;
 
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "dynamo rl: invalid client attempt id in \"%V\" "
@@ -487,8 +474,8 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
      * else one minted for the attempt (and kept in its ledger record)
      */
 
-    if (n == 0
-        || ngx_http_dynamo_rl_uuid_valid(id->value.data, id->value.len)
+    if (rc == NGX_OK
+        && ngx_http_dynamo_rl_uuid_valid(id->value.data, id->value.len)
            != NGX_OK)
     {
         if (ngx_http_dynamo_rl_mint(r, ctx->id) != NGX_OK) {
@@ -499,8 +486,7 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
         ctx->request_id.len = NGX_HTTP_DYNAMO_RL_UUID_LEN;
     }
 
-    if (n == 1) {
-        ctx->attempt_id = id->value;
+    if (rc == NGX_OK) {
         ctx->client_id = 1;
 
         if (ctx->request_id.len == 0) {
@@ -508,7 +494,7 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
         }
 
     } else {
-        ctx->attempt_id = ctx->request_id;
+        ctx->request_id = ctx->attempt_id;
     }
 
     /* every error-log line of the request names its attempt */
@@ -527,6 +513,36 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
                    &ctx->attempt_id, n ? " from client" : "");
 
     return NGX_OK;
+}
+
+
+/*
+ * the attempt id, from what a walk of the client's headers found (the
+ * last attempt id header, and how many there were): NGX_OK with the
+ * client's one valid id, NGX_DECLINED with one minted when it sent none,
+ * more than one or an invalid one, NGX_ERROR when none could be minted
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_attempt_id(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_table_elt_t *id, ngx_uint_t n)
+{
+    if (n == 1
+        && ngx_http_dynamo_rl_attempt_id_valid(id->value.data, id->value.len)
+           == NGX_OK)
+    {
+        ctx->attempt_id = id->value;
+        return NGX_OK;
+    }
+
+    if (ngx_http_dynamo_rl_mint(r, ctx->id) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ctx->attempt_id.data = ctx->id;
+    ctx->attempt_id.len = NGX_HTTP_DYNAMO_RL_UUID_LEN;
+
+    return NGX_DECLINED;
 }
 
 

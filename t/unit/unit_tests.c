@@ -85,7 +85,17 @@ typedef struct {
 } ngx_http_dynamo_rl_test_uuid_t;
 
 
+/* a SipHash vector: key 00 01 .. 0f, message 00 01 .. len-1 */
+
+typedef struct {
+    size_t                       len;
+    uint64_t                     hash;
+} ngx_http_dynamo_rl_test_sip_t;
+
+
 typedef ngx_int_t (*ngx_http_dynamo_rl_test_str_pt)(u_char *p, size_t len);
+typedef uint64_t (*ngx_http_dynamo_rl_test_sip_pt)(u_char *key, u_char *p,
+    size_t len);
 
 
 static void ngx_http_dynamo_rl_tap(ngx_http_dynamo_rl_tap_t *t,
@@ -555,10 +565,7 @@ static ngx_http_dynamo_rl_test_ns_t  ngx_http_dynamo_rl_test_nss[] = {
  * implementation's table): key 00 01 .. 0f, message 00 01 .. len-1
  */
 
-static struct {
-    size_t                       len;
-    uint64_t                     hash;
-} ngx_http_dynamo_rl_test_sips[] = {
+static ngx_http_dynamo_rl_test_sip_t  ngx_http_dynamo_rl_test_sips[] = {
     { 0, 0x726fdb47dd0e0e31ULL },
     { 1, 0x74f839c593dc67fdULL },
     { 2, 0x0d6c8009d9a94f5aULL },
@@ -581,10 +588,7 @@ static struct {
  * implementation checked against the SipHash-2-4 vectors above
  */
 
-static struct {
-    size_t                       len;
-    uint64_t                     hash;
-} ngx_http_dynamo_rl_test_sips13[] = {
+static ngx_http_dynamo_rl_test_sip_t  ngx_http_dynamo_rl_test_sips13[] = {
     { 0, 0xabac0158050fc4dcULL },
     { 1, 0xc9f49bf37d57ca93ULL },
     { 2, 0x82cb9b024dc7d44dULL },
@@ -1284,11 +1288,30 @@ ngx_http_dynamo_rl_test_ns(ngx_http_dynamo_rl_tap_t *t)
 static void
 ngx_http_dynamo_rl_test_siphash(ngx_http_dynamo_rl_tap_t *t)
 {
-    char        name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
-    char        diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
-    u_char      key[16], msg[64], other[16];
-    uint64_t    h, h2;
-    ngx_uint_t  i, n;
+    char                            name[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    char                            diag[NGX_HTTP_DYNAMO_RL_TEST_NAME];
+    u_char                          key[16], msg[64], other[16];
+    uint64_t                        h, h2;
+    ngx_uint_t                      f, i;
+    ngx_http_dynamo_rl_test_sip_t  *v;
+
+    /* SipHash-2-4, then the ledger's SipHash-1-3 */
+
+    static struct {
+        ngx_http_dynamo_rl_test_sip_pt   hash;
+        ngx_http_dynamo_rl_test_sip_t   *vectors;
+        ngx_uint_t                       n;
+        char                            *name;
+        char                            *vector;
+    } fns[] = {
+        { ngx_http_dynamo_rl_siphash, ngx_http_dynamo_rl_test_sips,
+          NGX_HTTP_DYNAMO_RL_TEST_N(ngx_http_dynamo_rl_test_sips),
+          "siphash", "reference vector" },
+
+        { ngx_http_dynamo_rl_siphash13, ngx_http_dynamo_rl_test_sips13,
+          NGX_HTTP_DYNAMO_RL_TEST_N(ngx_http_dynamo_rl_test_sips13),
+          "siphash13", "vector" },
+    };
 
     for (i = 0; i < 16; i++) {
         key[i] = (u_char) i;
@@ -1298,37 +1321,20 @@ ngx_http_dynamo_rl_test_siphash(ngx_http_dynamo_rl_tap_t *t)
         msg[i] = (u_char) i;
     }
 
-    n = NGX_HTTP_DYNAMO_RL_TEST_N(ngx_http_dynamo_rl_test_sips);
+    for (f = 0; f < NGX_HTTP_DYNAMO_RL_TEST_N(fns); f++) {
 
-    for (i = 0; i < n; i++) {
-        h = ngx_http_dynamo_rl_siphash(key, msg,
-                                       ngx_http_dynamo_rl_test_sips[i].len);
+        for (i = 0; i < fns[f].n; i++) {
+            v = &fns[f].vectors[i];
 
-        snprintf(name, sizeof(name), "siphash: reference vector, %lu bytes",
-                 (unsigned long) ngx_http_dynamo_rl_test_sips[i].len);
-        snprintf(diag, sizeof(diag), "got 0x%016llx, expected 0x%016llx",
-                 (unsigned long long) h,
-                 (unsigned long long) ngx_http_dynamo_rl_test_sips[i].hash);
+            h = fns[f].hash(key, msg, v->len);
 
-        ngx_http_dynamo_rl_tap(t, h == ngx_http_dynamo_rl_test_sips[i].hash,
-                               name, NULL, diag);
-    }
+            snprintf(name, sizeof(name), "%s: %s, %lu bytes",
+                     fns[f].name, fns[f].vector, (unsigned long) v->len);
+            snprintf(diag, sizeof(diag), "got 0x%016llx, expected 0x%016llx",
+                     (unsigned long long) h, (unsigned long long) v->hash);
 
-    n = sizeof(ngx_http_dynamo_rl_test_sips13)
-        / sizeof(ngx_http_dynamo_rl_test_sips13[0]);
-
-    for (i = 0; i < n; i++) {
-        h = ngx_http_dynamo_rl_siphash13(key, msg,
-                                         ngx_http_dynamo_rl_test_sips13[i].len);
-
-        snprintf(name, sizeof(name), "siphash13: vector, %lu bytes",
-                 (unsigned long) ngx_http_dynamo_rl_test_sips13[i].len);
-        snprintf(diag, sizeof(diag), "got 0x%016llx, expected 0x%016llx",
-                 (unsigned long long) h,
-                 (unsigned long long) ngx_http_dynamo_rl_test_sips13[i].hash);
-
-        ngx_http_dynamo_rl_tap(t, h == ngx_http_dynamo_rl_test_sips13[i].hash,
-                               name, NULL, diag);
+            ngx_http_dynamo_rl_tap(t, h == v->hash, name, NULL, diag);
+        }
     }
 
     /* the key matters: one bit of it changes the hash of the same id */
@@ -1336,17 +1342,15 @@ ngx_http_dynamo_rl_test_siphash(ngx_http_dynamo_rl_tap_t *t)
     ngx_memcpy(other, key, sizeof(key));
     other[15] ^= 0x80;
 
-    h = ngx_http_dynamo_rl_siphash(key, msg, 36);
-    h2 = ngx_http_dynamo_rl_siphash(other, msg, 36);
+    for (f = 0; f < NGX_HTTP_DYNAMO_RL_TEST_N(fns); f++) {
+        h = fns[f].hash(key, msg, 36);
+        h2 = fns[f].hash(other, msg, 36);
 
-    ngx_http_dynamo_rl_tap(t, h != h2, "siphash: another key, another hash",
-                           NULL, NULL);
+        snprintf(name, sizeof(name), "%s: another key, another hash",
+                 fns[f].name);
 
-    h = ngx_http_dynamo_rl_siphash13(key, msg, 36);
-    h2 = ngx_http_dynamo_rl_siphash13(other, msg, 36);
-
-    ngx_http_dynamo_rl_tap(t, h != h2, "siphash13: another key, another hash",
-                           NULL, NULL);
+        ngx_http_dynamo_rl_tap(t, h != h2, name, NULL, NULL);
+    }
 }
 
 
