@@ -461,6 +461,15 @@ ngx_http_dynamo_rl_refusals_check(ngx_conf_t *cf)
     n = sizeof(ngx_http_dynamo_rl_refusals)
         / sizeof(ngx_http_dynamo_rl_refusal_t);
 
+    /* a row for every verdict before BODY; BODY and ERROR have none */
+
+    if (n != NGX_HTTP_DYNAMO_RL_VERDICT_BODY) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "dynamo_rl refusals: %ui rows for %ui verdicts",
+                           n, (ngx_uint_t) NGX_HTTP_DYNAMO_RL_VERDICT_BODY);
+        return NGX_ERROR;
+    }
+
     for (i = 0; i < n; i++) {
         if (ngx_http_dynamo_rl_refusals[i].verdict != i) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

@@ -74,7 +74,8 @@ typedef struct {
 /*
  * why the request plane refuses an attempt at precontent (ctx->verdict):
  * the gate, the body policy and the ledger decide, and the precontent
- * handler answers once, with ngx_http_dynamo_rl_refuse()
+ * handler answers once, with ngx_http_dynamo_rl_refuse(): from its table
+ * for every verdict before BODY, which with ERROR stays last
  */
 #define NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE    1
 #define NGX_HTTP_DYNAMO_RL_VERDICT_FULL         2
