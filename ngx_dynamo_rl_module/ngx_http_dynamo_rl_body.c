@@ -120,12 +120,18 @@ ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
     }
 
     /*
-     * the reference the read took: the request holds its own, so this is
-     * what ngx_http_finalize_request(r, NGX_DONE) would do, without its
-     * walk to ngx_http_close_request()
+     * the reference the read took: the request holds its own, so unless
+     * a body is being discarded (its handler and lingering timer are set
+     * again there), this is what ngx_http_finalize_request(r, NGX_DONE)
+     * would do, without its walk to ngx_http_close_request()
      */
 
-    r->main->count--;
+    if (r->discard_body) {
+        ngx_http_finalize_request(r, NGX_DONE);
+
+    } else {
+        r->main->count--;
+    }
 
     if (ctx->body_state == NGX_HTTP_DYNAMO_RL_BODY_CHECKED) {
 

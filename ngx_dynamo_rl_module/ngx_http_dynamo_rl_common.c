@@ -156,8 +156,9 @@ ngx_http_dynamo_rl_now(void)
 /*
  * the same clock, for a request: its start as long as nginx's cached
  * clock has not moved since (ngx_current_msec, updated as the event loop
- * turns), as in the phases that follow a request's header without
- * waiting, which then need not read the clock again
+ * turns, or each timer_resolution), as in the phases that follow a
+ * request's header without waiting, which then need not read the clock
+ * again; at most one such tick early
  */
 
 uint64_t

@@ -18,6 +18,8 @@ static ngx_inline uint64_t ngx_http_dynamo_rl_le64(u_char *p);
 static ngx_inline uint64_t ngx_http_dynamo_rl_siphash_cd(u_char *key, u_char *p,
     size_t len, ngx_uint_t c, ngx_uint_t d);
 static ngx_int_t ngx_http_dynamo_rl_caseeq(u_char *a, u_char *b, size_t n);
+static ngx_int_t ngx_http_dynamo_rl_header_eq(u_char *name, u_char *lc,
+    size_t len);
 static ngx_int_t ngx_http_dynamo_rl_state_token(u_char **pos, u_char *end,
     ngx_str_t *tok, u_char sep);
 static ngx_int_t ngx_http_dynamo_rl_state_u64(u_char **pos, u_char *end,
@@ -943,7 +945,10 @@ ngx_http_dynamo_rl_same_origin(ngx_str_t *origin, ngx_uint_t origins,
 
 /*
  * a name is compared only with those of its own length, at most two;
- * NGX_HTTP_DYNAMO_RL_HEADER_LENS has a bit for each length here
+ * NGX_HTTP_DYNAMO_RL_HEADER_LENS has a bit for each length here.  An
+ * underscore matches a dash: with "underscores_in_headers on" nginx's own
+ * $http_ variables make no difference between them, and neither may a
+ * routing pin's check
  */
 
 ngx_uint_t
@@ -1008,17 +1013,39 @@ ngx_http_dynamo_rl_header_class(u_char *name, size_t len)
         break;
     }
 
-    if (ngx_http_dynamo_rl_caseeq(name, (u_char *) s1, len) == NGX_OK) {
+    if (ngx_http_dynamo_rl_header_eq(name, (u_char *) s1, len) == NGX_OK) {
         return c1;
     }
 
     if (s2 != NULL
-        && ngx_http_dynamo_rl_caseeq(name, (u_char *) s2, len) == NGX_OK)
+        && ngx_http_dynamo_rl_header_eq(name, (u_char *) s2, len) == NGX_OK)
     {
         return c2;
     }
 
     return NGX_HTTP_DYNAMO_RL_HEADER_OTHER;
+}
+
+
+/* "lc" is lowercase, with dashes */
+
+static ngx_int_t
+ngx_http_dynamo_rl_header_eq(u_char *name, u_char *lc, size_t len)
+{
+    u_char  c;
+
+    while (len--) {
+        c = ngx_tolower(*name);
+
+        if (c != *lc && !(c == '_' && *lc == '-')) {
+            return NGX_DECLINED;
+        }
+
+        name++;
+        lc++;
+    }
+
+    return NGX_OK;
 }
 
 

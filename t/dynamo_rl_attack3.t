@@ -178,7 +178,9 @@ for my $case ([ 'late', (map { ("X-F$_" => $_) } 1 .. 30),
 	is(frontend_requests($t), $n, "coded body $name: nothing forwarded");
 }
 
-# underscores and invalid names allowed: the dash form is still stripped
+# underscores and invalid names allowed: the dash form is still stripped,
+# and so is the underscore form, which nginx's $http_ variables take for
+# the same name
 
 $r = call('POST', '/v1/completions', port => 8086, body => $BODY,
 	headers => [ 'X-Dynamo-Worker-Instance-Id' => '9',
@@ -188,6 +190,8 @@ $rec = record_with($t, 'x-dynamo-attempt-id', 'a3-us-1');
 is($r->{status}, 200, 'underscores: status');
 ok($rec && !exists $rec->{headers}{'x-dynamo-worker-instance-id'},
 	'underscores: the pin stripped');
+ok($rec && !exists $rec->{headers}{'x_dynamo_worker_instance_id'},
+	'underscores: the underscore form stripped');
 
 # a name longer than the bit mask's 64 bytes
 

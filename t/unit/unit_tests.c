@@ -1549,10 +1549,14 @@ ngx_http_dynamo_rl_test_header_class(ngx_http_dynamo_rl_tap_t *t)
         { "x-dp-ran", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
         { "y-dp-rank", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
         { "x-dp-ranK-", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
-        { "request_id", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
         { "content-encodinh", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
         { "x-dynamo-prefill-instance-i", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
         { "x-dynamo-prefill-instance-idx", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x_dynamo_worker_instance_id", NGX_HTTP_DYNAMO_RL_HEADER_ROUTING },
+        { "x_dp-rank", NGX_HTTP_DYNAMO_RL_HEADER_ROUTING },
+        { "request_id", NGX_HTTP_DYNAMO_RL_HEADER_REQUEST_ID },
+        { "x-dp-rank_", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-dp+rank", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
         { "", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
     };
 
