@@ -945,16 +945,18 @@ ngx_http_dynamo_rl_same_origin(ngx_str_t *origin, ngx_uint_t origins,
 
 /*
  * a name is compared only with those of its own length, at most two;
- * NGX_HTTP_DYNAMO_RL_HEADER_LENS has a bit for each length here.  An
- * underscore matches a dash: with "underscores_in_headers on" nginx's own
- * $http_ variables make no difference between them, and neither may a
- * routing pin's check
+ * NGX_HTTP_DYNAMO_RL_HEADER_LENS has a bit for each length here.  In a
+ * pin's or a request id's name an underscore matches a dash: with
+ * "underscores_in_headers on" nginx's own $http_ variables make no
+ * difference between them, and neither may the check that removes them;
+ * Content-Encoding is matched as nginx itself matches it
  */
 
 ngx_uint_t
 ngx_http_dynamo_rl_header_class(u_char *name, size_t len)
 {
     char        *s1, *s2;
+    ngx_int_t    rc;
     ngx_uint_t   c1, c2;
 
     if (len > 28 || !(NGX_HTTP_DYNAMO_RL_HEADER_LENS & (1 << len))) {
@@ -1013,7 +1015,11 @@ ngx_http_dynamo_rl_header_class(u_char *name, size_t len)
         break;
     }
 
-    if (ngx_http_dynamo_rl_header_eq(name, (u_char *) s1, len) == NGX_OK) {
+    rc = (c1 == NGX_HTTP_DYNAMO_RL_HEADER_CODING)
+         ? ngx_http_dynamo_rl_caseeq(name, (u_char *) s1, len)
+         : ngx_http_dynamo_rl_header_eq(name, (u_char *) s1, len);
+
+    if (rc == NGX_OK) {
         return c1;
     }
 

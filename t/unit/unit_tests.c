@@ -1555,6 +1555,7 @@ ngx_http_dynamo_rl_test_header_class(ngx_http_dynamo_rl_tap_t *t)
         { "x_dynamo_worker_instance_id", NGX_HTTP_DYNAMO_RL_HEADER_ROUTING },
         { "x_dp-rank", NGX_HTTP_DYNAMO_RL_HEADER_ROUTING },
         { "request_id", NGX_HTTP_DYNAMO_RL_HEADER_REQUEST_ID },
+        { "content_encoding", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
         { "x-dp-rank_", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
         { "x-dp+rank", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
         { "", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
