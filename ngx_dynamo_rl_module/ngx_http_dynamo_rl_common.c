@@ -172,6 +172,15 @@ ngx_http_dynamo_rl_ctx_now(ngx_http_dynamo_rl_ctx_t *ctx)
 }
 
 
+/* the end of the request's response, or now if it never ended */
+
+uint64_t
+ngx_http_dynamo_rl_ctx_end(ngx_http_dynamo_rl_ctx_t *ctx)
+{
+    return ctx->ended_at ? ctx->ended_at : ngx_http_dynamo_rl_now();
+}
+
+
 /* the wall clock in milliseconds since the epoch: for display only */
 
 uint64_t

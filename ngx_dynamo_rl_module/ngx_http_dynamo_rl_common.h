@@ -261,6 +261,7 @@ char *ngx_http_dynamo_rl_content_handler(ngx_conf_t *cf,
 ngx_http_dynamo_rl_zone_t *ngx_http_dynamo_rl_get_zone(ngx_http_request_t *r);
 uint64_t ngx_http_dynamo_rl_now(void);
 uint64_t ngx_http_dynamo_rl_ctx_now(ngx_http_dynamo_rl_ctx_t *ctx);
+uint64_t ngx_http_dynamo_rl_ctx_end(ngx_http_dynamo_rl_ctx_t *ctx);
 uint64_t ngx_http_dynamo_rl_wall(void);
 u_char *ngx_http_dynamo_rl_iso_time(u_char *p, uint64_t ms);
 ngx_int_t ngx_http_dynamo_rl_send_json(ngx_http_request_t *r,

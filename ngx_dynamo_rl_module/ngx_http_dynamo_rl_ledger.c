@@ -823,7 +823,7 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
 
     /* the end of the response, when it ended, is the record's */
 
-    now = ctx->ended_at ? ctx->ended_at : ngx_http_dynamo_rl_now();
+    now = ngx_http_dynamo_rl_ctx_end(ctx);
 
     zone = ctx->ledger_zone;
 

@@ -441,7 +441,7 @@ ngx_http_dynamo_rl_account(ngx_http_request_t *r,
 
     /* the clock is read only when the response never ended */
 
-    end = ctx->ended_at ? ctx->ended_at : ngx_http_dynamo_rl_now();
+    end = ngx_http_dynamo_rl_ctx_end(ctx);
     ms = (ngx_msec_t) (end > ctx->started ? end - ctx->started : 0);
     bucket = ngx_http_dynamo_rl_bucket(ms);
 
