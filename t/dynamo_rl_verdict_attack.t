@@ -38,7 +38,7 @@ use Test::DynamoRL::Redis qw/ admit replica_conf resp_proxy store_key /;
 
 ###############################################################################
 
-my $t = rl_test(180, 71 + 4 + 3 + 10 + 2 + 5 + 2, <<'EOF2');
+my $t = rl_test(180, 71 + 4 + 3 + 10 + 2 + 5 + 2 + 3, <<'EOF2');
 
 %%RL_MAIN workers=2%%
 
@@ -431,14 +431,31 @@ is(admit(\%S)->{status}, 200, 'store: a replica that admits');
 
 $s = start('POST', '/v1/completions', port => 8180, body => $P,
 	headers => [ 'X-Dynamo-Attempt-Id' => 'fault-stall-h1' ]);
-select undef, undef, undef, 0.3;
+claim_sent('fault-stall-h1');
 close $s;
 
+# each claim is held by its own stall, not behind the other's
+
+is(admit(\%S)->{status}, 200, 'store: admits again after the first stall');
+
 SKIP: {
-	skip 'no curl', 1 unless `curl --version 2>/dev/null` =~ /nghttp2/;
+	skip 'no curl', 2 unless `curl --version 2>/dev/null` =~ /nghttp2/;
+
+	# the stream goes once its claim is with the store
 
 	my $port = port(8190);
-	my $out = `curl -s -i --http2-prior-knowledge -m 0.3 -H 'X-Dynamo-Attempt-Id: fault-stall-h2' -H 'Content-Type: application/json' --data-binary '{"prompt":"p"}' http://127.0.0.1:$port/v1/completions`;
+	my $pid = open my $curl, '-|', 'curl', '-s', '-i',
+		'--http2-prior-knowledge', '-m', '10',
+		'-H', 'X-Dynamo-Attempt-Id: fault-stall-h2',
+		'-H', 'Content-Type: application/json', '--data-binary', $P,
+		"http://127.0.0.1:$port/v1/completions" or die "curl: $!\n";
+
+	claim_sent('fault-stall-h2');
+	kill 'TERM', $pid;
+
+	my $out = do { local $/; <$curl> } // '';
+	close $curl;
+
 	unlike($out, qr/^HTTP\/2 200/m, 'store, http2 gone: no answer of 200');
 }
 
@@ -601,6 +618,20 @@ sub logged {
 	}, 5);
 
 	return $line;
+}
+
+# the fake RESP server has read the claim of an attempt id (its command
+# log names the command's first keys: the gate's, then the attempt's)
+
+sub claim_sent {
+	my ($id) = @_;
+
+	my $log = "$PROXY/commands.log";
+
+	ok($t->wait_for(sub {
+		open my $fh, '<', $log or return 0;
+		return scalar grep { /^EVALSHA .*\ba:\Q$id\E\b/ } <$fh>;
+	}, 10), "store, $id: the claim sent");
 }
 
 sub resp_status {
