@@ -206,7 +206,13 @@ reset_all();
 $mark = mark();
 $v = next_version();
 
-$s = in_flight($R1, 'slow', 'X-Fake-Events: 10', 'X-Fake-Interval-Ms: 200');
+# 5 s of stream: the refresh's start and both closes, on a loaded machine,
+# then a drain long enough for the 2 s lease to be renewed
+
+my $EVENTS = 25;
+
+$s = in_flight($R1, 'slow', "X-Fake-Events: $EVENTS",
+	'X-Fake-Interval-Ms: 200');
 
 ok(Test::DynamoRL::wait_for(sub { gate($T1)->{in_flight} == 1 }, 5),
 	'drain: stream in flight');
@@ -252,7 +258,7 @@ my $first_pause = min(map { $calls{$_}[0]{time} } 0 .. 2);
 is($sl && $sl->{outcome}, 'succeeded', 'drain: stream succeeded');
 ok($sl && $first_pause >= $sl->{msec}, 'drain: pause after the stream ended')
 	or diag(explain([ $sl, $first_pause ]));
-ok($sf && $first_pause >= $sf->{time} + 10 * 0.2,
+ok($sf && $first_pause >= $sf->{time} + $EVENTS * 0.2,
 	'drain: pause after the fake sent the whole stream');
 ok((grep { $_->{action} eq 'renew' } gate_posts($t1, $mark))
 	&& (grep { $_->{action} eq 'renew' } gate_posts($t2, $mark)),

@@ -45,7 +45,7 @@ $SIG{ALRM} = sub { die "test timed out\n" };
 
 alarm(Test::DynamoRL::scale(120));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(41);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(42);
 
 $t->write_file_expand('nginx.conf', nginx_conf('one'));
 $t->run_fake_dynamo()->run();
@@ -228,6 +228,7 @@ ok(Test::DynamoRL::wait_for(sub { listener_fetches() > $before }, 5),
 # a waiter for that flight in the other worker process
 
 my ($waiter, $y) = connect_to(8083, not => $x);
+ok($waiter, 'crash: a connection to the other worker process');
 
 # the next refresh is answered at once; the one in flight still waits
 
@@ -355,10 +356,12 @@ http {
         }
     }
 
-    # the trusted listener
+    # the trusted listener; reuseport: each worker process has its own
+    # socket, which its respawned successor takes over, so that
+    # connections reach both
 
     server {
-        listen 127.0.0.1:8083;
+        listen 127.0.0.1:8083 reuseport;
 
         %%RL_ADMIN_LOCATION /_rl_discovery valid=1h%%
 
