@@ -177,6 +177,7 @@ my $P = '{"prompt":"p"}';
 # attempt is judged by what the upstream answered ("failed: upstream
 # non-2xx"), whatever status the error page gives the client
 
+my $m_ep = metrics();
 my $r = attempt('ep-static', $P, headers => [ 'x-fake-scenario' => 'status-502' ]);
 is($r->{status}, 200, 'error_page =200: the static page answers');
 is(forwarded($t, 'ep-static'), 1, 'error_page =200: forwarded once');
@@ -204,9 +205,11 @@ $rec = wait_done('ep-named');
 is($rec->{state}, 'failed',
 	'finding 1: upstream 504 behind a named location\'s return 200 is failed');
 
-# an error page that would forward again: refused, never sent twice
+# an error page that would forward again: refused, never sent twice;
+# the counters are read once both attempts above are counted (with two
+# worker processes, the other one may answer the read first)
 
-my $m0 = metrics();
+my $m0 = counted($m_ep, failed => 2);
 $r = attempt('ep-retry', $P, headers => [ 'x-fake-scenario' => 'status-500' ]);
 my $m1 = counted($m0);
 is($r->{status}, 502, 'error_page to a proxying location: 502');
@@ -274,6 +277,7 @@ is(forwarded($t, 'auth-1'), 1, 'auth_request: then forwarded once');
 
 # the module's own 415: status and reason right, the type is not
 
+my $m_refused = metrics();
 $r = attempt('enc-1', $P, headers => [ 'Content-Encoding' => 'gzip' ]);
 is($r->{status}, 415, 'content coding: 415');
 is($r->{headers}{'x-dynamo-rl-reason'}, 'unsupported_encoding',
@@ -309,9 +313,12 @@ is($r->{status}, 418, 'return in an if block: its status');
 is($r->{headers}{'x-dynamo-attempt-id'}, 'if-ret',
 	'finding 6: return in an if block echoes the attempt id');
 
-# post_action after a whole answer: never forwarded again (held)
+# post_action after a whole answer: never forwarded again (held); the
+# counters are read once the three refusals before it (415, 413, 418)
+# are counted: each was answered before its body was read, so that its
+# log phase waits for the client's close (lingering close)
 
-$m0 = metrics();
+$m0 = counted($m_refused, rejected => 3);
 $r = attempt('post-1', $P, uri => '/pa/completions');
 is($r->{status}, 200, 'post_action: the answer');
 is(wait_done('post-1')->{state}, 'succeeded', 'post_action: record succeeded');
@@ -558,12 +565,20 @@ sub gate_post {
 # the metrics once the request just answered is counted: its log phase,
 # where it is, comes after its response
 
+# the metrics once a request is counted since $m0 (or those given:
+# outcome => how many)
+
 sub counted {
-	my ($m0) = @_;
+	my ($m0, %want) = @_;
 	my $m1;
 
 	$t->wait_for(sub {
 		$m1 = metrics();
+
+		if (%want) {
+			return !grep { delta($m0, $m1, $_) < $want{$_} } keys %want;
+		}
+
 		my $n = 0;
 		$n += delta($m0, $m1, $_) for qw/ succeeded failed canceled rejected /;
 		return $n >= 1;
