@@ -234,6 +234,8 @@ typedef struct {
     ngx_event_t                    *store_stream;  /* the deferred move */
     ngx_str_t                       store_key;
     ngx_str_t                       store_owner;
+    uint64_t                        store_t0;      /* the wall clock */
+    uint64_t                        store_t0_mono;
     ngx_uint_t                      verdict;
     ngx_uint_t                      retry_after;
     unsigned                        store_wait:1;

@@ -487,8 +487,13 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
 
     argv[0] = ctx->store_owner;
 
+    /* t1 is t0 plus the monotonic clock's interval: see store_end() */
+
+    ctx->store_t0 = ngx_http_dynamo_rl_wall();
+    ctx->store_t0_mono = ngx_http_dynamo_rl_now();
+
     argv[1].data = t0;
-    argv[1].len = ngx_sprintf(t0, "%uL", ngx_http_dynamo_rl_wall()) - t0;
+    argv[1].len = ngx_sprintf(t0, "%uL", ctx->store_t0) - t0;
 
     argv[2].data = lease;
     argv[2].len = ngx_sprintf(lease, "%M", store->lease) - lease;
@@ -854,6 +859,7 @@ ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
     ngx_uint_t state, ngx_uint_t status, off_t sent, ngx_uint_t reason)
 {
     u_char     *p;
+    uint64_t    end;
     ngx_str_t   argv[NGX_HTTP_DYNAMO_RL_END_ARGS];
     u_char      buf[4 * NGX_INT64_LEN];
 
@@ -886,8 +892,18 @@ ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
     p = ngx_sprintf(p, "%O", sent);
     argv[5].len = p - argv[5].data;
 
+    /*
+     * t1 is t0 plus the time since the claim on the monotonic clock, as
+     * in the zone: a step of the wall clock during the attempt changes
+     * neither the duration nor "ended"
+     */
+
+    end = ngx_http_dynamo_rl_ctx_end(ctx);
+
     argv[6].data = p;
-    p = ngx_sprintf(p, "%uL", ngx_http_dynamo_rl_wall());
+    p = ngx_sprintf(p, "%uL", ctx->store_t0 + (end > ctx->store_t0_mono
+                                               ? end - ctx->store_t0_mono
+                                               : 0));
     argv[6].len = p - argv[6].data;
 
     if (reason == NGX_HTTP_DYNAMO_RL_NOT_FORWARDED) {
@@ -1664,8 +1680,20 @@ ngx_http_dynamo_rl_attempts_found(void *data, ngx_int_t rc,
     } else {
         duration = 0;
 
+        /*
+         * the end of a worker process that died is the wall clock of
+         * the one that settled it (ngx_http_dynamo_rl_ledger_store_settle()),
+         * which may be behind t0: never a negative duration, and "ended"
+         * stays started plus duration_ms
+         */
+
         if (rec.ended) {
-            duration = rec.ended - rec.started;
+            if (rec.ended > rec.started) {
+                duration = rec.ended - rec.started;
+
+            } else {
+                rec.ended = rec.started;
+            }
 
         } else if (ngx_http_dynamo_rl_wall() > rec.started) {
             duration = ngx_http_dynamo_rl_wall() - rec.started;
