@@ -278,7 +278,7 @@ our @EXPORT_OK = qw/ deny_reasons output time_limit rl_test fail_without
 	read_until vllm_routes worker doc json_lines err_since frontend_records
 	frontend_requests forwarded listener_fetches worker_counts
 	worker_records_since worker_calls worker_state admin_call curl_response
-	fork_server samples record_with faketime set_clock clock_is
+	fork_server samples record_with faketime set_clock clock_is step_times
 	refresh_python refresh_start refresh_args refresh_output refresh_finish
 	refresh_replicas refresh_failure refresh_failed refresh_sequence
 	run_timed attempt_record example_conf
@@ -1157,6 +1157,24 @@ sub clock_is {
 		my $ms = iso_ms($j->{time} // '') // return;
 		return abs($ms - (time() + $offset) * 1000) < 5000;
 	}, 10);
+}
+
+# an attempt record after a step back of nginx's wall clock during an
+# attempt that took $real seconds: duration_ms is its length (at least
+# 1.5 s), "ended" is shown and is "started" plus duration_ms (3 tests)
+
+sub step_times {
+	my ($a, $real) = @_;
+
+	my $d = $a->{duration_ms} // -1;
+	my $iso = qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
+
+	Test::More::ok($d >= 1500 && $d <= ($real + 1) * 1000,
+		"backward step: duration_ms $d, the attempt's length");
+	Test::More::like($a->{ended} // '', $iso, 'backward step: ended shown');
+	Test::More::ok(abs((iso_ms($a->{ended}) // 0)
+		- (iso_ms($a->{started}) // 0) - $d) <= 1,
+		'backward step: ended minus started is duration_ms');
 }
 
 ###############################################################################
