@@ -562,11 +562,9 @@ sub gate_post {
 	return json(call('POST', '/rl/gate', port => 8070, body => shift));
 }
 
-# the metrics once the request just answered is counted: its log phase,
-# where it is, comes after its response
-
-# the metrics once a request is counted since $m0 (or those given:
-# outcome => how many)
+# the metrics once the request just answered is counted since $m0 (or,
+# given outcome => how many, those): its log phase, where it is, comes
+# after its response
 
 sub counted {
 	my ($m0, %want) = @_;
