@@ -458,7 +458,7 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
 {
     u_char                         *p;
     ngx_int_t                       rc;
-    ngx_str_t                       keys[2], argv[6];
+    ngx_str_t                       keys[2], argv[7];
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
     u_char                          t0[NGX_INT64_LEN];
     u_char                          lease[NGX_INT64_LEN];
@@ -530,8 +530,13 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
     argv[5].data = (u_char *) (drlcf->gate ? "1" : "0");
     argv[5].len = 1;
 
+    /* the tenant the gateway assigned, as the zone keeps it */
+
+    argv[6].data = ctx->tenant.data;
+    argv[6].len = ngx_min(ctx->tenant.len, 255);
+
     rc = ngx_http_dynamo_rl_store_batch(store, NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM,
-                                        1, keys, 6, argv,
+                                        1, keys, 7, argv,
                                         ngx_http_dynamo_rl_ledger_claimed, r,
                                         &ctx->store_cmd);
 

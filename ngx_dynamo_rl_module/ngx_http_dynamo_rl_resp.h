@@ -97,8 +97,8 @@ typedef struct {
 /* an attempt record, HMGET of the fields in NGX_HTTP_DYNAMO_RL_RECORD_FIELDS */
 
 #define NGX_HTTP_DYNAMO_RL_RECORD_FIELDS  "st", "code", "sse", "b", "t0", \
-                                          "t1", "rq", "rp", "rs"
-#define NGX_HTTP_DYNAMO_RL_RECORD_NFIELDS  9
+                                          "t1", "rq", "rp", "rs", "tn"
+#define NGX_HTTP_DYNAMO_RL_RECORD_NFIELDS  10
 
 typedef struct {
     ngx_uint_t                      found;

@@ -249,8 +249,8 @@ body_oracle_cuts(const u_char *data, size_t len)
     json_t                                 *j, *o;
     ngx_uint_t                              i, n;
     json_error_t                            e;
-    static u_char                          *cut[2 * NGX_HTTP_DYNAMO_RL_BODY_MEMBERS];
     static ngx_http_dynamo_rl_body_scan_t   bs;
+    static u_char  *cut[2 * NGX_HTTP_DYNAMO_RL_BODY_MEMBERS];
 
     j = json_loadb((const char *) data, len,
                    JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
