@@ -26,7 +26,7 @@ use Test::DynamoRL::Redis qw/ store_key /;
 
 time_limit(Test::DynamoRL::scale(120));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy map/)->plan(10);
+my $t = Test::DynamoRL->new()->has(qw/http proxy map/)->plan(11);
 
 my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
 
@@ -79,6 +79,12 @@ $t->run_fake_dynamo()->run();
 ###############################################################################
 
 my ($h, $a);
+
+# claims go to the store once it is connected (before, on_error=local)
+
+ok($t->wait_for(sub { scalar $t->log_lines('error.log',
+	qr/\[notice\] .*dynamo rl store: connected to/) }, 20),
+	'store: connected');
 
 post('tn-1', 'a');
 $h = wait_record('tn-1');
