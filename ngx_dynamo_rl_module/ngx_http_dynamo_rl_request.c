@@ -914,7 +914,7 @@ static ngx_int_t
 ngx_http_dynamo_rl_assign_one(ngx_http_request_t *r,
     ngx_http_complex_value_t *cv, ngx_str_t *name, ngx_str_t *value)
 {
-    u_char      *p, *last;
+    u_char           *p, *last;
     ngx_table_elt_t  *h;
 
     if (ngx_http_complex_value(r, cv, value) != NGX_OK) {
