@@ -829,7 +829,13 @@ ngx_http_dynamo_rl_upstream_touch(ngx_table_elt_t *h, ngx_uint_t class,
         return NGX_OK;
     }
 
-    if (drlcf->strip_headers != NULL) {
+    /* the attempt header is the module's own: never the operator's to strip */
+
+    if (drlcf->strip_headers != NULL
+        && !(h->key.len == drlcf->attempt_header.len
+             && ngx_http_dynamo_rl_header_is(h, &drlcf->attempt_header)
+                == NGX_OK))
+    {
         name = drlcf->strip_headers->elts;
 
         for (i = 0; i < drlcf->strip_headers->nelts; i++) {

@@ -54,7 +54,7 @@ http {
 
         dynamo_rl_tenant $rl_tenant;
         dynamo_rl_priority 5;
-        dynamo_rl_strip_headers X-Evil x_other;
+        dynamo_rl_strip_headers X-Evil x_other x-dynamo-attempt-id;
         dynamo_rl_strip_nvext extra.deep.a agent_hints.osl;
 
         location / {
@@ -122,6 +122,8 @@ $rec = record_with($t, 'x-dynamo-attempt-id', 'h-1');
 is_deeply(assigned($rec), [ 'x-dynamo-request-priority: 5',
 	'x-tenant-id: tenant-a' ], 'headers: the gateway\'s own, once each');
 is($rec && $rec->{headers}{'x-kept'}, 'kept', 'headers: others pass');
+is($rec && $rec->{headers}{'x-dynamo-attempt-id'}, 'h-1',
+	'headers: the attempt header is never stripped');
 
 $r = call('POST', '/v1/completions', body => '{"prompt":"x"}',
 	headers => [ @CLIENT, 'X-Test-Team' => 'b',
@@ -388,6 +390,23 @@ for my $c (
 		'"dynamo_rl_tenant" directive is duplicate' ],
 	[ 'dynamo_rl_priority $no_such_variable;',
 		'unknown "no_such_variable" variable' ],
+	[ 'dynamo_rl_priority 1; dynamo_rl_priority off;',
+		'"dynamo_rl_priority" directive is duplicate' ],
+	[ 'dynamo_rl_tenant;',
+		'invalid number of arguments in "dynamo_rl_tenant" directive' ],
+	[ 'dynamo_rl_priority 1 2;',
+		'invalid number of arguments in "dynamo_rl_priority" directive' ],
+	[ 'dynamo_rl_strip_headers;',
+		'invalid number of arguments in "dynamo_rl_strip_headers"'
+		. ' directive' ],
+	[ 'dynamo_rl_strip_nvext;',
+		'invalid number of arguments in "dynamo_rl_strip_nvext" directive' ],
+
+	# 10 built-in rules, 54 more
+
+	[ 'dynamo_rl_strip_nvext ' . join(' ', map { "p$_" } 1 .. 55) . ';',
+		'invalid nvext path "p55": it is past the 64 rules a location may'
+		. ' have' ],
 )
 {
 	my ($snippet, $message) = @$c;
