@@ -33,7 +33,8 @@ static ngx_int_t ngx_http_dynamo_rl_body_upload(ngx_http_request_t *r,
 static ngx_int_t ngx_http_dynamo_rl_body_rid(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_body_scan_t *bs);
 static ngx_int_t ngx_http_dynamo_rl_body_strip(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_body_scan_t *bs, u_char *body, size_t len);
+    ngx_http_dynamo_rl_body_scan_t *bs, ngx_uint_t when, u_char *body,
+    size_t len);
 static void ngx_http_dynamo_rl_body_refuse(ngx_http_dynamo_rl_ctx_t *ctx,
     ngx_uint_t status, char *reason, char *message);
 static void *ngx_http_dynamo_rl_body_alloc(void *data, size_t size);
@@ -205,6 +206,7 @@ ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
     u_char                          *body;
     size_t                           len;
     ngx_int_t                        rc;
+    ngx_uint_t                       when;
     ngx_http_dynamo_rl_body_scan_t  *bs;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
@@ -238,6 +240,7 @@ ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
     /* an object with more members than the room: from the request's pool */
 
     bs->alloc_data = r->pool;
+    bs->tree = drlcf->body_tree;
 
     if (ngx_http_dynamo_rl_body_scan(body, len, bs) != NGX_OK) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -277,11 +280,17 @@ ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
         }
     }
 
+    when = NGX_HTTP_DYNAMO_RL_CUT_ALWAYS;
+
     if (drlcf->strip_routing_headers) {
-        return ngx_http_dynamo_rl_body_strip(r, bs, body, len);
+        when |= NGX_HTTP_DYNAMO_RL_CUT_ROUTING;
     }
 
-    return NGX_OK;
+    if (ctx->tenant.len) {
+        when |= NGX_HTTP_DYNAMO_RL_CUT_TENANT;
+    }
+
+    return ngx_http_dynamo_rl_body_strip(r, bs, when, body, len);
 }
 
 
@@ -568,13 +577,15 @@ ngx_http_dynamo_rl_body_rid(ngx_http_request_t *r,
 
 
 /*
- * the routing pins of nvext left out: one new buffer with every other
- * byte, and Content-Length set to its length
+ * the members the rules remove under "when" left out (the routing pins,
+ * priorities, the cache salt, dynamo_rl_strip_nvext): one new buffer with
+ * every other byte, and Content-Length set to its length
  */
 
 static ngx_int_t
 ngx_http_dynamo_rl_body_strip(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_body_scan_t *bs, u_char *body, size_t len)
+    ngx_http_dynamo_rl_body_scan_t *bs, ngx_uint_t when, u_char *body,
+    size_t len)
 {
     u_char       *p, *last, **cut;
     size_t        size;
@@ -584,7 +595,7 @@ ngx_http_dynamo_rl_body_strip(ngx_http_request_t *r,
 
     cut = bs->cut;
 
-    n = ngx_http_dynamo_rl_body_pins(bs, cut);
+    n = ngx_http_dynamo_rl_body_cuts(bs, when, cut);
 
     if (n == 0) {
         return NGX_OK;
@@ -638,7 +649,7 @@ ngx_http_dynamo_rl_body_strip(ngx_http_request_t *r,
     }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "dynamo rl body: %ui routing pin(s) removed, %uz bytes",
+                   "dynamo rl body: %ui member(s) removed, %uz bytes",
                    n, size);
 
     return NGX_OK;
@@ -714,6 +725,59 @@ ngx_http_dynamo_rl_metadata_upload(ngx_conf_t *cf, ngx_command_t *cmd,
         }
 
         *prefix = value[i];
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* dynamo_rl_strip_nvext member[.member] ...: below nvext */
+
+char *
+ngx_http_dynamo_rl_strip_nvext(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_dynamo_rl_loc_conf_t *drlcf = conf;
+
+    u_char                          *path;
+    ngx_str_t                       *value;
+    ngx_uint_t                       i;
+    const char                      *err;
+    ngx_http_dynamo_rl_body_tree_t  *tree;
+
+    tree = drlcf->body_tree;
+
+    if (tree == NULL) {
+        tree = ngx_palloc(cf->pool, sizeof(ngx_http_dynamo_rl_body_tree_t));
+        if (tree == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_http_dynamo_rl_body_tree_init(tree);
+        drlcf->body_tree = tree;
+    }
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        /* the tree keeps the names, each ends where a "." was */
+
+        path = ngx_pnalloc(cf->pool, value[i].len + 1);
+        if (path == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_memcpy(path, value[i].data, value[i].len + 1);
+
+        err = ngx_http_dynamo_rl_body_tree_add(tree, path, value[i].len,
+                                               NGX_HTTP_DYNAMO_RL_CUT_ALWAYS);
+        if (err != NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid nvext path \"%V\": it %s",
+                               &value[i], err);
+            return NGX_CONF_ERROR;
+        }
     }
 
     return NGX_CONF_OK;

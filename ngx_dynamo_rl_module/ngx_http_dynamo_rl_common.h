@@ -134,6 +134,17 @@ typedef struct {
     /* request bodies: dynamo_rl_body_policy, dynamo_rl_metadata_upload */
     ngx_flag_t                      body_policy;
     ngx_array_t                    *upload_prefixes;
+
+    /*
+     * what the gateway assigns and removes: dynamo_rl_tenant,
+     * dynamo_rl_priority, dynamo_rl_strip_headers (ngx_str_t, lowercase)
+     * and dynamo_rl_strip_nvext (an ngx_http_dynamo_rl_body_tree_t of
+     * _scan.c, NULL for the built-in one)
+     */
+    ngx_http_complex_value_t       *tenant;
+    ngx_http_complex_value_t       *priority;
+    ngx_array_t                    *strip_headers;
+    void                           *body_tree;
 } ngx_http_dynamo_rl_loc_conf_t;
 
 
@@ -219,6 +230,10 @@ typedef struct {
     unsigned                        client_id:1;
     unsigned                        body_sync:1;
     unsigned                        body_coded:1;
+    unsigned                        assigned:1;
+
+    /* the tenant the gateway assigned, empty for none */
+    ngx_str_t                       tenant;
 
     /* the caller's scope, when variables give it: _scope.c */
     ngx_str_t                       scope_value;

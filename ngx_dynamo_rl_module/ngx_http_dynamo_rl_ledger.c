@@ -209,7 +209,8 @@ ngx_int_t
 ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx)
 {
-    size_t                           size;
+    u_char                          *p;
+    size_t                           size, tenant;
     uint64_t                         now;
     ngx_int_t                        rc;
     ngx_uint_t                       hash;
@@ -282,6 +283,12 @@ record:
 
     if (ctx->request_id.data != ctx->attempt_id.data) {
         size += 16;
+    }
+
+    tenant = ngx_min(ctx->tenant.len, 255);
+
+    if (tenant) {
+        size += 1 + tenant;
     }
 
     ngx_shmtx_lock(&zone->shpool->mutex);
@@ -373,9 +380,18 @@ record:
 
     lr->request_id = ctx->store_claimed ? NGX_HTTP_DYNAMO_RL_NODE_STORE : 0;
 
+    p = lr->id + lr->len;
+
     if (ctx->request_id.data != ctx->attempt_id.data) {
         lr->request_id |= NGX_HTTP_DYNAMO_RL_NODE_REQUEST_ID;
-        ngx_http_dynamo_rl_uuid_pack(lr->id + lr->len, ctx->request_id.data);
+        ngx_http_dynamo_rl_uuid_pack(p, ctx->request_id.data);
+        p += 16;
+    }
+
+    if (tenant) {
+        lr->request_id |= NGX_HTTP_DYNAMO_RL_NODE_TENANT;
+        *p++ = (u_char) tenant;
+        ngx_memcpy(p, ctx->tenant.data, tenant);
     }
 
     lr->next = zone->sh->buckets[hash & zone->sh->mask];
@@ -442,7 +458,7 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
 {
     u_char                         *p;
     ngx_int_t                       rc;
-    ngx_str_t                       keys[2], argv[6];
+    ngx_str_t                       keys[2], argv[7];
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
     u_char                          t0[NGX_INT64_LEN];
     u_char                          lease[NGX_INT64_LEN];
@@ -514,8 +530,13 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
     argv[5].data = (u_char *) (drlcf->gate ? "1" : "0");
     argv[5].len = 1;
 
+    /* the tenant the gateway assigned, as the zone keeps it */
+
+    argv[6].data = ctx->tenant.data;
+    argv[6].len = ngx_min(ctx->tenant.len, 255);
+
     rc = ngx_http_dynamo_rl_store_batch(store, NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM,
-                                        1, keys, 6, argv,
+                                        1, keys, 7, argv,
                                         ngx_http_dynamo_rl_ledger_claimed, r,
                                         &ctx->store_cmd);
 
@@ -1518,13 +1539,14 @@ static ngx_int_t
 ngx_http_dynamo_rl_attempts_local(ngx_http_request_t *r, ngx_str_t *id,
     ngx_uint_t local)
 {
-    u_char                        *p;
+    u_char                        *p, *q;
     uint64_t                       now, duration;
     ngx_uint_t                     found;
     ngx_http_dynamo_rl_node_t     *lr;
     ngx_http_dynamo_rl_zone_t     *zone;
     ngx_http_dynamo_rl_record_t    rec;
     u_char                         request_id[NGX_HTTP_DYNAMO_RL_UUID_LEN];
+    u_char                         tenant[255];
 
     zone = ngx_http_dynamo_rl_get_zone(r);
     now = ngx_http_dynamo_rl_now();
@@ -1554,10 +1576,19 @@ ngx_http_dynamo_rl_attempts_local(ngx_http_request_t *r, ngx_str_t *id,
         duration = rec.ended ? rec.ended - rec.started
                              : ngx_http_dynamo_rl_ledger_elapsed(lr, now);
 
+        q = lr->id + lr->len;
+
         if (lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_REQUEST_ID) {
-            p = ngx_http_dynamo_rl_uuid_unpack(request_id, lr->id + lr->len);
+            p = ngx_http_dynamo_rl_uuid_unpack(request_id, q);
             rec.request_id.data = request_id;
             rec.request_id.len = p - request_id;
+            q += 16;
+        }
+
+        if (lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_TENANT) {
+            rec.tenant.len = *q;
+            rec.tenant.data = tenant;
+            ngx_memcpy(tenant, q + 1, rec.tenant.len);
         }
     }
 
@@ -1747,6 +1778,8 @@ ngx_http_dynamo_rl_attempt_send(ngx_http_request_t *r, ngx_str_t *id,
           + sizeof(",\"request_id\":\"\"") + NGX_HTTP_DYNAMO_RL_UUID_LEN
           + sizeof(",\"replica\":\"\"") + rec->replica.len
           + ngx_escape_json(NULL, rec->replica.data, rec->replica.len)
+          + sizeof(",\"tenant\":\"\"") + rec->tenant.len
+          + ngx_escape_json(NULL, rec->tenant.data, rec->tenant.len)
           + sizeof(",\"source\":\"local\"")
           + id->len + sizeof("streaming") + 3 * NGX_INT64_LEN
           + 2 * NGX_HTTP_DYNAMO_RL_ISO_LEN;
@@ -1807,6 +1840,14 @@ ngx_http_dynamo_rl_attempt_send(ngx_http_request_t *r, ngx_str_t *id,
     {
         p = ngx_sprintf(p, ",\"reason\":\"%V\"",
                         &ngx_http_dynamo_rl_ledger_reasons[rec->reason]);
+    }
+
+    /* the tenant the gateway assigned, from variables: escaped */
+
+    if (rec->tenant.len) {
+        p = ngx_cpymem(p, ",\"tenant\":\"", sizeof(",\"tenant\":\"") - 1);
+        p = (u_char *) ngx_escape_json(p, rec->tenant.data, rec->tenant.len);
+        *p++ = '"';
     }
 
     /* as the store has it: whoever writes there is not trusted for JSON */

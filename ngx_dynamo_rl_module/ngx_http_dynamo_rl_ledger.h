@@ -17,6 +17,7 @@
 /* the flags of a record's "request_id" */
 #define NGX_HTTP_DYNAMO_RL_NODE_REQUEST_ID  1   /* 16 bytes follow the id */
 #define NGX_HTTP_DYNAMO_RL_NODE_STORE       2   /* claimed in the store */
+#define NGX_HTTP_DYNAMO_RL_NODE_TENANT      4   /* its length, then it */
 
 
 /*
@@ -25,7 +26,9 @@
  * in flight, it is in the "active" queue, owned by the worker process
  * "pid", and "expires" holds the TTL it will get when it ends; when
  * Dynamo's request id is not the attempt id (a client id that is not a
- * UUID), its 16 bytes follow the id and "request_id" is set
+ * UUID), its 16 bytes follow the id and "request_id" is set; then the
+ * tenant the gateway assigned, when it did, as a length byte and at most
+ * 255 bytes
  */
 
 typedef struct ngx_http_dynamo_rl_node_s  ngx_http_dynamo_rl_node_t;

@@ -148,6 +148,34 @@ static ngx_command_t  ngx_http_dynamo_rl_commands[] = {
       0,
       NULL },
 
+    { ngx_string("dynamo_rl_tenant"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_dynamo_rl_assigned,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_dynamo_rl_loc_conf_t, tenant),
+      NULL },
+
+    { ngx_string("dynamo_rl_priority"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_dynamo_rl_assigned,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_dynamo_rl_loc_conf_t, priority),
+      NULL },
+
+    { ngx_string("dynamo_rl_strip_headers"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_dynamo_rl_strip_headers,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("dynamo_rl_strip_nvext"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_dynamo_rl_strip_nvext,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("dynamo_rl_discovery"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
       ngx_http_dynamo_rl_discovery,
@@ -844,6 +872,7 @@ ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf)
      *     conf->ns_value = NULL;
      *     conf->routes_value = NULL;
      *     conf->gate_read_only = 0;
+     *     conf->body_tree = NULL;
      */
 
     conf->attempt_header_hash = NGX_CONF_UNSET_UINT;
@@ -860,6 +889,9 @@ ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf)
     conf->gate = NGX_CONF_UNSET;
     conf->body_policy = NGX_CONF_UNSET;
     conf->upload_prefixes = NGX_CONF_UNSET_PTR;
+    conf->tenant = NGX_CONF_UNSET_PTR;
+    conf->priority = NGX_CONF_UNSET_PTR;
+    conf->strip_headers = NGX_CONF_UNSET_PTR;
 
     return conf;
 }
@@ -937,6 +969,14 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->attempt_upstream_header_hash =
                                      ngx_hash_key((u_char *) "x-request-id",
                                                   sizeof("x-request-id") - 1);
+    }
+
+    ngx_conf_merge_ptr_value(conf->tenant, prev->tenant, NULL);
+    ngx_conf_merge_ptr_value(conf->priority, prev->priority, NULL);
+    ngx_conf_merge_ptr_value(conf->strip_headers, prev->strip_headers, NULL);
+
+    if (conf->body_tree == NULL) {
+        conf->body_tree = prev->body_tree;
     }
 
     if (ngx_http_dynamo_rl_merge_names(cf, prev, conf) != NGX_OK) {

@@ -18,8 +18,6 @@ static ngx_inline uint64_t ngx_http_dynamo_rl_le64(u_char *p);
 static ngx_inline uint64_t ngx_http_dynamo_rl_siphash_cd(u_char *key, u_char *p,
     size_t len, ngx_uint_t c, ngx_uint_t d);
 static ngx_int_t ngx_http_dynamo_rl_caseeq(u_char *a, u_char *b, size_t n);
-static ngx_int_t ngx_http_dynamo_rl_header_eq(u_char *name, u_char *lc,
-    size_t len);
 static ngx_int_t ngx_http_dynamo_rl_state_token(u_char **pos, u_char *end,
     ngx_str_t *tok, u_char sep);
 static ngx_int_t ngx_http_dynamo_rl_state_u64(u_char **pos, u_char *end,
@@ -959,7 +957,7 @@ ngx_http_dynamo_rl_header_class(u_char *name, size_t len)
     ngx_int_t    rc;
     ngx_uint_t   c1, c2;
 
-    if (len > 28 || !(NGX_HTTP_DYNAMO_RL_HEADER_LENS & (1 << len))) {
+    if (len > 32 || !(NGX_HTTP_DYNAMO_RL_HEADER_LENS & (1ULL << len))) {
         return NGX_HTTP_DYNAMO_RL_HEADER_OTHER;
     }
 
@@ -971,6 +969,11 @@ ngx_http_dynamo_rl_header_class(u_char *name, size_t len)
 
     case 9:
         s1 = "x-dp-rank";
+        break;
+
+    case 11:
+        s1 = "x-tenant-id";
+        c1 = NGX_HTTP_DYNAMO_RL_HEADER_ASSIGNED;
         break;
 
     case 10:
@@ -1006,12 +1009,22 @@ ngx_http_dynamo_rl_header_class(u_char *name, size_t len)
         s1 = "x-dynamo-prefill-dp-rank";
         break;
 
+    case 25:
+        s1 = "x-dynamo-request-priority";
+        c1 = NGX_HTTP_DYNAMO_RL_HEADER_ASSIGNED;
+        break;
+
     case 27:
         s1 = "x-dynamo-worker-instance-id";
         break;
 
-    default: /* 28 */
+    case 28:
         s1 = "x-dynamo-prefill-instance-id";
+        break;
+
+    default: /* 32 */
+        s1 = "x-dynamo-request-strict-priority";
+        c1 = NGX_HTTP_DYNAMO_RL_HEADER_ASSIGNED;
         break;
     }
 
@@ -1033,9 +1046,9 @@ ngx_http_dynamo_rl_header_class(u_char *name, size_t len)
 }
 
 
-/* "lc" is lowercase, with dashes */
+/* "lc" is lowercase, with dashes; an underscore of "name" matches a dash */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_dynamo_rl_header_eq(u_char *name, u_char *lc, size_t len)
 {
     u_char  c;

@@ -41,10 +41,13 @@
 #define NGX_HTTP_DYNAMO_RL_HEADER_ROUTING     1   /* a routing pin */
 #define NGX_HTTP_DYNAMO_RL_HEADER_REQUEST_ID  2   /* a request id of Dynamo's */
 #define NGX_HTTP_DYNAMO_RL_HEADER_CODING      3   /* Content-Encoding */
+#define NGX_HTTP_DYNAMO_RL_HEADER_ASSIGNED    4   /* the gateway's to send */
 
 #define NGX_HTTP_DYNAMO_RL_HEADER_LENS                                       \
-    ((1 << 9) | (1 << 10) | (1 << 16) | (1 << 17) | (1 << 19) | (1 << 20)   \
-     | (1 << 21) | (1 << 24) | (1 << 27) | (1 << 28))
+    ((1ULL << 9) | (1ULL << 10) | (1ULL << 11) | (1ULL << 16)               \
+     | (1ULL << 17) | (1ULL << 19) | (1ULL << 20) | (1ULL << 21)            \
+     | (1ULL << 24) | (1ULL << 25) | (1ULL << 27) | (1ULL << 28)            \
+     | (1ULL << 32))
 
 /* an attempt's states, in the ledger and in the store's replies */
 #define NGX_HTTP_DYNAMO_RL_ACCEPTED        1
@@ -188,6 +191,8 @@ ngx_int_t ngx_http_dynamo_rl_parse_health_path(u_char *p, size_t len,
     uint64_t *id);
 void ngx_http_dynamo_rl_status_type(ngx_uint_t status, ngx_str_t *type);
 ngx_uint_t ngx_http_dynamo_rl_header_class(u_char *name, size_t len);
+ngx_int_t ngx_http_dynamo_rl_header_eq(u_char *name, u_char *lc,
+    size_t len);
 ngx_uint_t ngx_http_dynamo_rl_bucket(ngx_msec_t ms);
 ngx_uint_t ngx_http_dynamo_rl_reason_find(u_char *p, size_t len,
     ngx_uint_t plane);

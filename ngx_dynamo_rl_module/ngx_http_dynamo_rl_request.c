@@ -30,9 +30,16 @@ static ngx_int_t ngx_http_dynamo_rl_upstream_touch(ngx_table_elt_t *h,
     ngx_uint_t class, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 static ngx_table_elt_t *ngx_http_dynamo_rl_push_header(ngx_list_t *list,
     ngx_str_t *name, u_char *lowcase, ngx_uint_t hash, ngx_str_t *value);
+static ngx_int_t ngx_http_dynamo_rl_assign(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
+static ngx_int_t ngx_http_dynamo_rl_assign_one(ngx_http_request_t *r,
+    ngx_http_complex_value_t *cv, ngx_str_t *name, ngx_str_t *value);
 
 
 static ngx_str_t  ngx_http_dynamo_rl_request_id = ngx_string("request-id");
+static ngx_str_t  ngx_http_dynamo_rl_tenant_id = ngx_string("x-tenant-id");
+static ngx_str_t  ngx_http_dynamo_rl_priority_name =
+    ngx_string("x-dynamo-request-priority");
 
 
 ngx_int_t
@@ -344,6 +351,17 @@ ngx_http_dynamo_rl_precontent_handler(ngx_http_request_t *r)
 
 admitted:
 
+    /*
+     * the tenant and priority, from variables that the access phase may
+     * have set (auth_request_set), before the body policy, which removes
+     * a body's cache salt while a tenant is assigned
+     */
+
+    if (rc == NGX_OK && !ctx->assigned) {
+        ctx->assigned = 1;
+        rc = ngx_http_dynamo_rl_assign(r, ctx, drlcf);
+    }
+
     /* a closed gate reads no body; a refused body consumes no attempt id */
 
     if (rc == NGX_OK) {
@@ -555,9 +573,19 @@ ngx_http_dynamo_rl_attempt_id(ngx_http_request_t *r,
 uint64_t
 ngx_http_dynamo_rl_request_lens(ngx_http_dynamo_rl_loc_conf_t *drlcf)
 {
-    uint64_t  lens;
+    uint64_t    lens;
+    ngx_str_t  *name;
+    ngx_uint_t  i;
 
     lens = NGX_HTTP_DYNAMO_RL_HEADER_LENS;
+
+    if (drlcf->strip_headers != NULL) {
+        name = drlcf->strip_headers->elts;
+
+        for (i = 0; i < drlcf->strip_headers->nelts; i++) {
+            lens |= (name[i].len < 64) ? 1ULL << name[i].len : (uint64_t) -1;
+        }
+    }
 
     if (drlcf->attempt_header.len < 64) {
         lens |= 1ULL << drlcf->attempt_header.len;
@@ -781,19 +809,44 @@ ngx_http_dynamo_rl_upstream_headers(ngx_http_request_t *r,
 
 /*
  * NGX_OK: a client's header the upstream must not see as it is (the
- * upstream id's name, a routing pin, a request id), the attempt header
- * excepted; "class" is the header's ngx_http_dynamo_rl_header_class()
+ * upstream id's name, a routing pin, a request id, a tenant or priority,
+ * one of dynamo_rl_strip_headers), the attempt header excepted; "class"
+ * is the header's ngx_http_dynamo_rl_header_class()
  */
 
 static ngx_int_t
 ngx_http_dynamo_rl_upstream_touch(ngx_table_elt_t *h, ngx_uint_t class,
     ngx_http_dynamo_rl_loc_conf_t *drlcf)
 {
+    ngx_str_t   *name;
+    ngx_uint_t   i;
+
     if (class == NGX_HTTP_DYNAMO_RL_HEADER_REQUEST_ID
+        || class == NGX_HTTP_DYNAMO_RL_HEADER_ASSIGNED
         || (class == NGX_HTTP_DYNAMO_RL_HEADER_ROUTING
             && drlcf->strip_routing_headers))
     {
         return NGX_OK;
+    }
+
+    /* the attempt header is the module's own: never the operator's to strip */
+
+    if (drlcf->strip_headers != NULL
+        && !(h->key.len == drlcf->attempt_header.len
+             && ngx_http_dynamo_rl_header_is(h, &drlcf->attempt_header)
+                == NGX_OK))
+    {
+        name = drlcf->strip_headers->elts;
+
+        for (i = 0; i < drlcf->strip_headers->nelts; i++) {
+            if (h->key.len == name[i].len
+                && ngx_http_dynamo_rl_header_eq(h->key.data, name[i].data,
+                                                name[i].len)
+                   == NGX_OK)
+            {
+                return NGX_OK;
+            }
+        }
     }
 
     if (drlcf->attempt_upstream != NGX_HTTP_DYNAMO_RL_UPSTREAM_NONE
@@ -825,4 +878,196 @@ ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
     h->lowcase_key = lowcase;
 
     return h;
+}
+
+
+/*
+ * the tenant and priority the gateway assigns: the client's own were
+ * removed with the routing pins, a non-empty value is sent instead
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_assign(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf)
+{
+    ngx_str_t  priority;
+
+    if (drlcf->tenant != NULL) {
+        if (ngx_http_dynamo_rl_assign_one(r, drlcf->tenant,
+                                          &ngx_http_dynamo_rl_tenant_id,
+                                          &ctx->tenant)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (drlcf->priority != NULL) {
+        if (ngx_http_dynamo_rl_assign_one(r, drlcf->priority,
+                                          &ngx_http_dynamo_rl_priority_name,
+                                          &priority)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_assign_one(ngx_http_request_t *r,
+    ngx_http_complex_value_t *cv, ngx_str_t *name, ngx_str_t *value)
+{
+    u_char           *p, *last;
+    ngx_table_elt_t  *h;
+
+    if (ngx_http_complex_value(r, cv, value) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (value->len == 0) {
+        return NGX_OK;
+    }
+
+    /* a header value: no control bytes but tab, whatever a variable held */
+
+    last = value->data + value->len;
+
+    for (p = value->data; p < last; p++) {
+        if ((*p < 0x20 && *p != '\t') || *p == 0x7f) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "dynamo rl: \"%V\" value with a control byte "
+                          "not sent", name);
+            value->len = 0;
+            return NGX_ERROR;
+        }
+    }
+
+    h = ngx_http_dynamo_rl_push_header(&r->headers_in.headers, name,
+                                       name->data,
+                                       ngx_hash_key(name->data, name->len),
+                                       value);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "dynamo rl request: assigned \"%V: %V\"", name, value);
+
+    return NGX_OK;
+}
+
+
+/* dynamo_rl_tenant value | off, dynamo_rl_priority value | off */
+
+char *
+ngx_http_dynamo_rl_assigned(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_str_t                          *value;
+    ngx_http_complex_value_t          **cv;
+    ngx_http_compile_complex_value_t    ccv;
+
+    cv = (ngx_http_complex_value_t **) (p + cmd->offset);
+
+    if (*cv != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        *cv = NULL;
+        return NGX_CONF_OK;
+    }
+
+    *cv = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+    if (*cv == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+
+    ccv.cf = cf;
+    ccv.value = &value[1];
+    ccv.complex_value = *cv;
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * dynamo_rl_strip_headers name ...: RFC 9110 tokens, kept in lower case
+ * with dashes for underscores, as the routing pins are matched
+ */
+
+char *
+ngx_http_dynamo_rl_strip_headers(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_dynamo_rl_loc_conf_t *drlcf = conf;
+
+    u_char      c, *lc;
+    ngx_str_t  *value, *name;
+    ngx_uint_t  i, k;
+
+    if (drlcf->strip_headers == NGX_CONF_UNSET_PTR) {
+        drlcf->strip_headers = ngx_array_create(cf->pool, 4,
+                                                sizeof(ngx_str_t));
+        if (drlcf->strip_headers == NULL) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        lc = ngx_pnalloc(cf->pool, value[i].len + 1);
+        if (lc == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        for (k = 0; k < value[i].len; k++) {
+            c = value[i].data[k];
+
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+                  || (c >= '0' && c <= '9')
+                  || ngx_strlchr((u_char *) "!#$%&'*+-.^_`|~",
+                                 (u_char *) "!#$%&'*+-.^_`|~" + 15, c)
+                     != NULL))
+            {
+                break;
+            }
+
+            lc[k] = (c == '_') ? '-' : ngx_tolower(c);
+        }
+
+        if (value[i].len == 0 || k < value[i].len) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid header name \"%V\": a header name "
+                               "is a token of RFC 9110 (letters, digits and "
+                               "!#$%%&'*+-.^_`|~)", &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        lc[k] = '\0';
+
+        name = ngx_array_push(drlcf->strip_headers);
+        if (name == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        name->data = lc;
+        name->len = k;
+    }
+
+    return NGX_CONF_OK;
 }

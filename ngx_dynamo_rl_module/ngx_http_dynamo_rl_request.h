@@ -20,6 +20,10 @@ ngx_http_dynamo_rl_ctx_t *ngx_http_dynamo_rl_request_late(
     ngx_http_request_t *r, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 uint64_t ngx_http_dynamo_rl_request_lens(
     ngx_http_dynamo_rl_loc_conf_t *drlcf);
+char *ngx_http_dynamo_rl_assigned(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_dynamo_rl_strip_headers(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_REQUEST_H_INCLUDED_ */

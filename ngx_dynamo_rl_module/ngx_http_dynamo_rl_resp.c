@@ -69,9 +69,10 @@ static redisReplyObjectFunctions  ngx_http_dynamo_rl_resp_functions = {
 
 /*
  * claim: the claims of a turn, one script for them all; KEYS the gate,
- * then a record for each claim; ARGV, 6 for each: owner, t0, lease,
+ * then a record for each claim; ARGV, 7 for each: owner, t0, lease,
  * replica, request id ("" when it is the attempt id), whether the gate
- * applies ("0": a location with dynamo_rl_gate off); the reply has one
+ * applies ("0": a location with dynamo_rl_gate off), the tenant the
+ * gateway assigned ("" for none); the reply has one
  * element for each claim, in order (ngx_http_dynamo_rl_resp_claim()).
  * The gate is read once for all; its expiry and reason only when it is
  * closed.
@@ -92,7 +93,7 @@ static u_char  ngx_http_dynamo_rl_lua_claim[] =
     "local e = g[2] or '0'\n"
     "for i = 2, #KEYS do\n"
     "  local k = KEYS[i]\n"
-    "  local a = i * 6 - 12\n"
+    "  local a = i * 7 - 14\n"
     "  local o = ARGV[a + 1]\n"
     "  local x\n"
     "  local r = {}\n"
@@ -112,13 +113,16 @@ static u_char  ngx_http_dynamo_rl_lua_claim[] =
     "    end\n"
     "  end\n"
     "  if not x then\n"
-    "    if ARGV[a + 5] == '' then\n"
-    "      redis.call('HSET', k, 'st', 'a', 'ow', o, 't0', ARGV[a + 2],"
-    " 'rp', ARGV[a + 4])\n"
-    "    else\n"
-    "      redis.call('HSET', k, 'st', 'a', 'ow', o, 't0', ARGV[a + 2],"
-    " 'rp', ARGV[a + 4], 'rq', ARGV[a + 5])\n"
+    "    local f = {'st', 'a', 'ow', o, 't0', ARGV[a + 2], 'rp', ARGV[a + 4]}\n"
+    "    if ARGV[a + 5] ~= '' then\n"
+    "      f[#f + 1] = 'rq'\n"
+    "      f[#f + 1] = ARGV[a + 5]\n"
     "    end\n"
+    "    if ARGV[a + 7] ~= '' then\n"
+    "      f[#f + 1] = 'tn'\n"
+    "      f[#f + 1] = ARGV[a + 7]\n"
+    "    end\n"
+    "    redis.call('HSET', k, unpack(f))\n"
     "    redis.call('PEXPIRE', k, ARGV[a + 3])\n"
     "    x = {'ok', e}\n"
     "  end\n"
@@ -614,7 +618,8 @@ ngx_http_dynamo_rl_resp_member(ngx_str_t *value, uint64_t *seen,
 
 
 /*
- * HMGET of NGX_HTTP_DYNAMO_RL_RECORD_FIELDS: st code sse b t0 t1 rq rp rs;
+ * HMGET of NGX_HTTP_DYNAMO_RL_RECORD_FIELDS: st code sse b t0 t1 rq rp rs
+ * tn;
  * all nil is no record, a record without "st" is not one of ours
  */
 
@@ -711,6 +716,12 @@ ngx_http_dynamo_rl_resp_record(redisReply *reply,
 
     if (e[7]->type == REDIS_REPLY_STRING) {
         (void) ngx_http_dynamo_rl_resp_str(e[7], &rec->replica);
+    }
+
+    /* tn */
+
+    if (e[9]->type == REDIS_REPLY_STRING) {
+        (void) ngx_http_dynamo_rl_resp_str(e[9], &rec->tenant);
     }
 
     /* rs */

@@ -97,8 +97,8 @@ typedef struct {
 /* an attempt record, HMGET of the fields in NGX_HTTP_DYNAMO_RL_RECORD_FIELDS */
 
 #define NGX_HTTP_DYNAMO_RL_RECORD_FIELDS  "st", "code", "sse", "b", "t0", \
-                                          "t1", "rq", "rp", "rs"
-#define NGX_HTTP_DYNAMO_RL_RECORD_NFIELDS  9
+                                          "t1", "rq", "rp", "rs", "tn"
+#define NGX_HTTP_DYNAMO_RL_RECORD_NFIELDS  10
 
 typedef struct {
     ngx_uint_t                      found;
@@ -110,6 +110,7 @@ typedef struct {
     uint64_t                        ended;     /* wall ms, 0: in flight */
     ngx_str_t                       request_id;  /* "" when the id is it */
     ngx_str_t                       replica;
+    ngx_str_t                       tenant;      /* "" when none */
     /* 0, NGX_HTTP_DYNAMO_RL_WORKER_EXITED or _NOT_FORWARDED */
     ngx_uint_t                      reason;
 } ngx_http_dynamo_rl_record_t;

@@ -21,8 +21,8 @@
  */
 
 
-#define NGX_HTTP_DYNAMO_RL_KIND_OTHER  3
-#define NGX_HTTP_DYNAMO_RL_KIND_ARRAY  4
+#define NGX_HTTP_DYNAMO_RL_KIND_OTHER  NGX_HTTP_DYNAMO_RL_BODY_LEVELS
+#define NGX_HTTP_DYNAMO_RL_KIND_ARRAY  (NGX_HTTP_DYNAMO_RL_BODY_LEVELS + 1)
 
 
 #if (__SSE2__ && (__GNUC__ >= 5 || __clang__))
@@ -50,10 +50,9 @@ typedef char    ngx_http_dynamo_rl_vec16s_t __attribute__((vector_size(16)));
 #define ngx_http_dynamo_rl_skip_ws(p, end)                                    \
     while (p < end && ngx_http_dynamo_rl_is_ws(*p)) { p++; }
 
-/* ngx_http_dynamo_rl_name_hash() of an ASCII name literal */
-#define ngx_http_dynamo_rl_ascii_hash(name)                                   \
-    ((uint32_t) ((sizeof(name) - 1) << 16 | (u_char) (name)[0] << 8           \
-                 | (u_char) (name)[sizeof(name) - 2]))
+/* ngx_http_dynamo_rl_name_hash() of an ASCII name: length, first, last */
+#define ngx_http_dynamo_rl_hash3(len, first, last)                            \
+    ((uint32_t) (len) << 16 | (uint32_t) (first) << 8 | (uint32_t) (last))
 
 
 static u_char *ngx_http_dynamo_rl_scan_string(u_char *p, u_char *end,
@@ -74,7 +73,12 @@ static ngx_int_t ngx_http_dynamo_rl_scan_grow(
     ngx_http_dynamo_rl_body_scan_t *bs, ngx_uint_t lvl);
 static uint32_t ngx_http_dynamo_rl_name_seeded(ngx_http_dynamo_rl_member_t *m,
     uint32_t seed);
-static ngx_uint_t ngx_http_dynamo_rl_is_pin(ngx_http_dynamo_rl_member_t *m);
+static ngx_uint_t ngx_http_dynamo_rl_is_cut(
+    ngx_http_dynamo_rl_body_tree_t *tree, ngx_uint_t lvl, ngx_uint_t when,
+    ngx_http_dynamo_rl_member_t *m);
+static ngx_uint_t ngx_http_dynamo_rl_level_cuts(
+    ngx_http_dynamo_rl_body_scan_t *bs, ngx_uint_t lvl, ngx_uint_t when,
+    u_char **cut);
 static ngx_int_t ngx_http_dynamo_rl_name_eq(ngx_http_dynamo_rl_member_t *a,
     ngx_http_dynamo_rl_member_t *b);
 
@@ -97,27 +101,70 @@ static u_char  ngx_http_dynamo_rl_class[256] = {
 };
 
 
+/*
+ * the built-in levels and rules: the routing pins, routing constraints
+ * and router parameters with dynamo_rl_strip_routing_headers, the cache
+ * salt while a tenant is assigned, the priorities of agent_hints always
+ */
+
+#define ngx_http_dynamo_rl_rule(name, first, last, level, when)              \
+    { (char *) name, ngx_http_dynamo_rl_hash3(sizeof(name) - 1, first, last), \
+      NGX_HTTP_DYNAMO_RL_BODY_##level, NGX_HTTP_DYNAMO_RL_CUT_##when }
+
+static ngx_http_dynamo_rl_body_tree_t  ngx_http_dynamo_rl_builtin = {
+    NGX_HTTP_DYNAMO_RL_BODY_BUILTIN, 10,
+    {
+        { NULL, 0, 0, 0 },
+        ngx_http_dynamo_rl_rule("nvext", 'n', 't', TOP, ALWAYS),
+        ngx_http_dynamo_rl_rule("metadata_upload", 'm', 'd', NVEXT, ALWAYS),
+        ngx_http_dynamo_rl_rule("agent_hints", 'a', 's', NVEXT, ALWAYS),
+        { NULL, 0, 0, 0 }, { NULL, 0, 0, 0 }, { NULL, 0, 0, 0 },
+        { NULL, 0, 0, 0 }
+    },
+    {
+        ngx_http_dynamo_rl_rule("backend_instance_id", 'b', 'd', NVEXT,
+                                ROUTING),
+        ngx_http_dynamo_rl_rule("prefill_worker_id", 'p', 'd', NVEXT,
+                                ROUTING),
+        ngx_http_dynamo_rl_rule("decode_worker_id", 'd', 'd', NVEXT, ROUTING),
+        ngx_http_dynamo_rl_rule("dp_rank", 'd', 'k', NVEXT, ROUTING),
+        ngx_http_dynamo_rl_rule("prefill_dp_rank", 'p', 'k', NVEXT, ROUTING),
+        ngx_http_dynamo_rl_rule("routing_constraints", 'r', 's', NVEXT,
+                                ROUTING),
+        ngx_http_dynamo_rl_rule("router", 'r', 'r', NVEXT, ROUTING),
+        ngx_http_dynamo_rl_rule("cache_salt", 'c', 't', NVEXT, TENANT),
+        ngx_http_dynamo_rl_rule("priority", 'p', 'y', HINTS, ALWAYS),
+        ngx_http_dynamo_rl_rule("strict_priority", 's', 'y', HINTS, ALWAYS)
+    }
+};
+
+
 ngx_int_t
 ngx_http_dynamo_rl_body_scan(u_char *p, size_t len,
     ngx_http_dynamo_rl_body_scan_t *bs)
 {
-    u_char                        closing, *end, *q, *start;
-    size_t                        n;
-    ngx_uint_t                    depth, lvl, next, i, plain;
-    const char                   *err, *lit;
-    ngx_http_dynamo_rl_member_t  *m;
-    u_char                        kind[NGX_HTTP_DYNAMO_RL_BODY_DEPTH];
+    u_char                           closing, *end, *q, *start;
+    size_t                           n;
+    ngx_uint_t                       depth, lvl, next, i, plain;
+    const char                      *err, *lit;
+    ngx_http_dynamo_rl_member_t     *m;
+    ngx_http_dynamo_rl_body_path_t  *lv;
+    ngx_http_dynamo_rl_body_tree_t  *tree;
+    u_char                           kind[NGX_HTTP_DYNAMO_RL_BODY_DEPTH];
 
     end = p + len;
     depth = 0;
     err = NULL;
     m = NULL;
 
+    tree = (bs->tree != NULL) ? bs->tree : &ngx_http_dynamo_rl_builtin;
+
     for (i = 0; i < NGX_HTTP_DYNAMO_RL_BODY_LEVELS; i++) {
         bs->members[i] = bs->room[i];
         bs->n[i] = 0;
         bs->cap[i] = NGX_HTTP_DYNAMO_RL_BODY_MEMBERS;
         bs->index[i] = NULL;
+        bs->obj[i] = NULL;
     }
 
     bs->nvext = NULL;
@@ -163,11 +210,8 @@ value:
             closing = ']';
 
         } else {
-            if (next == NGX_HTTP_DYNAMO_RL_BODY_NVEXT) {
-                bs->nvext = m;
-
-            } else if (next == NGX_HTTP_DYNAMO_RL_BODY_UPLOAD) {
-                bs->upload = m;
+            if (next < NGX_HTTP_DYNAMO_RL_KIND_OTHER) {
+                bs->obj[next] = m;
             }
 
             kind[depth++] = (u_char) next;
@@ -229,6 +273,9 @@ after_value:
             err = "data after the object";
             goto failed;
         }
+
+        bs->nvext = bs->obj[NGX_HTTP_DYNAMO_RL_BODY_NVEXT];
+        bs->upload = bs->obj[NGX_HTTP_DYNAMO_RL_BODY_UPLOAD];
 
         return NGX_OK;
     }
@@ -373,19 +420,15 @@ name:
 
         /* the hash, of length and end bytes, rules out most names */
 
-        if (lvl == NGX_HTTP_DYNAMO_RL_BODY_TOP
-            && m->hash == ngx_http_dynamo_rl_ascii_hash("nvext")
-            && ngx_http_dynamo_rl_body_name_is(m, "nvext") == NGX_OK)
-        {
-            next = NGX_HTTP_DYNAMO_RL_BODY_NVEXT;
+        for (i = 1; i < tree->nlevels; i++) {
+            lv = &tree->levels[i];
 
-        } else if (lvl == NGX_HTTP_DYNAMO_RL_BODY_NVEXT
-                   && m->hash
-                      == ngx_http_dynamo_rl_ascii_hash("metadata_upload")
-                   && ngx_http_dynamo_rl_body_name_is(m, "metadata_upload")
-                      == NGX_OK)
-        {
-            next = NGX_HTTP_DYNAMO_RL_BODY_UPLOAD;
+            if (lv->level == lvl && m->hash == lv->hash
+                && ngx_http_dynamo_rl_body_name_is(m, lv->name) == NGX_OK)
+            {
+                next = i;
+                break;
+            }
         }
     }
 
@@ -961,14 +1004,12 @@ ngx_http_dynamo_rl_scan_grow(ngx_http_dynamo_rl_body_scan_t *bs,
     ngx_memcpy(m, old, bs->n[lvl] * sizeof(ngx_http_dynamo_rl_member_t));
     ngx_memzero(index, 2 * cap * sizeof(uint32_t));
 
-    /* "nvext" and "metadata_upload" are members of the levels above */
+    /* the members whose values are the levels below */
 
-    if (bs->nvext >= old && bs->nvext < old + bs->n[lvl]) {
-        bs->nvext = m + (bs->nvext - old);
-    }
-
-    if (bs->upload >= old && bs->upload < old + bs->n[lvl]) {
-        bs->upload = m + (bs->upload - old);
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_BODY_LEVELS; i++) {
+        if (bs->obj[i] >= old && bs->obj[i] < old + bs->n[lvl]) {
+            bs->obj[i] = m + (bs->obj[i] - old);
+        }
     }
 
     bs->members[lvl] = m;
@@ -1185,38 +1226,101 @@ ngx_http_dynamo_rl_upload_url_valid(u_char *p, size_t len,
 
 
 /*
- * the routing pins of nvext as spans [cut[2i], cut[2i + 1]) to leave out,
- * in order: with each pin goes one comma and the whitespace around it, so
- * that what remains is the same object without the pins, byte for byte
+ * the members that the rules remove under the policy's flags "when", as
+ * spans [cut[2i], cut[2i + 1]) to leave out, in order: with each member
+ * goes one comma and the whitespace around it, so that what remains is
+ * the same objects without them, byte for byte; a member inside one
+ * removed whole goes with it
  */
+
+ngx_uint_t
+ngx_http_dynamo_rl_body_cuts(ngx_http_dynamo_rl_body_scan_t *bs,
+    ngx_uint_t when, u_char **cut)
+{
+    u_char                          *a, *b, *last;
+    ngx_uint_t                       lvl, n, i, j, k;
+    ngx_http_dynamo_rl_body_tree_t  *tree;
+
+    tree = (bs->tree != NULL) ? bs->tree : &ngx_http_dynamo_rl_builtin;
+
+    n = 0;
+
+    for (lvl = 1; lvl < tree->nlevels; lvl++) {
+        if (bs->obj[lvl] != NULL) {
+            n += ngx_http_dynamo_rl_level_cuts(bs, lvl, when, &cut[2 * n]);
+        }
+    }
+
+    /* a few spans, each level's in order: by their start, then nested out */
+
+    for (i = 1; i < n; i++) {
+        a = cut[2 * i];
+        b = cut[2 * i + 1];
+
+        for (j = i; j > 0 && cut[2 * (j - 1)] > a; j--) {
+            cut[2 * j] = cut[2 * (j - 1)];
+            cut[2 * j + 1] = cut[2 * (j - 1) + 1];
+        }
+
+        cut[2 * j] = a;
+        cut[2 * j + 1] = b;
+    }
+
+    k = 0;
+    last = NULL;
+
+    for (i = 0; i < n; i++) {
+        if (last != NULL && cut[2 * i] < last) {
+            continue;
+        }
+
+        cut[2 * k] = cut[2 * i];
+        cut[2 * k + 1] = cut[2 * i + 1];
+        last = cut[2 * k + 1];
+        k++;
+    }
+
+    return k;
+}
+
+
+/* the routing pins of nvext, and what dynamo_rl_strip_routing_headers adds */
 
 ngx_uint_t
 ngx_http_dynamo_rl_body_pins(ngx_http_dynamo_rl_body_scan_t *bs,
     u_char **cut)
 {
-    ngx_uint_t                    i, k, n, nm, pinned;
-    ngx_http_dynamo_rl_member_t  *m;
+    return ngx_http_dynamo_rl_body_cuts(bs, NGX_HTTP_DYNAMO_RL_CUT_ROUTING,
+                                        cut);
+}
 
-    if (bs->nvext == NULL) {
-        return 0;
-    }
 
-    m = bs->members[NGX_HTTP_DYNAMO_RL_BODY_NVEXT];
-    nm = bs->n[NGX_HTTP_DYNAMO_RL_BODY_NVEXT];
+static ngx_uint_t
+ngx_http_dynamo_rl_level_cuts(ngx_http_dynamo_rl_body_scan_t *bs,
+    ngx_uint_t lvl, ngx_uint_t when, u_char **cut)
+{
+    ngx_uint_t                       i, k, n, nm, removed;
+    ngx_http_dynamo_rl_member_t     *m;
+    ngx_http_dynamo_rl_body_tree_t  *tree;
 
-    pinned = 0;
+    tree = (bs->tree != NULL) ? bs->tree : &ngx_http_dynamo_rl_builtin;
+
+    m = bs->members[lvl];
+    nm = bs->n[lvl];
+
+    removed = 0;
     k = nm;
 
     for (i = 0; i < nm; i++) {
-        if (ngx_http_dynamo_rl_is_pin(&m[i])) {
-            pinned++;
+        if (ngx_http_dynamo_rl_is_cut(tree, lvl, when, &m[i])) {
+            removed++;
 
         } else if (k == nm) {
             k = i;
         }
     }
 
-    if (pinned == 0) {
+    if (removed == 0) {
         return 0;
     }
 
@@ -1229,7 +1333,7 @@ ngx_http_dynamo_rl_body_pins(ngx_http_dynamo_rl_body_scan_t *bs,
     n = 0;
 
     for (i = 0; i < nm; i++) {
-        if (!ngx_http_dynamo_rl_is_pin(&m[i])) {
+        if (!ngx_http_dynamo_rl_is_cut(tree, lvl, when, &m[i])) {
             continue;
         }
 
@@ -1248,24 +1352,123 @@ ngx_http_dynamo_rl_body_pins(ngx_http_dynamo_rl_body_scan_t *bs,
 
 
 static ngx_uint_t
-ngx_http_dynamo_rl_is_pin(ngx_http_dynamo_rl_member_t *m)
+ngx_http_dynamo_rl_is_cut(ngx_http_dynamo_rl_body_tree_t *tree,
+    ngx_uint_t lvl, ngx_uint_t when, ngx_http_dynamo_rl_member_t *m)
 {
-    ngx_str_t  *pin;
+    ngx_uint_t                       i;
+    ngx_http_dynamo_rl_body_path_t  *r;
 
-    static ngx_str_t  pins[] = {
-        ngx_string("backend_instance_id"),
-        ngx_string("prefill_worker_id"),
-        ngx_string("decode_worker_id"),
-        ngx_string("dp_rank"),
-        ngx_string("prefill_dp_rank"),
-        ngx_null_string
-    };
+    for (i = 0; i < tree->nrules; i++) {
+        r = &tree->rules[i];
 
-    for (pin = pins; pin->len; pin++) {
-        if (ngx_http_dynamo_rl_body_name_is(m, (char *) pin->data) == NGX_OK) {
+        if (r->level == lvl && (r->when & when) && r->hash == m->hash
+            && ngx_http_dynamo_rl_body_name_is(m, r->name) == NGX_OK)
+        {
             return 1;
         }
     }
 
     return 0;
+}
+
+
+void
+ngx_http_dynamo_rl_body_tree_init(ngx_http_dynamo_rl_body_tree_t *tree)
+{
+    *tree = ngx_http_dynamo_rl_builtin;
+}
+
+
+/*
+ * a rule for "path", member names of [A-Za-z0-9_] joined by ".", below
+ * nvext: the objects on its way become levels; NULL, or why it cannot be
+ * added (the name is NUL-terminated, as configuration strings are)
+ */
+
+const char *
+ngx_http_dynamo_rl_body_tree_add(ngx_http_dynamo_rl_body_tree_t *tree,
+    u_char *path, size_t len, ngx_uint_t when)
+{
+    u_char                          *p, *end, *seg;
+    uint32_t                         hash;
+    ngx_uint_t                       lvl, i, depth;
+    ngx_http_dynamo_rl_body_path_t  *r;
+
+    end = path + len;
+    lvl = NGX_HTTP_DYNAMO_RL_BODY_NVEXT;
+    depth = 0;
+
+    for (p = path; p < end; p++) {
+        if (*p != '.' && *p != '_'
+            && !(*p >= 'a' && *p <= 'z') && !(*p >= 'A' && *p <= 'Z')
+            && !(*p >= '0' && *p <= '9'))
+        {
+            return "is not member names of [A-Za-z0-9_] joined by \".\"";
+        }
+    }
+
+    for (seg = path; /* void */ ; seg = p + 1) {
+
+        p = ngx_strlchr(seg, end, '.');
+        if (p == NULL) {
+            p = end;
+        }
+
+        if (p == seg) {
+            return "has an empty member name";
+        }
+
+        if (++depth > NGX_HTTP_DYNAMO_RL_BODY_PATH) {
+            return "has more than 4 member names";
+        }
+
+        hash = ngx_http_dynamo_rl_hash3(p - seg, seg[0], p[-1]);
+
+        if (p == end) {
+            break;
+        }
+
+        /* an object on the way: a level, the one there is or a new one */
+
+        for (i = 1; i < tree->nlevels; i++) {
+            r = &tree->levels[i];
+
+            if (r->level == lvl && r->hash == hash
+                && ngx_strlen(r->name) == (size_t) (p - seg)
+                && ngx_strncmp(r->name, seg, p - seg) == 0)
+            {
+                break;
+            }
+        }
+
+        if (i == tree->nlevels) {
+            if (i == NGX_HTTP_DYNAMO_RL_BODY_LEVELS) {
+                return "names more than 4 objects beside the built-in ones";
+            }
+
+            r = &tree->levels[i];
+            r->name = (char *) seg;
+            r->hash = hash;
+            r->level = (u_char) lvl;
+            r->when = NGX_HTTP_DYNAMO_RL_CUT_ALWAYS;
+            tree->nlevels++;
+
+            /* the name ends at the ".": it is NUL-terminated */
+            *p = '\0';
+        }
+
+        lvl = i;
+    }
+
+    if (tree->nrules == NGX_HTTP_DYNAMO_RL_BODY_RULES) {
+        return "is past the 64 rules a location may have";
+    }
+
+    r = &tree->rules[tree->nrules++];
+    r->name = (char *) seg;
+    r->hash = hash;
+    r->level = (u_char) lvl;
+    r->when = (u_char) when;
+
+    return NULL;
 }

@@ -34,7 +34,7 @@ plan(skip_all => 'no openssl or curl')
 	&& system('curl -V >/dev/null 2>&1') == 0;
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy map ssl rewrite/)
-	->plan(24);
+	->plan(24 + 6);
 
 my $CERTS = $t->testdir() . '/certs';
 
@@ -162,6 +162,33 @@ my $team_a = sub {
 $t->wait_for(sub { $team_a->() >= 7 }, 5);
 is($team_a->(), 7, 'access log: team a\'s calls by its certificate');
 
+# the request plane: each team's tenant and priority from its certificate
+# (examples/dynamo-rl-mtls.conf), whatever the client sent
+
+for my $c (
+	[ 'team-a', 'x-dynamo-request-priority: 10|x-tenant-id: team-a' ],
+	[ 'team-b', 'x-dynamo-request-priority: 0|x-tenant-id: team-b' ],
+	[ 'stranger', '' ],
+)
+{
+	my ($who, $expect) = @$c;
+
+	$r = curl($who, 'POST', '/v1/completions',
+		'{"prompt":"x","nvext":{"agent_hints":{"priority":99}}}',
+		'X-Tenant-Id: team-a', 'X-Dynamo-Request-Priority: 99',
+		"X-Dynamo-Attempt-Id: mtls-$who");
+
+	my ($rec) = grep { ($_->{headers}{'x-dynamo-attempt-id'} // '')
+		eq "mtls-$who" } @{$t->fake_records('frontend')};
+
+	is(join('|', map { my $v = $rec->{headers}{$_};
+			"$_: " . (ref $v ? join(',', @$v) : $v) }
+		grep { /tenant|priority/ } sort keys %{$rec->{headers} // {}}),
+		$expect, "request plane: $who\'s tenant and priority");
+	is($rec && $rec->{body}, '{"prompt":"x","nvext":{"agent_hints":{}}}',
+		"request plane: $who\'s body without a priority");
+}
+
 ###############################################################################
 
 sub make_certs {
@@ -222,6 +249,7 @@ sub example {
 
 	$conf =~ s/\@CERTS\@/$CERTS/g;
 	$conf =~ s/127\.0\.0\.1:9443\b/'127.0.0.1:' . port(8443)/ge;
+	$conf =~ s/\@FRONTEND\@/'127.0.0.1:' . port(8081)/ge;
 
 	return $conf;
 }
@@ -276,7 +304,7 @@ sub ids {
 }
 
 sub curl {
-	my ($who, $method, $uri, $body) = @_;
+	my ($who, $method, $uri, $body, @headers) = @_;
 
 	my @cmd = ('curl', '-s', '-i', '--max-time', '10', '-X', $method,
 		'--cacert', "$CERTS/ca.crt",
@@ -284,6 +312,7 @@ sub curl {
 			'--key', "$CERTS/$who.key") : (),
 		defined $body ? ('-H', 'Content-Type: application/json',
 			'--data-binary', $body) : (),
+		(map { ('-H', $_) } @headers),
 		'https://127.0.0.1:' . port(8443) . $uri);
 
 	my $pid = open(my $fh, '-|') // die "cannot fork: $!\n";

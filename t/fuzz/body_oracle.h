@@ -24,6 +24,11 @@
  *   - a raw NUL byte right after a number or a literal, which jansson
  *     lets through and RFC 8259 does not allow: the scanner refuses it.
  *
+ * Where both accept an object, the removals agree too: the body without
+ * the spans of ngx_http_dynamo_rl_body_cuts() (every rule on, the paths
+ * "agent_hints.osl" and "extra.deep.a" added) is jansson's document with
+ * those members deleted, and scans again with nothing left to remove.
+ *
  * Returns the case's class, or BODY_ORACLE_MISMATCH.
  */
 
@@ -45,14 +50,25 @@
 #define BODY_ORACLE_RAW_NUL    6
 
 
+#define BODY_ORACLE_WHEN                                                     \
+    (NGX_HTTP_DYNAMO_RL_CUT_ALWAYS | NGX_HTTP_DYNAMO_RL_CUT_ROUTING          \
+     | NGX_HTTP_DYNAMO_RL_CUT_TENANT)
+
+
 static void *body_oracle_alloc(void *data, size_t size);
 static int body_oracle(const u_char *data, size_t len);
+static ngx_http_dynamo_rl_body_tree_t *body_oracle_tree(void);
+static void body_oracle_delete(json_t *j);
+static int body_oracle_cuts(const u_char *data, size_t len);
 
 
 /* room for objects with more members than the scanner's own */
 
 static u_char  body_oracle_arena[4 * 1024 * 1024];
 static size_t  body_oracle_used;
+
+/* documents the removals changed */
+static unsigned  body_oracle_removed;
 
 
 static void *
@@ -111,6 +127,10 @@ body_oracle(const u_char *data, size_t len)
             return BODY_ORACLE_RAW_NUL;
         }
 
+        if (sok && !body_oracle_cuts(data, len)) {
+            return BODY_ORACLE_MISMATCH;
+        }
+
         return sok ? BODY_ORACLE_SAME : BODY_ORACLE_MISMATCH;
     }
 
@@ -141,6 +161,170 @@ body_oracle(const u_char *data, size_t len)
     }
 
     return sok ? BODY_ORACLE_MISMATCH : BODY_ORACLE_SAME;
+}
+
+
+static ngx_http_dynamo_rl_body_tree_t *
+body_oracle_tree(void)
+{
+    static int                             ready;
+    static char                            osl[] = "agent_hints.osl";
+    static char                            deep[] = "extra.deep.a";
+    static ngx_http_dynamo_rl_body_tree_t  tree;
+
+    if (!ready) {
+        ngx_http_dynamo_rl_body_tree_init(&tree);
+
+        if (ngx_http_dynamo_rl_body_tree_add(&tree, (u_char *) osl,
+                                             sizeof(osl) - 1,
+                                             NGX_HTTP_DYNAMO_RL_CUT_ALWAYS)
+            != NULL
+            || ngx_http_dynamo_rl_body_tree_add(&tree, (u_char *) deep,
+                                                sizeof(deep) - 1,
+                                                NGX_HTTP_DYNAMO_RL_CUT_ALWAYS)
+               != NULL)
+        {
+            abort();
+        }
+
+        ready = 1;
+    }
+
+    return &tree;
+}
+
+
+/* what the removals must leave, by jansson */
+
+static void
+body_oracle_delete(json_t *j)
+{
+    json_t       *nv, *o;
+    const char  **name;
+
+    static const char  *nvext[] = {
+        "backend_instance_id", "prefill_worker_id", "decode_worker_id",
+        "dp_rank", "prefill_dp_rank", "routing_constraints", "router",
+        "cache_salt", NULL
+    };
+
+    static const char  *hints[] = {
+        "priority", "strict_priority", "osl", NULL
+    };
+
+    nv = json_object_get(j, "nvext");
+
+    if (!json_is_object(nv)) {
+        return;
+    }
+
+    for (name = nvext; *name; name++) {
+        json_object_del(nv, *name);
+    }
+
+    o = json_object_get(nv, "agent_hints");
+
+    if (json_is_object(o)) {
+        for (name = hints; *name; name++) {
+            json_object_del(o, *name);
+        }
+    }
+
+    o = json_object_get(nv, "extra");
+    o = json_is_object(o) ? json_object_get(o, "deep") : NULL;
+
+    if (json_is_object(o)) {
+        json_object_del(o, "a");
+    }
+}
+
+
+/* 1: the scanner's removals are jansson's deletions */
+
+static int
+body_oracle_cuts(const u_char *data, size_t len)
+{
+    int                                     ok;
+    u_char                                 *out, *p, *last;
+    json_t                                 *j, *o;
+    ngx_uint_t                              i, n;
+    json_error_t                            e;
+    static ngx_http_dynamo_rl_body_scan_t   bs;
+    static u_char  *cut[2 * NGX_HTTP_DYNAMO_RL_BODY_MEMBERS];
+
+    j = json_loadb((const char *) data, len,
+                   JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
+
+    if (j == NULL || !json_is_object(j)) {
+        json_decref(j);
+        return 1;
+    }
+
+    bs.alloc = body_oracle_alloc;
+    bs.tree = body_oracle_tree();
+    body_oracle_used = 0;
+
+    if (ngx_http_dynamo_rl_body_scan((u_char *) data, len, &bs) != NGX_OK) {
+        json_decref(j);
+        return 1;
+    }
+
+    n = ngx_http_dynamo_rl_body_cuts(&bs, BODY_ORACLE_WHEN, cut);
+
+    if (n == 0) {
+        json_decref(j);
+        return 1;
+    }
+
+    body_oracle_removed++;
+
+    out = malloc(len + 1);
+    if (out == NULL) {
+        abort();
+    }
+
+    p = out;
+    last = (u_char *) data;
+    ok = 1;
+
+    for (i = 0; i < n; i++) {
+        if (cut[2 * i] < last || cut[2 * i + 1] < cut[2 * i]
+            || cut[2 * i + 1] > data + len)
+        {
+            ok = 0;
+            break;
+        }
+
+        p = ngx_cpymem(p, last, cut[2 * i] - last);
+        last = cut[2 * i + 1];
+    }
+
+    if (ok) {
+        p = ngx_cpymem(p, last, data + len - last);
+
+        o = json_loadb((const char *) out, p - out,
+                       JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
+
+        body_oracle_delete(j);
+
+        ok = (o != NULL && json_equal(j, o));
+        json_decref(o);
+
+        body_oracle_used = 0;
+
+        if (ok
+            && (ngx_http_dynamo_rl_body_scan(out, p - out, &bs) != NGX_OK
+                || ngx_http_dynamo_rl_body_cuts(&bs, BODY_ORACLE_WHEN, cut)
+                   != 0))
+        {
+            ok = 0;
+        }
+    }
+
+    free(out);
+    json_decref(j);
+
+    return ok;
 }
 
 

@@ -5,8 +5,9 @@
 
 
 /*
- * The body scanner's accept/reject decisions against jansson's
- * (t/fuzz/body_oracle.h says where they differ by design), over the
+ * The body scanner's accept/reject decisions, and what its removals
+ * leave, against jansson's (t/fuzz/body_oracle.h says where they differ
+ * by design), over the
  * corpus of t/fuzz/corpus/fuzz_body and a suite generated here: hand
  * written documents in the manner of JSONTestSuite's y_/n_/i_ files, then
  * every prefix of each, and every one with one byte replaced by, or with
@@ -57,6 +58,15 @@ static const char  *seeds[] = {
     "{\"prompt\":[7,12,345,6789,10234,987654,1234567,5,0,61,702,8003,90004,"
     "100005,11,2,33,444,5555,66666,777777,8888888,9,10,21,3,40,500,6000,"
     "70000,800000,9000000,1,0,0,2],\"max_tokens\":8}",
+    /* the members the rules remove: each first, last, alone, nested */
+    "{\"nvext\":{\"cache_salt\":\"s\",\"x\":1,\"router\":{\"ttft_target\":1}}}",
+    "{\"nvext\":{\"agent_hints\":{\"priority\":1,\"osl\":2,"
+    "\"latency_sensitivity\":0.5,\"strict_priority\":3}}}",
+    "{\"nvext\":{\"routing_constraints\":{\"required_taints\":[\"a\"]}}}",
+    "{\"nvext\":{\"extra\":{\"deep\":{\"a\":[1],\"b\":2}},\"dp_rank\":0}}",
+    "{\"n\\u0076ext\":{\"agent\\u005fhints\":{\"pr\\u0069ority\":1}},"
+    "\"cache_salt\":1}",
+    "{\"nvext\":{\"agent_hints\":[{\"priority\":1}],\"x\":{\"router\":1}}}",
     "{\"p\":[3,14,159,2653,58979,323846,2643383,2,7,95,288,4197,16939,"
     "937510,5820974,9,44,592,3078,16406,286208,9986280,3,48,253,4211,70679,"
     "821480,8651328,2,30,664,7093,84460,955058,2231725,3,59,408,1284,81117,"
@@ -211,6 +221,10 @@ main(void)
            classes[BODY_ORACLE_NOT_OBJECT], classes[BODY_ORACLE_DEEP],
            classes[BODY_ORACLE_DUP_BELOW], classes[BODY_ORACLE_RANGE],
            classes[BODY_ORACLE_RAW_NUL]);
+
+    printf("%sok %d - removals in %u documents, each jansson's deletion\n",
+           body_oracle_removed > 5000 ? "" : "not ", ++n,
+           body_oracle_removed);
 
     printf("%sok %d - no verdict differs from jansson's (%d differ)\n",
            mismatches ? "not " : "", ++n, mismatches);

@@ -39,12 +39,101 @@ typedef struct {
 } url_case_t;
 
 
+/* a body, the policy's flags, the tree (0 built-in, 1 with paths), out */
+
+typedef struct {
+    const char  *body;
+    ngx_uint_t   when;
+    ngx_uint_t   paths;
+    const char  *stripped;
+} cuts_case_t;
+
+
+typedef struct {
+    const char  *path;
+    const char  *err;
+} path_case_t;
+
+
 static ngx_http_dynamo_rl_body_scan_t  bs;
 
 
 static size_t members(u_char *buf, const char *prefix, ngx_uint_t n,
     ngx_uint_t dup, ngx_uint_t of, const char *suffix);
 static void many_members(void);
+static void cuts_tests(void);
+
+
+#define A  NGX_HTTP_DYNAMO_RL_CUT_ALWAYS
+#define R  NGX_HTTP_DYNAMO_RL_CUT_ROUTING
+#define T  NGX_HTTP_DYNAMO_RL_CUT_TENANT
+
+
+static cuts_case_t  cuts[] = {
+
+    /* the salt only with a tenant; routing only with the pins */
+
+    { "{\"nvext\":{\"cache_salt\":\"s\"}}", A | R, 0,
+      "{\"nvext\":{\"cache_salt\":\"s\"}}" },
+    { "{\"nvext\":{\"cache_salt\":\"s\"}}", A | T, 0, "{\"nvext\":{}}" },
+    { "{\"nvext\":{\"router\":{},\"routing_constraints\":{\"a\":[1]},"
+      "\"x\":1}}", A, 0,
+      "{\"nvext\":{\"router\":{},\"routing_constraints\":{\"a\":[1]},"
+      "\"x\":1}}" },
+    { "{\"nvext\":{\"router\":{},\"routing_constraints\":{\"a\":[1]},"
+      "\"x\":1}}", A | R, 0, "{\"nvext\":{\"x\":1}}" },
+
+    /* agent_hints: first, last, alone, the rest kept */
+
+    { "{\"nvext\":{\"agent_hints\":{\"priority\":1, \"osl\":2}}}", A, 0,
+      "{\"nvext\":{\"agent_hints\":{\"osl\":2}}}" },
+    { "{\"nvext\":{\"agent_hints\":{\"osl\":2 ,\"strict_priority\":1}}}",
+      A, 0, "{\"nvext\":{\"agent_hints\":{\"osl\":2}}}" },
+    { "{\"nvext\":{\"agent_hints\":{ \"priority\":1 }}}", A, 0,
+      "{\"nvext\":{\"agent_hints\":{  }}}" },
+    { "{\"nvext\":{\"agent_hints\":{\"priority\":1}}}", 0, 0,
+      "{\"nvext\":{\"agent_hints\":{\"priority\":1}}}" },
+    { "{\"agent_hints\":{\"priority\":1},\"nvext\":{\"x\":{\"agent_hints\":"
+      "{\"priority\":1}}}}", A | R | T, 0,
+      "{\"agent_hints\":{\"priority\":1},\"nvext\":{\"x\":{\"agent_hints\":"
+      "{\"priority\":1}}}}" },
+
+    /* every level at once, escaped names, spans in order */
+
+    { "{\"n\\u0076ext\":{\"dp_rank\":1,\"agent\\u005fhints\":{\"a\":1,"
+      "\"priorit\\u0079\":2},\"cache_salt\":\"\",\"b\":[1,2]}}", A | R | T, 0,
+      "{\"n\\u0076ext\":{\"agent\\u005fhints\":{\"a\":1},\"b\":[1,2]}}" },
+
+    /* the paths: agent_hints whole (inner rules inside it), a.b.c.d */
+
+    { "{\"nvext\":{\"x\":0,\"agent_hints\":{\"priority\":1,\"osl\":2}}}",
+      A, 1, "{\"nvext\":{\"x\":0}}" },
+    { "{\"nvext\":{\"agent_hints\":{\"priority\":1},\"dp_rank\":1}}",
+      A | R, 1, "{\"nvext\":{}}" },
+    { "{\"nvext\":{\"a\":{\"b\":{\"c\":{\"d\":1,\"e\":2},\"d\":3}}}}",
+      A, 1, "{\"nvext\":{\"a\":{\"b\":{\"c\":{\"e\":2},\"d\":3}}}}" },
+    { "{\"nvext\":{\"a\":{\"b\":[{\"c\":{\"d\":1}}]}}}", A, 1,
+      "{\"nvext\":{\"a\":{\"b\":[{\"c\":{\"d\":1}}]}}}" },
+    { "{\"a\":{\"b\":{\"c\":{\"d\":1}}}}", A, 1,
+      "{\"a\":{\"b\":{\"c\":{\"d\":1}}}}" },
+
+    { NULL, 0, 0, NULL }
+};
+
+
+static path_case_t  paths[] = {
+    { "a", NULL },
+    { "A_9.b.c.d", NULL },
+    { "a.b.c.d.e", "has more than 4 member names" },
+    { "", "has an empty member name" },
+    { "a..b", "has an empty member name" },
+    { ".a", "has an empty member name" },
+    { "a.", "has an empty member name" },
+    { "a-b", "is not member names of [A-Za-z0-9_] joined by \".\"" },
+    { "a b", "is not member names of [A-Za-z0-9_] joined by \".\"" },
+    { "a.\xc3\xa9", "is not member names of [A-Za-z0-9_] joined by \".\"" },
+    { NULL, NULL }
+};
 
 
 static body_case_t  cases[] = {
@@ -321,6 +410,7 @@ main(void)
     }
 
     many_members();
+    cuts_tests();
 
     return done_testing();
 }
@@ -429,4 +519,107 @@ many_members(void)
        "grown levels: the pin after 300 members cut");
 
     bs.alloc = NULL;
+}
+
+
+/* the rules of a tree, with and without configured paths */
+
+static void
+cuts_tests(void)
+{
+    char                            name[512], copy[64];
+    u_char                         *cut[2 * NGX_HTTP_DYNAMO_RL_BODY_MEMBERS];
+    u_char                          buf[1024], out[1024], *p, *last;
+    size_t                          len;
+    ngx_int_t                       rc;
+    ngx_uint_t                      i, n, k;
+    const char                     *err;
+    cuts_case_t                    *cc;
+    path_case_t                    *pc;
+    ngx_http_dynamo_rl_body_tree_t  tree;
+
+    static char  hints[] = "agent_hints";
+    static char  abcd[] = "a.b.c.d";
+
+    ngx_http_dynamo_rl_body_tree_init(&tree);
+
+    ok(ngx_http_dynamo_rl_body_tree_add(&tree, (u_char *) hints,
+                                        sizeof(hints) - 1, A) == NULL
+       && ngx_http_dynamo_rl_body_tree_add(&tree, (u_char *) abcd,
+                                           sizeof(abcd) - 1, A) == NULL,
+       "tree: agent_hints and a.b.c.d added");
+
+    for (cc = cuts; cc->body; cc++) {
+        len = strlen(cc->body);
+        memcpy(buf, cc->body, len);
+
+        bs.tree = cc->paths ? &tree : NULL;
+
+        rc = ngx_http_dynamo_rl_body_scan(buf, len, &bs);
+        n = (rc == NGX_OK) ? ngx_http_dynamo_rl_body_cuts(&bs, cc->when, cut)
+                           : 0;
+
+        p = out;
+        last = buf;
+
+        for (i = 0; i < n; i++) {
+            p = ngx_cpymem(p, last, cut[2 * i] - last);
+            last = cut[2 * i + 1];
+        }
+
+        p = ngx_cpymem(p, last, buf + len - last);
+
+        snprintf(name, sizeof(name), "cuts %lu%s: %s",
+                 (unsigned long) cc->when, cc->paths ? " paths" : "",
+                 cc->body);
+        ok(rc == NGX_OK && (size_t) (p - out) == strlen(cc->stripped)
+           && memcmp(out, cc->stripped, p - out) == 0, name);
+
+        if (rc == NGX_OK && memcmp(out, cc->stripped, p - out) != 0) {
+            printf("# got %.*s\n", (int) (p - out), out);
+        }
+    }
+
+    bs.tree = NULL;
+
+    for (pc = paths; pc->path; pc++) {
+        ngx_http_dynamo_rl_body_tree_init(&tree);
+
+        len = strlen(pc->path);
+        memcpy(copy, pc->path, len + 1);
+
+        err = ngx_http_dynamo_rl_body_tree_add(&tree, (u_char *) copy, len,
+                                               A);
+
+        snprintf(name, sizeof(name), "path \"%s\": %s", pc->path,
+                 pc->err ? pc->err : "added");
+        ok(pc->err ? err != NULL && strcmp(err, pc->err) == 0 : err == NULL,
+           name);
+    }
+
+    /* 4 objects of paths at most; 64 rules */
+
+    ngx_http_dynamo_rl_body_tree_init(&tree);
+
+    memcpy(copy, "a.b.c.d", sizeof("a.b.c.d"));
+    (void) ngx_http_dynamo_rl_body_tree_add(&tree, (u_char *) copy, 7, A);
+    memcpy(copy + 8, "x.y", sizeof("x.y"));
+    err = ngx_http_dynamo_rl_body_tree_add(&tree, (u_char *) copy + 8, 3, A);
+    ok(err == NULL, "tree: the 4th object of paths");
+    memcpy(copy + 12, "z.y", sizeof("z.y"));
+    err = ngx_http_dynamo_rl_body_tree_add(&tree, (u_char *) copy + 12, 3, A);
+    ok(err != NULL && strcmp(err, "names more than 4 objects beside the "
+                             "built-in ones") == 0, "tree: a 5th refused");
+
+    k = 0;
+
+    for (i = tree.nrules; i < NGX_HTTP_DYNAMO_RL_BODY_RULES + 1; i++) {
+        memcpy(copy + 16, "r", 2);
+        err = ngx_http_dynamo_rl_body_tree_add(&tree, (u_char *) copy + 16,
+                                               1, A);
+        k += (err != NULL);
+    }
+
+    ok(k == 1 && tree.nrules == NGX_HTTP_DYNAMO_RL_BODY_RULES,
+       "tree: 64 rules at most");
 }

@@ -469,56 +469,57 @@ main(void)
 
     /* record */
 
-    ok(record("*9\r\n" NIL NIL NIL NIL NIL NIL NIL NIL NIL, &rec) == NGX_OK
+    ok(record("*10\r\n" NIL NIL NIL NIL NIL NIL NIL NIL NIL NIL, &rec) == NGX_OK
        && !rec.found, "record: all nil is none");
 
-    ok(record("*9\r\n$1\r\nu\r\n$3\r\n200\r\n$1\r\n1\r\n$4\r\n1234\r\n"
+    ok(record("*10\r\n$1\r\nu\r\n$3\r\n200\r\n$1\r\n1\r\n$4\r\n1234\r\n"
               "$13\r\n1733100000000\r\n$13\r\n1733100000500\r\n$3\r\nr-1\r\n"
-              "$1\r\nA\r\n" NIL, &rec) == NGX_OK
+              "$1\r\nA\r\n" NIL "$8\r\ntenant-a\r\n", &rec) == NGX_OK
        && rec.found && rec.state == NGX_HTTP_DYNAMO_RL_SUCCEEDED
        && rec.status == 200 && rec.stream == 1 && rec.bytes == 1234
        && rec.started == 1733100000000ULL && rec.ended == 1733100000500ULL
        && is(&rec.request_id, "r-1") && is(&rec.replica, "A")
+       && is(&rec.tenant, "tenant-a")
        && rec.reason == 0, "record: succeeded, every field");
 
-    ok(record("*9\r\n$1\r\na\r\n" NIL NIL NIL "$1\r\n5\r\n" NIL NIL
-              "$1\r\nB\r\n" NIL, &rec) == NGX_OK
+    ok(record("*10\r\n$1\r\na\r\n" NIL NIL NIL "$1\r\n5\r\n" NIL NIL
+              "$1\r\nB\r\n" NIL NIL, &rec) == NGX_OK
        && rec.state == NGX_HTTP_DYNAMO_RL_ACCEPTED && rec.status == 0
-       && rec.ended == 0 && rec.request_id.len == 0,
+       && rec.ended == 0 && rec.request_id.len == 0 && rec.tenant.len == 0,
        "record: accepted, only what the claim wrote");
 
-    ok(record("*9\r\n$1\r\nc\r\n" NIL NIL NIL NIL NIL NIL NIL
-              "$2\r\nnf\r\n", &rec) == NGX_OK
+    ok(record("*10\r\n$1\r\nc\r\n" NIL NIL NIL NIL NIL NIL NIL
+              "$2\r\nnf\r\n" NIL, &rec) == NGX_OK
        && rec.state == NGX_HTTP_DYNAMO_RL_CANCELED
        && rec.reason == NGX_HTTP_DYNAMO_RL_NOT_FORWARDED,
        "record: never forwarded");
-    ok(record("*9\r\n$1\r\nf\r\n" NIL NIL NIL NIL NIL NIL NIL
-              "$2\r\nwe\r\n", &rec) == NGX_OK
+    ok(record("*10\r\n$1\r\nf\r\n" NIL NIL NIL NIL NIL NIL NIL
+              "$2\r\nwe\r\n" NIL, &rec) == NGX_OK
        && rec.state == NGX_HTTP_DYNAMO_RL_FAILED
        && rec.reason == NGX_HTTP_DYNAMO_RL_WORKER_EXITED,
        "record: worker exited");
-    ok(record("*9\r\n$1\r\ns\r\n" NIL NIL NIL NIL NIL NIL NIL
-              "$0\r\n\r\n", &rec) == NGX_OK
+    ok(record("*10\r\n$1\r\ns\r\n" NIL NIL NIL NIL NIL NIL NIL
+              "$0\r\n\r\n" NIL, &rec) == NGX_OK
        && rec.state == NGX_HTTP_DYNAMO_RL_STREAMING && rec.reason == 0,
        "record: streaming, empty rs");
 
     {
         static const char  *bad[] = {
-            "*9\r\n$1\r\nx\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
-            "*9\r\n$1\r\n?\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
-            "*9\r\n$2\r\nab\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
-            "*9\r\n" NIL "$3\r\n200\r\n" NIL NIL NIL NIL NIL NIL NIL,
-            "*9\r\n$1\r\nu\r\n$3\r\nabc\r\n" NIL NIL NIL NIL NIL NIL NIL,
-            "*9\r\n$1\r\nu\r\n$4\r\n1000\r\n" NIL NIL NIL NIL NIL NIL NIL,
-            "*9\r\n$1\r\nu\r\n" NIL "$1\r\n2\r\n" NIL NIL NIL NIL NIL NIL,
-            "*9\r\n$1\r\nu\r\n" NIL NIL "$2\r\n-1\r\n" NIL NIL NIL NIL NIL,
-            "*9\r\n$1\r\nu\r\n" NIL NIL NIL "$1\r\n \r\n" NIL NIL NIL NIL,
-            "*9\r\n$1\r\nu\r\n" NIL NIL NIL NIL NIL NIL NIL "$2\r\nzz\r\n",
-            "*9\r\n$1\r\nu\r\n" NIL NIL NIL NIL NIL NIL NIL "$1\r\nn\r\n",
-            "*9\r\n$1\r\nu\r\n:200\r\n" NIL NIL NIL NIL NIL NIL NIL,
-            "*8\r\n$1\r\nu\r\n" NIL NIL NIL NIL NIL NIL NIL,
-            "*10\r\n$1\r\nu\r\n" NIL NIL NIL NIL NIL NIL NIL NIL NIL,
-            "*9\r\n*0\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
+            "*10\r\n$1\r\nx\r\n" NIL NIL NIL NIL NIL NIL NIL NIL NIL,
+            "*10\r\n$1\r\n?\r\n" NIL NIL NIL NIL NIL NIL NIL NIL NIL,
+            "*10\r\n$2\r\nab\r\n" NIL NIL NIL NIL NIL NIL NIL NIL NIL,
+            "*10\r\n" NIL "$3\r\n200\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
+            "*10\r\n$1\r\nu\r\n$3\r\nabc\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
+            "*10\r\n$1\r\nu\r\n$4\r\n1000\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
+            "*10\r\n$1\r\nu\r\n" NIL "$1\r\n2\r\n" NIL NIL NIL NIL NIL NIL NIL,
+            "*10\r\n$1\r\nu\r\n" NIL NIL "$2\r\n-1\r\n" NIL NIL NIL NIL NIL NIL,
+            "*10\r\n$1\r\nu\r\n" NIL NIL NIL "$1\r\n \r\n" NIL NIL NIL NIL NIL,
+            "*10\r\n$1\r\nu\r\n" NIL NIL NIL NIL NIL NIL NIL "$2\r\nzz\r\n" NIL,
+            "*10\r\n$1\r\nu\r\n" NIL NIL NIL NIL NIL NIL NIL "$1\r\nn\r\n" NIL,
+            "*10\r\n$1\r\nu\r\n:200\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
+            "*9\r\n$1\r\nu\r\n" NIL NIL NIL NIL NIL NIL NIL NIL,
+            "*11\r\n$1\r\nu\r\n" NIL NIL NIL NIL NIL NIL NIL NIL NIL NIL,
+            "*10\r\n*0\r\n" NIL NIL NIL NIL NIL NIL NIL NIL NIL,
             "-WRONGTYPE Operation against a key\r\n",
             NIL,
             NULL

@@ -1558,6 +1558,20 @@ ngx_http_dynamo_rl_test_header_class(ngx_http_dynamo_rl_tap_t *t)
         { "content_encoding", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
         { "x-dp-rank_", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
         { "x-dp+rank", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-tenant-id", NGX_HTTP_DYNAMO_RL_HEADER_ASSIGNED },
+        { "x_tenant_id", NGX_HTTP_DYNAMO_RL_HEADER_ASSIGNED },
+        { "x-dynamo-request-priority", NGX_HTTP_DYNAMO_RL_HEADER_ASSIGNED },
+        { "x_dynamo_request-priority", NGX_HTTP_DYNAMO_RL_HEADER_ASSIGNED },
+        { "x-dynamo-request-strict-priority",
+          NGX_HTTP_DYNAMO_RL_HEADER_ASSIGNED },
+        { "x-dynamo-request-strict_priority",
+          NGX_HTTP_DYNAMO_RL_HEADER_ASSIGNED },
+        { "x-tenant-ids", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-tenant-i", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-dynamo-request-strict-priorit", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-dynamo-request-strict-priorityy",
+          NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
+        { "x-dynamo-request-priorit", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
         { "", NGX_HTTP_DYNAMO_RL_HEADER_OTHER },
     };
 
@@ -1589,7 +1603,7 @@ ngx_http_dynamo_rl_test_header_class(ngx_http_dynamo_rl_tap_t *t)
         }
     }
 
-    /* a name of over 28 bytes or 64 is never one, nor does it overrun */
+    /* a name of over 32 bytes or 64 is never one, nor does it overrun */
 
     memset(buf, 'x', sizeof(buf));
 
@@ -1597,6 +1611,8 @@ ngx_http_dynamo_rl_test_header_class(ngx_http_dynamo_rl_tap_t *t)
                            ngx_http_dynamo_rl_header_class(buf, sizeof(buf))
                            == NGX_HTTP_DYNAMO_RL_HEADER_OTHER
                            && ngx_http_dynamo_rl_header_class(buf, 29)
+                              == NGX_HTTP_DYNAMO_RL_HEADER_OTHER
+                           && ngx_http_dynamo_rl_header_class(buf, 33)
                               == NGX_HTTP_DYNAMO_RL_HEADER_OTHER,
                            "header_class() of long names is other", NULL,
                            NULL);
