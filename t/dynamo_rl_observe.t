@@ -344,7 +344,15 @@ my $redis = Test::DynamoRL::Redis->new($ts, port => 8379)->start();
 $ts->write_file_expand('nginx.conf', replica_conf(name => 'S',
 	listen => 8180, api => 8170, store => $redis->url(),
 	params => 'heartbeat=500ms gate_poll=100ms'));
-$ts->run();
+
+# S runs on the real clock: without the libfaketime of faketime($t)
+
+{
+	local $ENV{TEST_NGINX_PRELOAD} = join ' ', grep { !/faketime/ }
+		split ' ', $ENV{TEST_NGINX_PRELOAD} // '';
+
+	$ts->run();
+}
 
 my $ms = {};
 
