@@ -24,7 +24,8 @@
 #   page shows the store up, its address and never the password, the
 #   queue and the fallbacks, the replica's name and the fleet's drain
 #   (open, closed and drained); with redis-server killed by its pid, the
-#   store down; without a store, no store at all.
+#   store down, then the zone deciding (on_error=local) and its
+#   fallbacks; without a store, no store at all.
 #
 # Chromium runs headless with its own profile in the test directory,
 # bounded by timeout(1), against 127.0.0.1 only.
@@ -44,7 +45,7 @@ use Time::HiRes qw/ time sleep /;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ call raw read_until rl_test slurp /;
-use Test::DynamoRL::Redis qw/ gate_post replica_conf wait_status /;
+use Test::DynamoRL::Redis qw/ gate_post gen replica_conf wait_status /;
 
 ###############################################################################
 
@@ -54,7 +55,7 @@ my ($CHROMIUM) = grep { -x } map { "$_/chromium" }
 die "chromium is missing: install Debian's chromium (make test-deps)\n"
 	unless defined $CHROMIUM;
 
-my $t = rl_test(Test::DynamoRL::scale(300), 32 + 15 + 2, <<'EOF');
+my $t = rl_test(Test::DynamoRL::scale(300), 32 + 18 + 2, <<'EOF');
 
 %%RL_MAIN%%
 
@@ -229,12 +230,12 @@ my %S = (name => 'gw-7', listen => 8180, api => 8170);
 
 $ts->write_file_expand('nginx.conf', replica_conf(%S, store => $redis->url(),
 	params => 'user=gw password_file=%%TESTDIR%%/store.pass'
-	. ' heartbeat=500ms gate_poll=100ms gate_stale=1s'));
+	. ' heartbeat=500ms gate_poll=100ms gate_stale=1s on_error=local'));
 $ts->run();
 
 my $SPAGE = 'http://127.0.0.1:' . port(8170) . '/rl/status?format=html';
 my $ADDR = 'redis://127.0.0.1:' . port(8379);
-my $FLEET = 'fleet: 1 replicas, 1 acked the epoch, 0 in flight, 0 lost';
+my $FLEET = 'fleet: 1 replica, 1 acked the epoch, 0 in flight, 0 lost';
 
 wait_status(\%S, sub { ($_[0]{store}{fleet}{replicas} // 0) == 1 });
 
@@ -284,6 +285,19 @@ like($card, qr/<div id="store" class="card down">/, 'store down: the card');
 like($card, qr/<b>store DOWN<\/b>/, 'store down: says down');
 like($card, qr/<div id="drain">fleet not known: no fresh read of the gate</,
 	'store down: the fleet not known');
+
+# on_error=local: the zone decides for S, counted
+
+is(gen(\%S, 'fallback-1')->{status}, 200, 'fallback: S admits on its own');
+wait_status(\%S, sub { ($_[0]{store}{fallbacks} // 0) >= 1 });
+
+$run = chromium('store-fallback', $SPAGE, 3000);
+$card = store_card($run->{dom});
+
+like($card, qr/<b>store DOWN, the zone decides \(on_error=local\)<\/b>/,
+	'fallback: the zone decides');
+like($card, qr/>queue \d+, fallbacks [1-9]\d*, dropped \d+, reconnects \d+</,
+	'fallback: counted');
 
 # without a store: no store card
 
