@@ -885,6 +885,17 @@ ngx_http_dynamo_rl_gate_store_apply(ngx_http_dynamo_rl_zone_t *zone,
     sh->store_read = now;
     sh->store_known = 1;
 
+    /* the fleet for status and metrics, as fresh as the gate */
+
+    if (gr->has_fleet) {
+        sh->fleet_known = 1;
+        sh->fleet_replicas = gr->fleet.replicas;
+        sh->fleet_acked = gr->fleet.acked;
+        sh->fleet_in_flight = gr->fleet.in_flight;
+        sh->fleet_lost = gr->fleet.lost_total;
+        sh->fleet_drained = gr->fleet.drained;
+    }
+
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     if (gr->result == NGX_HTTP_DYNAMO_RL_GATE_R_LOST) {

@@ -56,6 +56,14 @@ typedef struct {
     ngx_http_dynamo_rl_store_t      *store;
     ngx_http_dynamo_rl_store_stats_t store_stats;
     ngx_uint_t                       store_fallback;
+
+    /* the fleet as the gate last read it, if that read is fresh */
+    ngx_uint_t                       fleet_fresh;
+    ngx_uint_t                       fleet_replicas;
+    ngx_uint_t                       fleet_acked;
+    uint64_t                         fleet_in_flight;
+    ngx_uint_t                       fleet_lost;
+    ngx_uint_t                       fleet_drained;
 } ngx_http_dynamo_rl_report_t;
 
 
@@ -100,6 +108,10 @@ static size_t ngx_http_dynamo_rl_store_json_len(
 static u_char *ngx_http_dynamo_rl_store_json(ngx_http_dynamo_rl_report_t *rp,
     u_char *p);
 static u_char *ngx_http_dynamo_rl_store_text(ngx_http_dynamo_rl_report_t *rp,
+    u_char *p);
+static void ngx_http_dynamo_rl_fleet_report(ngx_http_dynamo_rl_report_t *rp,
+    ngx_http_dynamo_rl_shctx_t *sh);
+static u_char *ngx_http_dynamo_rl_fleet_text(ngx_http_dynamo_rl_report_t *rp,
     u_char *p);
 static u_char *ngx_http_dynamo_rl_histogram_text(u_char *p, char *name,
     char *label, ngx_str_t *value, ngx_uint_t *counts, ngx_uint_t sum);
@@ -226,6 +238,8 @@ static char  ngx_http_dynamo_rl_html_style[] =
 "#gate{font-size:15px}#gate b{font-size:17px}\n"
 ".open{border-left:6px solid #2e7d32}.closed{border-left:6px solid #f9a825}\n"
 ".expired{border-left:6px solid #b3261e}\n"
+"#store{margin-top:10px}#store.up{border-left:6px solid #2e7d32}\n"
+"#store.down{border-left:6px solid #b3261e}\n"
 "svg{width:100%;display:block}\n"
 ".legend span{margin-right:10px;white-space:nowrap}\n"
 ".legend svg{display:inline;width:10px;vertical-align:-1px}\n"
@@ -242,6 +256,7 @@ static char  ngx_http_dynamo_rl_html_style[] =
 "<div class=\"card\"><div id=\"snapshot\"></div><div id=\"ledger\"></div></div>"
 "\n"
 "</div>\n"
+"<div id=\"store\" class=\"card\" hidden></div>\n"
 "<h2>Gate history</h2>\n"
 "<div class=\"card\"><svg id=\"strip\" height=\"34\"></svg>\n"
 "<div class=\"legend\" id=\"strip-legend\"></div></div>\n"
@@ -342,7 +357,7 @@ static char  ngx_http_dynamo_rl_html_tail[] =
 "return h.phase}).filter(function(p,j,a){return!j||p!=a[j-1]}).join(' '))}\n"
 "function row(tb,cells){var tr=el('tr');cells.forEach(function(c){\n"
 "tr.appendChild(el('td',c[1],c[0]))});tb.appendChild(tr)}\n"
-"function render(d){var g=d.gate,gd=$('gate'),p=phase(g);\n"
+"function render(d){var g=d.gate,gd=$('gate'),p=phase(g);store(d);\n"
 "gd.className='card '+(g.expired?'expired':g.state);clear(gd);\n"
 "gd.appendChild(el('b',null,'gate '+g.state.toUpperCase()+\n"
 "(g.expired?' (lease expired)':'')));gd.appendChild(el('div',null,\n"
@@ -363,6 +378,19 @@ static char  ngx_http_dynamo_rl_html_tail[] =
 "var rb=$('recent').tBodies[0];clear(rb);d.recent_denials.forEach(\n"
 "function(x){row(rb,[[x.time],[x.plane],[x.reason,'deny'],\n"
 "[x.status,'num']])});draw()}\n"
+"function store(d){var s=d.store,e=$('store'),f;if(!s){e.hidden=true;\n"
+"return}e.hidden=false;e.className='card '+(s.up?'up':'down');clear(e);\n"
+"e.appendChild(el('b',null,'store '+(s.up?'UP':'DOWN')+(s.fallback?\n"
+"', the zone decides (on_error=local)':'')));e.appendChild(el('div',\n"
+"null,'address '+s.url+', replica '+s.replica));e.appendChild(el('div',\n"
+"null,'queue '+s.queue+', fallbacks '+s.fallbacks+', dropped '+\n"
+"s.dropped+', reconnects '+s.reconnects));f=s.fleet;e.appendChild(el(\n"
+"'div',null,!f?'fleet not known: no fresh read of the gate':'fleet: '+\n"
+"f.replicas+' replica'+(f.replicas==1?'':'s')+', '+f.acked+\n"
+"' acked the epoch, '+f.in_flight+' in flight, '+f.lost+' lost; '+\n"
+"(d.gate.state!='closed'?'gate open':\n"
+"f.drained?'drained, the refresh can run':'draining')));\n"
+"e.lastChild.id='drain'}\n"
 "function draw(){var r=function(k){return function(a,b){return rate(a,b,\n"
 "function(h){return h.req[k]||0})}};\n"
 "chart('c-out','l-out',[{n:'succeeded',c:'#2e7d32',v:series(r('succeeded'))},\n"
@@ -735,7 +763,36 @@ ngx_http_dynamo_rl_report(ngx_http_request_t *r,
 
     rp->nrecent = n;
 
+    if (rp->store != NULL) {
+        ngx_http_dynamo_rl_fleet_report(rp, sh);
+    }
+
     ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+/*
+ * the fleet from the zone, under its mutex: only while the gate's last
+ * read is fresh (gate_stale), as a location without the ledger goes by it
+ */
+
+static void
+ngx_http_dynamo_rl_fleet_report(ngx_http_dynamo_rl_report_t *rp,
+    ngx_http_dynamo_rl_shctx_t *sh)
+{
+    if (!sh->fleet_known || !sh->store_known
+        || ngx_http_dynamo_rl_now() - sh->store_read
+           > rp->store->gate_stale)
+    {
+        return;
+    }
+
+    rp->fleet_fresh = 1;
+    rp->fleet_replicas = sh->fleet_replicas;
+    rp->fleet_acked = sh->fleet_acked;
+    rp->fleet_in_flight = sh->fleet_in_flight;
+    rp->fleet_lost = sh->fleet_lost;
+    rp->fleet_drained = sh->fleet_drained;
 }
 
 
@@ -1347,6 +1404,12 @@ ngx_http_dynamo_rl_metrics_handler(ngx_http_request_t *r)
                   * NGX_HTTP_DYNAMO_RL_METRICS_LINE;
     }
 
+    /* the fleet's five series, their help text in the fixed part */
+
+    if (rp.fleet_fresh) {
+        size += 1024 + 5 * NGX_HTTP_DYNAMO_RL_METRICS_LINE;
+    }
+
     p = ngx_pnalloc(r->pool, size);
     if (p == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -1543,6 +1606,10 @@ ngx_http_dynamo_rl_metrics_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
         p = ngx_http_dynamo_rl_store_text(rp, p);
     }
 
+    if (rp->fleet_fresh) {
+        p = ngx_http_dynamo_rl_fleet_text(rp, p);
+    }
+
     return p;
 }
 
@@ -1557,6 +1624,8 @@ ngx_http_dynamo_rl_store_json_len(ngx_http_dynamo_rl_report_t *rp)
     return sizeof("\"store\":{\"url\":\"\",\"replica\":\"\",\"up\":false,"
                   "\"fallback\":false,\"queue\":,\"fallbacks\":,"
                   "\"dropped\":,\"reconnects\":},")
+           + sizeof(",\"fleet\":{\"replicas\":,\"acked\":,\"in_flight\":,"
+                    "\"lost\":,\"drained\":false}") + 4 * NGX_INT64_LEN
            + rp->store->url.len
            + ngx_escape_json(NULL, rp->store->url.data, rp->store->url.len)
            + rp->store->replica.len + 4 * NGX_ATOMIC_T_LEN;
@@ -1575,13 +1644,25 @@ ngx_http_dynamo_rl_store_json(ngx_http_dynamo_rl_report_t *rp, u_char *p)
     p = (u_char *) ngx_escape_json(p, rp->store->url.data,
                                    rp->store->url.len);
 
-    return ngx_sprintf(p, "\",\"replica\":\"%V\",\"up\":%s,\"fallback\":%s,"
-                       "\"queue\":%uA,\"fallbacks\":%uA,\"dropped\":%uA,"
-                       "\"reconnects\":%uA},",
-                       &rp->store->replica, st->up ? "true" : "false",
-                       rp->store_fallback ? "true" : "false",
-                       st->queue, st->fallbacks, st->dropped,
-                       st->reconnects);
+    p = ngx_sprintf(p, "\",\"replica\":\"%V\",\"up\":%s,\"fallback\":%s,"
+                    "\"queue\":%uA,\"fallbacks\":%uA,\"dropped\":%uA,"
+                    "\"reconnects\":%uA",
+                    &rp->store->replica, st->up ? "true" : "false",
+                    rp->store_fallback ? "true" : "false",
+                    st->queue, st->fallbacks, st->dropped, st->reconnects);
+
+    /* the fleet's figures, null while the gate's read is not fresh */
+
+    if (!rp->fleet_fresh) {
+        return ngx_cpymem(p, ",\"fleet\":null},",
+                          sizeof(",\"fleet\":null},") - 1);
+    }
+
+    return ngx_sprintf(p, ",\"fleet\":{\"replicas\":%ui,\"acked\":%ui,"
+                       "\"in_flight\":%uL,\"lost\":%ui,\"drained\":%s}},",
+                       rp->fleet_replicas, rp->fleet_acked,
+                       rp->fleet_in_flight, rp->fleet_lost,
+                       rp->fleet_drained ? "true" : "false");
 }
 
 
@@ -1658,6 +1739,41 @@ ngx_http_dynamo_rl_store_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
                        "%uA.%06uA\n"
                        "dynamo_rl_store_round_trip_seconds_count %ui\n",
                        st->rtt_sum_us / 1000000, st->rtt_sum_us % 1000000, n);
+}
+
+
+/*
+ * the fleet of replicas that share the store, as the gate read last had
+ * it: no series while that read is older than gate_stale
+ */
+
+static u_char *
+ngx_http_dynamo_rl_fleet_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
+{
+    return ngx_sprintf(p, "# HELP dynamo_rl_fleet_replicas Gateway replicas "
+                       "that share the store and report to it.\n"
+                       "# TYPE dynamo_rl_fleet_replicas gauge\n"
+                       "dynamo_rl_fleet_replicas %ui\n"
+                       "# HELP dynamo_rl_fleet_acked Of those, the replicas "
+                       "that saw the gate's current epoch.\n"
+                       "# TYPE dynamo_rl_fleet_acked gauge\n"
+                       "dynamo_rl_fleet_acked %ui\n"
+                       "# HELP dynamo_rl_fleet_in_flight Request-plane "
+                       "requests in progress on those replicas.\n"
+                       "# TYPE dynamo_rl_fleet_in_flight gauge\n"
+                       "dynamo_rl_fleet_in_flight %uL\n"
+                       "# HELP dynamo_rl_fleet_lost Replicas silent for three "
+                       "heartbeats (forgotten after a minute).\n"
+                       "# TYPE dynamo_rl_fleet_lost gauge\n"
+                       "dynamo_rl_fleet_lost %ui\n"
+                       "# HELP dynamo_rl_fleet_drained 1 while the gate is "
+                       "closed, every replica saw it, none has requests in "
+                       "flight and none is lost.\n"
+                       "# TYPE dynamo_rl_fleet_drained gauge\n"
+                       "dynamo_rl_fleet_drained %ui\n",
+                       rp->fleet_replicas, rp->fleet_acked,
+                       rp->fleet_in_flight, rp->fleet_lost,
+                       rp->fleet_drained);
 }
 
 

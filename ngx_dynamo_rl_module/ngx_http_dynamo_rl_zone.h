@@ -160,6 +160,17 @@ typedef struct {
     ngx_atomic_t                    store_fallback;
     ngx_atomic_t                    store_failing;
     ngx_http_dynamo_rl_store_stats_t  store;
+
+    /*
+     * the fleet of replicas as the gate read last had it, under the
+     * mutex; fresh as long as store_read is
+     */
+    ngx_uint_t                      fleet_known;
+    ngx_uint_t                      fleet_replicas;
+    ngx_uint_t                      fleet_acked;
+    uint64_t                        fleet_in_flight;
+    ngx_uint_t                      fleet_lost;
+    ngx_uint_t                      fleet_drained;
 } ngx_http_dynamo_rl_shctx_t;
 
 

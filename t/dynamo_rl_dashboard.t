@@ -18,7 +18,14 @@
 #   the gateway cannot be reached;
 # - a screenshot at a laptop's size;
 # - the control: the same page with another nonce in its policy is
-#   refused by Chromium, and the refusal is seen in its console.
+#   refused by Chromium, and the refusal is seen in its console;
+# - with a store (issue 25), a second nginx S whose dynamo_rl_store is
+#   Debian's redis-server, reached as an ACL user with a password: the
+#   page shows the store up, its address and never the password, the
+#   queue and the fallbacks, the replica's name and the fleet's drain
+#   (open, closed and drained); with redis-server killed by its pid, the
+#   store down, then the zone deciding (on_error=local) and its
+#   fallbacks; without a store, no store at all.
 #
 # Chromium runs headless with its own profile in the test directory,
 # bounded by timeout(1), against 127.0.0.1 only.
@@ -38,6 +45,7 @@ use Time::HiRes qw/ time sleep /;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ call raw read_until rl_test slurp /;
+use Test::DynamoRL::Redis qw/ gate_post gen replica_conf wait_status /;
 
 ###############################################################################
 
@@ -47,7 +55,7 @@ my ($CHROMIUM) = grep { -x } map { "$_/chromium" }
 die "chromium is missing: install Debian's chromium (make test-deps)\n"
 	unless defined $CHROMIUM;
 
-my $t = rl_test(Test::DynamoRL::scale(300), 32, <<'EOF');
+my $t = rl_test(Test::DynamoRL::scale(300), 32 + 18 + 2, <<'EOF');
 
 %%RL_MAIN%%
 
@@ -209,6 +217,103 @@ ok(scalar(csp_violations($run->{log})), 'control: a CSP violation is seen');
 unlike($run->{dom}, qr/data-polls=/, 'control: the script did not run');
 
 ###############################################################################
+
+# with a store: S reaches redis-server as the ACL user "gw"
+
+my $ts = Test::DynamoRL->new()->check_at_end();
+my $redis = Test::DynamoRL::Redis->new($ts, port => 8379)->start();
+
+$redis->cmd(qw/ ACL SETUSER gw on >s3cret-dash ~* &* +@all /);
+$ts->write_file('store.pass', "s3cret-dash\n");
+
+my %S = (name => 'gw-7', listen => 8180, api => 8170);
+
+$ts->write_file_expand('nginx.conf', replica_conf(%S, store => $redis->url(),
+	params => 'user=gw password_file=%%TESTDIR%%/store.pass'
+	. ' heartbeat=500ms gate_poll=100ms gate_stale=1s on_error=local'));
+$ts->run();
+
+my $SPAGE = 'http://127.0.0.1:' . port(8170) . '/rl/status?format=html';
+my $ADDR = 'redis://127.0.0.1:' . port(8379);
+my $FLEET = 'fleet: 1 replica, 1 acked the epoch, 0 in flight, 0 lost';
+
+wait_status(\%S, sub { ($_[0]{store}{fleet}{replicas} // 0) == 1 });
+
+$run = chromium('store', $SPAGE, 3000);
+
+my $card = store_card($run->{dom});
+
+like($card, qr/<div id="store" class="card up">/, 'store: the card, up');
+like($card, qr/<b>store UP<\/b>/, 'store: says up');
+like($card, qr/>address \Q$ADDR\E, replica gw-7</,
+	'store: the address and the replica\'s name');
+unlike($run->{dom}, qr/s3cret/, 'store: never the password');
+like($card, qr/>queue \d+, fallbacks 0, dropped 0, reconnects \d+</,
+	'store: the queue and the fallbacks');
+like($card, qr/<div id="drain">\Q$FLEET\E; gate open</,
+	'store: the fleet, the gate open');
+is(join("\n", csp_violations($run->{log}), grep { /Uncaught|TypeError/ }
+	console($run->{log})), '', 'store: no CSP violation, no script error');
+
+# the gate closed with nothing in flight: the fleet is drained
+
+is(gate_post(\%S, { action => 'close', reason => 'weights v3' })->{status},
+	200, 'store: gate closed');
+wait_status(\%S, sub { $_[0]{store}{fleet}{drained} });
+
+$run = chromium('store-drained', $SPAGE, 3000);
+like(store_card($run->{dom}),
+	qr/<div id="drain">\Q$FLEET\E; drained, the refresh can run</,
+	'store: the fleet drained');
+
+is(gate_post(\%S, { action => 'open' })->{status}, 200, 'store: gate open');
+
+# redis-server killed: the store down, the fleet no longer known
+
+$redis->crash();
+
+my $st = wait_status(\%S, sub { $_[0]{store} && !$_[0]{store}{up}
+	&& !defined $_[0]{store}{fleet} });
+
+ok($st->{store} && !$st->{store}{up} && !defined $st->{store}{fleet},
+	'store down: the status says so');
+
+$run = chromium('store-down', $SPAGE, 3000);
+$card = store_card($run->{dom});
+
+like($card, qr/<div id="store" class="card down">/, 'store down: the card');
+like($card, qr/<b>store DOWN<\/b>/, 'store down: says down');
+like($card, qr/<div id="drain">fleet not known: no fresh read of the gate</,
+	'store down: the fleet not known');
+
+# on_error=local: the zone decides for S, counted
+
+is(gen(\%S, 'fallback-1')->{status}, 200, 'fallback: S admits on its own');
+wait_status(\%S, sub { ($_[0]{store}{fallbacks} // 0) >= 1 });
+
+$run = chromium('store-fallback', $SPAGE, 3000);
+$card = store_card($run->{dom});
+
+like($card, qr/<b>store DOWN, the zone decides \(on_error=local\)<\/b>/,
+	'fallback: the zone decides');
+like($card, qr/>queue \d+, fallbacks [1-9]\d*, dropped \d+, reconnects \d+</,
+	'fallback: counted');
+
+# without a store: no store card
+
+$run = chromium('no-store', $PAGE, 1000);
+
+like($run->{dom}, qr/<div id="store" class="card" hidden="">/,
+	'no store: the card hidden');
+
+###############################################################################
+
+# the dashboard's store card, or ''
+
+sub store_card {
+	my ($dom) = @_;
+	return ($dom // '') =~ /(<div id="store".*?<\/div><\/div>)/s ? $1 : '';
+}
 
 # Chromium, headless, with virtual time: the page's timers run for
 # $budget ms of page time while the network answers in real time;

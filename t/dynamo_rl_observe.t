@@ -22,7 +22,9 @@
 #   it a 1-second attempt in every histogram;
 # - the status JSON's "durations" has the same counts;
 # - examples/: every Grafana query and every alerting rule names only
-#   exported metrics, and "promtool test rules" passes the rules' cases.
+#   exported metrics, and "promtool test rules" passes the rules' cases;
+#   the store's and the fleet's are those of a second nginx, S, whose
+#   dynamo_rl_store is Debian's redis-server started by the test.
 
 ###############################################################################
 
@@ -41,12 +43,13 @@ use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ attempt call clock_is duration_buckets faketime
 	plane_reasons promtool_check raw read_until rl_test samples set_clock
 	slurp /;
+use Test::DynamoRL::Redis qw/ replica_conf /;
 
 ###############################################################################
 
 my $EXAMPLES = dirname(__FILE__) . '/../examples';
 
-my $t = rl_test(Test::DynamoRL::scale(180), 48, <<'EOF');
+my $t = rl_test(Test::DynamoRL::scale(180), 51 + 2, <<'EOF');
 
 %%RL_MAIN faketime%%
 
@@ -333,6 +336,37 @@ is(join(' ', map { $d->{$_}{count} // 'none' } qw/ upstream_header
 
 my %exported = map { /^([a-z_]+)/ ? ($1 => 1) : () } keys %$m;
 
+# and those of S, with a store: once its gate read the fleet
+
+my $ts = Test::DynamoRL->new()->check_at_end();
+my $redis = Test::DynamoRL::Redis->new($ts, port => 8379)->start();
+
+$ts->write_file_expand('nginx.conf', replica_conf(name => 'S',
+	listen => 8180, api => 8170, store => $redis->url(),
+	params => 'heartbeat=500ms gate_poll=100ms'));
+
+# S runs on the real clock: without the libfaketime of faketime($t)
+
+{
+	local $ENV{TEST_NGINX_PRELOAD} = join ' ', grep { !/faketime/ }
+		split ' ', $ENV{TEST_NGINX_PRELOAD} // '';
+
+	$ts->run();
+}
+
+my $ms = {};
+
+Test::DynamoRL::wait_for(sub {
+	$ms = samples(call('GET', '/metrics', port => 8170)->{body});
+	return ($ms->{dynamo_rl_fleet_replicas} // 0) == 1;
+}, 10);
+
+is(join(' ', map { $ms->{"dynamo_rl_$_"} // '-' } qw/ store_up
+	fleet_replicas fleet_acked fleet_lost fleet_drained /), '1 1 1 0 0',
+	'store: S exports the store\'s and the fleet\'s series');
+
+$exported{$_} = 1 for map { /^([a-z_]+)/ ? $1 : () } keys %$ms;
+
 my $dash = eval { decode_json(slurp(
 	"$EXAMPLES/grafana/dynamo-rl-dashboard.json")) } // {};
 my @queries = map { $_->{expr} } grep { defined $_->{expr} }
@@ -354,6 +388,15 @@ is(join("\n", unknown_metrics(@alerts)), '',
 	'prometheus: every alert names exported metrics only');
 
 my @panels = grep { $_->{type} ne 'row' } @{$dash->{panels} // []};
+
+# the store's and the fleet's figures each in a panel
+
+my $all = join "\n", @queries;
+
+is(join(' ', grep { $all !~ /\bdynamo_rl_$_\b/ } qw/ store_up
+	store_round_trip_seconds_bucket store_operations_total store_queue
+	store_fallbacks_total fleet_replicas fleet_acked fleet_lost
+	fleet_drained /), '', 'grafana: panels for the store and the fleet');
 is(join(', ', map { $_->{title} } grep { !@{$_->{targets} // []} } @panels),
 	'', 'grafana: every panel has a query');
 
@@ -366,6 +409,13 @@ is(join(', ', map { $_->{title} } grep { !@{$_->{targets} // []} } @panels),
 		: 'promtool is not installed (Debian package prometheus)';
 	is($bin ? $? : -1, 0, 'prometheus: promtool test rules') or diag($o);
 }
+
+my %alerting = map { $_->{alert} => 1 } map { @{$_->{rules} // []} }
+	@{$rules->{groups} // []};
+
+is(join(' ', grep { !$alerting{$_} } qw/ DynamoRLStoreDown
+	DynamoRLStoreFallback DynamoRLStoreDroppingWrites DynamoRLStoreSlow
+	DynamoRLReplicaLost /), '', 'prometheus: the store\'s alerts');
 
 ###############################################################################
 

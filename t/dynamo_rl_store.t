@@ -21,7 +21,8 @@
 #   out;
 # - the fleet drain: with an SSE stream in flight on A, "drained" stays
 #   false on B until the stream ends, then true; B's nginx stopped, B
-#   shows as "lost" after three heartbeats;
+#   shows as "lost" after three heartbeats; the same figures in the
+#   metrics (dynamo_rl_fleet_*) and the status's "store" (issue 25);
 # - a replica started while the gate is closed, its first gate read held
 #   back by CLIENT PAUSE, admits nothing.
 
@@ -40,15 +41,15 @@ use Time::HiRes qw/ time /;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ api call flat forwarded frontend_records
-	is_false is_true iso_ms raw read_until start time_limit /;
+	is_false is_true iso_ms metrics raw read_until start time_limit /;
 use Test::DynamoRL::Redis qw/ gate gate_post gen reason replica_conf
-	store_key wait_done wait_gate wait_state /;
+	store_key wait_done wait_gate wait_state wait_status /;
 
 ###############################################################################
 
 time_limit(Test::DynamoRL::scale(300));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(129 + 4);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(129 + 6 + 4);
 
 # replicas B and C: their logs and sanitizer reports are checked too
 
@@ -495,11 +496,22 @@ Test::DynamoRL::wait_for(sub {
 is($drained_seen, 0, 'drain: never drained while the stream runs');
 ok(is_false(gate(\%A)->{fleet}{drained}), 'drain: A agrees');
 
+# the same in the metrics and the status: replicas acked in_flight lost
+# drained
+
+is(wait_fleet(\%B, qr/^2 2 [1-9]\d* 0 0$/), '2 2 1 0 0',
+	'drain: metrics, 2 replicas acked, 1 in flight, not drained');
+is(fleet_json(wait_status(\%B, sub { $_[0]{store}{fleet} })), '2 2 1 0 0',
+	'drain: status, the same');
+
 close $s;
 
 $g = wait_gate(\%B, sub { is_true($_[0]{fleet}{drained}) });
 ok(is_true($g->{fleet}{drained}), 'drain: drained once the stream ended');
 is($g->{fleet}{in_flight}, 0, 'drain: in_flight 0');
+is(wait_fleet(\%A, qr/ 1$/), '2 2 0 0 1', 'drain: metrics, drained');
+is(fleet_json(wait_status(\%A, sub { is_true($_[0]{store}{fleet}{drained}) })),
+	'2 2 0 0 1', 'drain: status, drained');
 is($g->{state}, 'closed', 'drain: still closed');
 is(wait_done(\%B, 'drain-1')->{state}, 'canceled', 'drain: the stream ended');
 
@@ -530,6 +542,10 @@ cmp_ok($seen - ($beat // $seen), '>=', 1500,
 	or diag(sprintf('%.2f s after the stop', time() - $stopped));
 is($g->{fleet}{replicas}, 1, 'lost: one live replica');
 ok(is_false($g->{fleet}{drained}), 'lost: not drained with B lost');
+is(wait_fleet(\%A, qr/^1 1 0 1 0$/), '1 1 0 1 0',
+	'lost: metrics, one replica, one lost, not drained');
+is(fleet_json(wait_status(\%A, sub { ($_[0]{store}{fleet}{lost} // 0) == 1 })),
+	'1 1 0 1 0', 'lost: status, the same');
 
 ###############################################################################
 
@@ -590,6 +606,37 @@ $r = Test::DynamoRL::wait_for(sub {
 is($r->{status}, 200, 'open: A admits');
 
 ###############################################################################
+
+# the fleet's series of a replica's metrics, polled until they match
+# $re (10 s): "replicas acked in_flight lost drained", in_flight 0 or 1;
+# and the same of a status's "store"
+
+sub wait_fleet {
+	my ($rep, $re) = @_;
+
+	my $f = '';
+
+	Test::DynamoRL::wait_for(sub {
+		my $m = metrics($rep->{api});
+		$f = join ' ', map { $m->{"dynamo_rl_fleet_$_"} // '-' }
+			qw/ replicas acked in_flight lost drained /;
+		return $f =~ $re;
+	}, 10);
+
+	$f =~ s/^(\d+ \d+) [1-9]\d*/$1 1/;
+
+	return $f;
+}
+
+sub fleet_json {
+	my ($st) = @_;
+
+	my $f = ref $st->{store}{fleet} eq 'HASH' ? $st->{store}{fleet} : {};
+
+	return join ' ', (map { $f->{$_} // '-' }
+		qw/ replicas acked /), ($f->{in_flight} // 0) ? 1 : 0,
+		$f->{lost} // '-', is_true($f->{drained}) ? 1 : 0;
+}
 
 sub lost {
 	my ($g) = @_;
