@@ -16,6 +16,11 @@
 #   followed, and the live file is nginx's, mode 0600; a state file that
 #   is another user's or a link is refused closed at start (the gate
 #   stays closed, with the reason).
+# - a full disk (ENOSPC, a tmpfs of 64k mounted by the test): a gate change
+#   that cannot be written is made, answered 500 state_unwritable and
+#   logged with the errno; the file written before stays whole, no
+#   temporary file is left, and a change once there is room again is
+#   written and read back at the next start.
 # - dynamo_rl_store password_file=: a FIFO is refused by nginx -t at once
 #   instead of hanging it.
 
@@ -40,11 +45,17 @@ time_limit(120);
 plan(skip_all => 'run as root: the hostile files are built with chown')
 	if $> != 0;
 
-my $t = Test::DynamoRL->new()->has(qw/http/)->plan(33);
+my $t = Test::DynamoRL->new()->has(qw/http/)->plan(43);
 
 my $d = $t->testdir();
 my $NOBODY = getpwnam('nobody') // die "no user nobody\n";
 my $OTHER = 4242;	# a uid of no user: not root, not nginx's
+
+# the tmpfs of the full disk's case, unmounted whatever happens
+
+our $MOUNTED;
+
+END { system('umount', $MOUNTED) if defined $MOUNTED; }
 
 ###############################################################################
 
@@ -218,6 +229,70 @@ ok($done, 'password_file FIFO: nginx -t does not wait on it');
 is($rc, 1, 'password_file FIFO: nginx -t fails') or diag($out);
 like($out, qr/\[emerg\] password_file "\Q$d\/fifo\E" is not a file of at most 4096 bytes/,
 	'password_file FIFO: message') or diag($out);
+
+###############################################################################
+
+# a full disk (a tmpfs of 64k, filled): a gate change that cannot be
+# written is made all the same and said so, the file written before stays
+# whole, no temporary file is left, and once there is room again a change
+# is written and survives a restart
+
+my $FULL = "$d/full";
+mkdir $FULL or die "cannot mkdir $FULL: $!\n";
+
+SKIP: {
+	system('mount', '-t', 'tmpfs', '-o', 'size=64k,mode=0700', 'tmpfs',
+		$FULL) == 0 or skip 'cannot mount a tmpfs here', 10;
+	$MOUNTED = $FULL;
+
+	chown $NOBODY, -1, $FULL or die "cannot chown $FULL: $!\n";
+
+	my $file = "$FULL/rl.state";
+
+	$t->write_file_expand('nginx.conf', nginx_conf("state=$file"));
+	$t->run();
+
+	is(gate_post({ action => 'close', reason => 'before full' })->{status},
+		200, 'full disk: closed while there is room');
+
+	# the rest of the room taken; tmpfs counts whole pages
+
+	system("dd if=/dev/zero of=$FULL/filler bs=4k 2>/dev/null");
+	my $before = slurp($file);
+	my $eoff = -s "$d/error.log";
+
+	$r = gate_post({ action => 'open' });
+	is(join(' ', $r->{status}, $r->{json}{error} // ''),
+		'500 state_unwritable', 'full disk: 500 state_unwritable');
+	is(gate()->{state}, 'open', 'full disk: opened in the zone');
+	my $enospc = qr/\[crit\] .*write\(\) of "\Q$file\E\.tmp" failed, /
+		. qr/state of dynamo_rl zone "rl" not written \(28: No space /
+		. qr/left on device\)/;
+	like(join('', Test::DynamoRL::Fixture::err_since($t, $eoff)),
+		qr/$enospc/, 'full disk: a crit line with ENOSPC');
+	is(slurp($file), $before, 'full disk: the file written before whole');
+	ok(!-e "$file.tmp", 'full disk: no temporary file left');
+
+	unlink "$FULL/filler" or die "cannot unlink $FULL/filler: $!\n";
+
+	$r = gate_post({ action => 'close', reason => 'room again' });
+	is($r->{status}, 200, 'room again: written');
+
+	$t->stop_nginx();
+	$t->run();
+
+	$g = gate();
+	is(join(' ', $g->{state}, $g->{reason} // ''), 'closed room again',
+		'room again: the gate after a restart');
+	is(scalar(grep { /exited on signal|\[alert\]/ }
+		Test::DynamoRL::Fixture::err_since($t, 0)), 0,
+		'full disk: no crash');
+
+	$t->stop_nginx();
+
+	is(system('umount', $FULL), 0, 'full disk: unmounted');
+	undef $MOUNTED;
+}
 
 ###############################################################################
 
