@@ -15,7 +15,8 @@
 #   user; a "PATH.tmp" planted as a link to another user's file is not
 #   followed, and the live file is nginx's, mode 0600; a state file that
 #   is another user's or a link is refused closed at start (the gate
-#   stays closed, with the reason).
+#   stays closed, with the reason), and another user's file put in place
+#   while nginx runs closes the gate.
 # - a full disk (ENOSPC, a tmpfs of 64k mounted by the test): a gate change
 #   that cannot be written is made, answered 500 state_unwritable and
 #   logged with the errno; the file written before stays whole, no
@@ -45,7 +46,7 @@ time_limit(120);
 plan(skip_all => 'run as root: the hostile files are built with chown')
 	if $> != 0;
 
-my $t = Test::DynamoRL->new()->has(qw/http/)->plan(43);
+my $t = Test::DynamoRL->new()->has(qw/http/)->plan(46);
 
 my $d = $t->testdir();
 my $NOBODY = getpwnam('nobody') // die "no user nobody\n";
@@ -179,9 +180,23 @@ is(scalar $t->log_lines('error.log', qr/\[error\] .*state file "\Q$STATE\E" /
 	. qr/is unreadable \(owned by uid $OTHER, /), 1,
 	'another user\'s file: logged');
 
-# a state file that is a link to a file that checks out: refused closed
+# while nginx runs: the same file, given to another user, put in place;
+# the first worker process's look at the file (every 200 ms) refuses it
 
 is(gate_post({ action => 'open' })->{status}, 200, 'opened again');
+
+spew("$d/copy.state", slurp($STATE));
+chown $OTHER, -1, "$d/copy.state" or die "cannot chown: $!\n";
+rename "$d/copy.state", $STATE or die "cannot rename: $!\n";
+
+ok($t->wait_for(sub { gate()->{state} eq 'closed' }, 5),
+	'another user\'s file while running: gate closed');
+like(gate()->{reason} // '', qr/^state file unreadable: owned by uid $OTHER,/,
+	'another user\'s file while running: reason');
+
+# a state file that is a link to a file that checks out: refused closed
+
+is(gate_post({ action => 'open' })->{status}, 200, 'opened once more');
 
 $t->stop_nginx();
 
