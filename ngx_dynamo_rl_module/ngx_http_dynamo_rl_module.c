@@ -1404,6 +1404,7 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 
     if (drmcf->shm_zone != NULL) {
         zone = drmcf->shm_zone->data;
+        zone->state_check = ngx_http_dynamo_rl_state_check;
         zone->state_load = ngx_http_dynamo_rl_state_load;
 
         /* an attempt in flight when the file was written: http's ttl */

@@ -61,6 +61,10 @@ typedef struct {
 } ngx_http_dynamo_rl_inherit_t;
 
 
+static ngx_uid_t ngx_http_dynamo_rl_state_user(
+    ngx_http_dynamo_rl_zone_t *zone);
+static char *ngx_http_dynamo_rl_state_unsafe(ngx_file_info_t *fi,
+    ngx_uid_t user, ngx_uint_t dir, u_char *buf, size_t size);
 static void ngx_http_dynamo_rl_state_inherit(ngx_http_dynamo_rl_zone_t *zone,
     ngx_log_t *log);
 static ngx_int_t ngx_http_dynamo_rl_state_take(void *data,
@@ -92,6 +96,182 @@ static ngx_uint_t ngx_http_dynamo_rl_state_dirty(
     ngx_http_dynamo_rl_zone_t *zone, ngx_uint_t update);
 static void ngx_http_dynamo_rl_state_timer(ngx_event_t *ev);
 static void ngx_http_dynamo_rl_state_save(ngx_cycle_t *cycle);
+
+
+/*
+ * init_zone, in every cycle, nginx -t included: whoever can write the
+ * state file's directory can replace the file, and a file that is not
+ * nginx's own decides the gate; so the directory belongs to the user of
+ * the worker processes (who write the file) and nobody else may write
+ * it, and an existing file is root's or that user's and theirs alone.
+ * A missing directory is created at start (not by nginx -t), mode 0700,
+ * and given to that user: nothing that exists is ever chowned or
+ * chmodded, unlike ngx_add_path()
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_state_check(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_log_t *log)
+{
+    char             *why;
+    u_char           *dir;
+    u_char            buf[NGX_HTTP_DYNAMO_RL_GATE_REASON];
+    ngx_uid_t         user;
+    ngx_err_t         err;
+    ngx_file_info_t   fi;
+
+    if (zone->state.len == 0) {
+        return NGX_OK;
+    }
+
+    dir = zone->state_dir.data;
+    user = ngx_http_dynamo_rl_state_user(zone);
+
+    if (ngx_file_info(dir, &fi) == NGX_FILE_ERROR) {
+        err = ngx_errno;
+
+        if (err != NGX_ENOENT) {
+            ngx_log_error(NGX_LOG_EMERG, log, err,
+                          ngx_file_info_n " \"%s\" failed, state file "
+                          "\"%V\"", dir, &zone->state);
+            return NGX_ERROR;
+        }
+
+        if (ngx_test_config) {
+            return NGX_OK;
+        }
+
+        if (ngx_create_dir(dir, 0700) == NGX_FILE_ERROR
+            && ngx_errno != NGX_EEXIST)
+        {
+            ngx_log_error(NGX_LOG_EMERG, log, ngx_errno,
+                          ngx_create_dir_n " \"%s\" failed, state file "
+                          "\"%V\"", dir, &zone->state);
+            return NGX_ERROR;
+        }
+
+        if (ngx_link_info(dir, &fi) == NGX_FILE_ERROR) {
+            ngx_log_error(NGX_LOG_EMERG, log, ngx_errno,
+                          ngx_link_info_n " \"%s\" failed", dir);
+            return NGX_ERROR;
+        }
+
+        if (ngx_is_dir(&fi) && fi.st_uid != user
+            && (chown((char *) dir, user, -1) == -1
+                || ngx_link_info(dir, &fi) == NGX_FILE_ERROR))
+        {
+            ngx_log_error(NGX_LOG_EMERG, log, ngx_errno,
+                          "chown(\"%s\", %d) failed", dir, (int) user);
+            return NGX_ERROR;
+        }
+    }
+
+    why = ngx_http_dynamo_rl_state_unsafe(&fi, user, 1, buf, sizeof(buf));
+
+    if (why != NULL) {
+        ngx_log_error(NGX_LOG_EMERG, log, 0,
+                      "unsafe directory \"%s\" of state file \"%V\": %s",
+                      dir, &zone->state, why);
+        return NGX_ERROR;
+    }
+
+    /* a file that does not check out closes the gate at start */
+
+    if (!ngx_test_config) {
+        return NGX_OK;
+    }
+
+    if (ngx_link_info(zone->state.data, &fi) == NGX_FILE_ERROR) {
+        err = ngx_errno;
+
+        if (err == NGX_ENOENT) {
+            return NGX_OK;
+        }
+
+        ngx_log_error(NGX_LOG_EMERG, log, err,
+                      ngx_link_info_n " \"%V\" failed", &zone->state);
+        return NGX_ERROR;
+    }
+
+    why = ngx_http_dynamo_rl_state_unsafe(&fi, user, 0, buf, sizeof(buf));
+
+    if (why != NULL) {
+        ngx_log_error(NGX_LOG_EMERG, log, 0,
+                      "unsafe state file \"%V\": %s", &zone->state, why);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * the user of the worker processes, who write the file: nginx's "user"
+ * when the master runs as root, otherwise the user nginx runs as
+ */
+
+static ngx_uid_t
+ngx_http_dynamo_rl_state_user(ngx_http_dynamo_rl_zone_t *zone)
+{
+    ngx_core_conf_t  *ccf;
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(zone->state_cycle->conf_ctx,
+                                           ngx_core_module);
+
+    if (geteuid() == 0 && ccf->user != (ngx_uid_t) NGX_CONF_UNSET_UINT) {
+        return ccf->user;
+    }
+
+    return geteuid();
+}
+
+
+/*
+ * NULL, or why a directory (the user's alone) or a file (root's or the
+ * user's, written by its owner alone, never a link) will not do
+ */
+
+static char *
+ngx_http_dynamo_rl_state_unsafe(ngx_file_info_t *fi, ngx_uid_t user,
+    ngx_uint_t dir, u_char *buf, size_t size)
+{
+    u_char  *p;
+
+    p = NULL;
+
+    if (dir && !ngx_is_dir(fi)) {
+        p = ngx_snprintf(buf, size - 1, "not a directory");
+
+    } else if (!dir && ngx_is_link(fi)) {
+        p = ngx_snprintf(buf, size - 1, "a symbolic link");
+
+    } else if (!dir && !ngx_is_file(fi)) {
+        p = ngx_snprintf(buf, size - 1, "not a regular file");
+
+    } else if (fi->st_uid != user && (dir || fi->st_uid != 0)) {
+        p = ngx_snprintf(buf, size - 1,
+                         "owned by uid %d, not by %snginx's user (uid %d)",
+                         (int) fi->st_uid, dir ? "" : "root or ",
+                         (int) user);
+
+    } else if (fi->st_mode & (S_IWGRP|S_IWOTH)) {
+        p = ngx_snprintf(buf, size - 1,
+                         "writable by others than its owner "
+                         "(mode %ui%ui%ui%ui)",
+                         (ngx_uint_t) (fi->st_mode >> 9) & 7,
+                         (ngx_uint_t) (fi->st_mode >> 6) & 7,
+                         (ngx_uint_t) (fi->st_mode >> 3) & 7,
+                         (ngx_uint_t) fi->st_mode & 7);
+    }
+
+    if (p == NULL) {
+        return NULL;
+    }
+
+    *p = '\0';
+
+    return (char *) buf;
+}
 
 
 /*
@@ -331,7 +511,7 @@ ngx_http_dynamo_rl_state_changed(ngx_http_dynamo_rl_zone_t *zone)
     ngx_file_info_t              fi;
     ngx_http_dynamo_rl_shctx_t  *sh;
 
-    if (ngx_file_info(zone->state.data, &fi) == NGX_FILE_ERROR) {
+    if (ngx_link_info(zone->state.data, &fi) == NGX_FILE_ERROR) {
         if (ngx_errno != NGX_ENOENT) {
             return 1;
         }
@@ -397,6 +577,7 @@ ngx_http_dynamo_rl_state_read(ngx_http_dynamo_rl_zone_t *zone,
 {
     char                             *why;
     u_char                           *buf;
+    u_char                            unsafe[NGX_HTTP_DYNAMO_RL_GATE_REASON];
     off_t                             size;
     size_t                            got;
     ssize_t                           n;
@@ -409,10 +590,20 @@ ngx_http_dynamo_rl_state_read(ngx_http_dynamo_rl_zone_t *zone,
         return NGX_OK;
     }
 
-    fd = ngx_open_file(zone->state.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    /* never through a link, and a FIFO does not hang the open() */
+
+    fd = ngx_open_file(zone->state.data,
+                       NGX_FILE_RDONLY|NGX_FILE_NOFOLLOW|NGX_FILE_NONBLOCK,
+                       NGX_FILE_OPEN, 0);
 
     if (fd == NGX_INVALID_FILE) {
         err = ngx_errno;
+
+        if (err == NGX_ELOOP) {
+            ngx_http_dynamo_rl_state_fail(zone, NGX_LOG_ERR, 0,
+                                          "a symbolic link", log);
+            return NGX_ERROR;
+        }
 
         if (err == NGX_ENOENT) {
             ngx_http_dynamo_rl_state_seen(zone, NULL);
@@ -441,6 +632,16 @@ ngx_http_dynamo_rl_state_read(ngx_http_dynamo_rl_zone_t *zone,
     }
 
     ngx_http_dynamo_rl_state_seen(zone, &fi);
+
+    why = ngx_http_dynamo_rl_state_unsafe(&fi,
+                                          ngx_http_dynamo_rl_state_user(zone),
+                                          0, unsafe, sizeof(unsafe));
+
+    if (why != NULL) {
+        (void) ngx_close_file(fd);
+        ngx_http_dynamo_rl_state_fail(zone, NGX_LOG_ERR, 0, why, log);
+        return NGX_ERROR;
+    }
 
     size = ngx_file_size(&fi);
 
@@ -817,8 +1018,24 @@ ngx_http_dynamo_rl_state_flush(ngx_http_dynamo_rl_zone_t *zone, u_char *buf,
     ngx_core_conf_t  *ccf;
     ngx_file_info_t   fi;
 
-    fd = ngx_open_file(zone->state_temp.data, NGX_FILE_WRONLY,
-                       NGX_FILE_TRUNCATE, 0600);
+    /*
+     * created afresh, mode 0600, never through a link; one that is there
+     * (left by a writer that died, or planted) is removed first: a link
+     * itself, never what it names
+     */
+
+    fd = ngx_open_file(zone->state_temp.data,
+                       NGX_FILE_WRONLY|NGX_FILE_NOFOLLOW,
+                       NGX_FILE_CREATE_OR_OPEN|O_EXCL, 0600);
+
+    if (fd == NGX_INVALID_FILE && ngx_errno == NGX_EEXIST
+        && (ngx_delete_file(zone->state_temp.data) != NGX_FILE_ERROR
+            || ngx_errno == NGX_ENOENT))
+    {
+        fd = ngx_open_file(zone->state_temp.data,
+                           NGX_FILE_WRONLY|NGX_FILE_NOFOLLOW,
+                           NGX_FILE_CREATE_OR_OPEN|O_EXCL, 0600);
+    }
 
     if (fd == NGX_INVALID_FILE) {
         ngx_log_error(NGX_LOG_CRIT, log, ngx_errno,

@@ -14,6 +14,8 @@
 #include "ngx_http_dynamo_rl_zone.h"
 
 
+ngx_int_t ngx_http_dynamo_rl_state_check(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_log_t *log);
 ngx_int_t ngx_http_dynamo_rl_state_load(ngx_http_dynamo_rl_zone_t *zone,
     ngx_log_t *log);
 void ngx_http_dynamo_rl_state_begin(ngx_http_dynamo_rl_zone_t *zone,

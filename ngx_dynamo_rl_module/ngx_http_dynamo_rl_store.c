@@ -628,7 +628,10 @@ ngx_http_dynamo_rl_store_password(ngx_conf_t *cf,
         return NGX_CONF_ERROR;
     }
 
-    fd = ngx_open_file(name.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    /* not blocking: a FIFO would hang nginx -t and a reload; see below */
+
+    fd = ngx_open_file(name.data, NGX_FILE_RDONLY|NGX_FILE_NONBLOCK,
+                       NGX_FILE_OPEN, 0);
 
     if (fd == NGX_INVALID_FILE) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,

@@ -186,6 +186,14 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     zone = shm_zone->data;
 
+    /* nginx -t included, and a reload that keeps the zone */
+
+    if (zone->state_check != NULL
+        && zone->state_check(zone, shm_zone->shm.log) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     if (ozone) {
         if (ozone->sh->version != NGX_HTTP_DYNAMO_RL_ZONE_VERSION) {
             ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
@@ -319,9 +327,8 @@ static char *
 ngx_http_dynamo_rl_zone_state(ngx_conf_t *cf, ngx_http_dynamo_rl_zone_t *zone,
     ngx_str_t *value)
 {
-    u_char      *p;
-    ngx_str_t    path;
-    ngx_path_t  *dir;
+    u_char     *p;
+    ngx_str_t   path;
 
     zone->state_fd = NGX_INVALID_FILE;
 
@@ -362,24 +369,12 @@ ngx_http_dynamo_rl_zone_state(ngx_conf_t *cf, ngx_http_dynamo_rl_zone_t *zone,
     zone->state_dir.data[zone->state_dir.len] = '\0';
 
     /*
-     * a directory of its own, created at start and given to the worker
-     * processes' user as nginx does for proxy_temp_path; never "/"
+     * not ngx_add_path(): nginx would give an existing directory (and
+     * whatever else it holds) to the worker processes' user; the
+     * directory is checked, and created when missing, with the zone
      */
 
-    if (zone->state_dir.len > 1) {
-        dir = ngx_pcalloc(cf->pool, sizeof(ngx_path_t));
-        if (dir == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        dir->name = zone->state_dir;
-        dir->conf_file = cf->conf_file->file.name.data;
-        dir->line = cf->conf_file->line;
-
-        if (ngx_add_path(cf, &dir) != NGX_OK) {
-            return NGX_CONF_ERROR;
-        }
-    }
+    zone->state_cycle = cf->cycle;
 
     zone->state_temp.len = path.len + sizeof(".tmp") - 1;
     zone->state_temp.data = ngx_pnalloc(cf->pool, zone->state_temp.len + 1);

@@ -203,6 +203,14 @@ struct ngx_http_dynamo_rl_zone_s {
     ngx_msec_t                      state_peer;
     ngx_uint_t                      state_sig[5];
 
+    /* the cycle the zone was configured in: nginx's user */
+    ngx_cycle_t                    *state_cycle;
+
+    /* the state file's directory and file, checked in every cycle */
+    ngx_int_t                     (*state_check)(
+                                        ngx_http_dynamo_rl_zone_t *zone,
+                                        ngx_log_t *log);
+
     /* the state file's reader, called when a zone is created */
     ngx_int_t                     (*state_load)(
                                         ngx_http_dynamo_rl_zone_t *zone,

@@ -44,8 +44,9 @@ my $NGINX = '/usr/sbin/nginx';
 my $SO = '/usr/lib/nginx/modules/ngx_http_dynamo_rl_module.so';
 my $SNIPPET = '/usr/share/nginx/modules-available/mod-http-dynamo-rl.conf';
 my $ENABLED = '/etc/nginx/modules-enabled/50-mod-http-dynamo-rl.conf';
+my $STATE_DIR = '/var/lib/nginx/dynamo-rl';
 
-plan(tests => 35);
+plan(tests => 37);
 
 # one run at a time on this machine: the package is system-wide state
 
@@ -141,6 +142,14 @@ is(slurp($SNIPPET), "load_module modules/ngx_http_dynamo_rl_module.so;\n",
 	'the load_module snippet');
 is(readlink($ENABLED), $SNIPPET, 'postinst: the modules-enabled symlink');
 
+# dynamo_rl_zone state=: the directory docs/operations.md names, www-data's
+# alone (nginx -t refuses anything else)
+
+my @st = stat $STATE_DIR;
+is(join(' ', scalar(getpwuid($st[4] // -1)) // '-',
+	sprintf('%04o', ($st[2] // 0) & 07777)), 'www-data 0700',
+	"postinst: $STATE_DIR, www-data's, mode 0700");
+
 ($code, $out) = run('ldd', $SO);
 unlike($out, qr/not found/, 'ldd: every library found') or diag($out);
 like($out, qr/^\s*libjansson\.so\.4 => /m, 'ldd: libjansson');
@@ -179,6 +188,7 @@ is(status(), 'not-installed', 'not installed after the test');
 ok(!-e $SO, 'the module is removed');
 ok(!-e $SNIPPET, 'the snippet is removed');
 is_deeply(modules_enabled(), $enabled_before, 'modules-enabled as before');
+ok(!-e $STATE_DIR, "purge: $STATE_DIR removed");
 
 ###############################################################################
 

@@ -201,11 +201,14 @@ ok($mounted{'/tmp'} && $vol{$mounted{'/tmp'}{name}}{emptyDir},
 ok($mounted{'/etc/nginx/tls'} && $vol{$mounted{'/etc/nginx/tls'}{name}}
 	{secret}{secretName}, 'deployment: TLS from a Secret');
 
-# dynamo_rl_zone state=: its directory is a writable volume
+# dynamo_rl_zone state=: its directory is a subdirectory of a writable
+# volume, which nginx creates as its own (an emptyDir is mode 0777, which
+# nginx refuses for the state file's directory)
 
 my ($state_dir) = ($cm->{data}{'nginx.conf'} // '')
 	=~ m{\bdynamo_rl_zone\s[^;]*\bstate=(/\S+)/[^/\s;]+[\s;]};
-my $sm = $mounted{$state_dir // '-'} // {};
+(my $state_volume = $state_dir // '-') =~ s{/[^/]+$}{};
+my $sm = $mounted{$state_volume} // {};
 
 ok($sm->{name} && !$sm->{readOnly} && ($vol{$sm->{name}}{emptyDir}
 	|| $vol{$sm->{name}}{persistentVolumeClaim}),

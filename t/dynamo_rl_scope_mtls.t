@@ -9,7 +9,10 @@
 # refused the other's, nothing forwarded where refused); a certificate of
 # the CA without a mapping has no scope (403 caller_scope); no certificate
 # or one of another CA is refused by nginx; the monitor reads the gate and
-# cannot change it; only the gate's owner closes it.
+# cannot change it; only the gate's owner closes it.  A team's subject in
+# another case (OU=TEAM-A) has no scope: the example's identity map uses
+# case-sensitive anchored regular expressions, as its string keys would
+# match any case.
 
 ###############################################################################
 
@@ -34,7 +37,7 @@ plan(skip_all => 'no openssl or curl')
 	&& system('curl -V >/dev/null 2>&1') == 0;
 
 my $t = Test::DynamoRL->new()->has(qw/http proxy map ssl rewrite/)
-	->plan(24 + 6);
+	->plan(26 + 6);
 
 my $CERTS = $t->testdir() . '/certs';
 
@@ -103,6 +106,15 @@ is(scalar($t->log_lines('error.log',
 $r = curl('stranger', 'GET', $W);
 is(join(' ', $r->{status}, $r->{json}{error} // ''), '403 caller_scope',
 	'stranger: no discovery');
+
+# a team's subject in another case: a map's string keys would match it
+
+is(admin_as('team-a-upper', 'POST', "$W/101/engine/liveness_probe", '{}'),
+	'403 caller_scope none', 'OU=TEAM-A: no scope');
+
+$r = curl('team-a-upper', 'GET', $W);
+is(join(' ', $r->{status}, $r->{json}{error} // ''), '403 caller_scope',
+	'OU=TEAM-A: no discovery');
 
 is(admin_as(undef, 'POST', "$W/101/engine/liveness_probe", '{}'),
 	'400 none', 'no certificate: 400');
@@ -199,6 +211,7 @@ sub make_certs {
 		'team-b' => '/O=example/OU=team-b/CN=rl-orchestrator',
 		'monitor' => '/O=example/OU=sre/CN=rl-monitor',
 		'stranger' => '/O=example/OU=elsewhere/CN=someone',
+		'team-a-upper' => '/O=example/OU=TEAM-A/CN=rl-orchestrator',
 	);
 
 	openssl(qw/ req -x509 -newkey rsa:2048 -nodes -days 2 -subj /,

@@ -6,9 +6,10 @@
 # survive a stop and start and a binary upgrade (USR2, both masters
 # running, then QUIT of the old one, as Debian's "invoke-rc.d nginx
 # upgrade" does), including the window in which the workers of both
-# masters accept: none forwards while the gate is closed, and a gate
-# change through one master reaches the other.  A state file that does not
-# check out closes the gate with a reason that says so.  Without state=,
+# masters accept: none forwards while the gate is closed, a gate
+# change through one master reaches the other, and ids used through both
+# masters in turns while both write the file are all kept.  A state file
+# that does not check out closes the gate with a reason that says so.  Without state=,
 # nginx -t warns, and a restart or an upgrade opens the gate and forgets
 # the used ids (today's behaviour, documented here).
 
@@ -29,7 +30,7 @@ use Test::DynamoRL::Fixture qw/ rl_conf slurp time_limit /;
 
 time_limit(240);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(73);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(84);
 
 my $d = $t->testdir();
 my $STATE = "$d/state/rl.state";
@@ -178,16 +179,51 @@ is(join(' ', grep { $_ != 503 } map { $_->{status} } @res), '',
 is(scalar grep({ forwarded("state-overlap2-$_") } 1 .. 20), 0,
 	'overlap: closed again, none forwarded');
 
+# both masters writing the file at once: ids used through both, in turns,
+# while the gate is open; every one is kept
+
+is(gate_post({ action => 'open' }, 8075)->{status}, 200,
+	'overlap burst: opened');
+ok($t->wait_for(sub { gate(8076)->{state} eq 'open' }, 3),
+	'overlap burst: open in the old master');
+
+my @burst = map { ("state-burst-old-$_", "state-burst-new-$_") } 1 .. 25;
+
+@res = map { gen($_, /-old-/ ? 8086 : 8085) } @burst;
+is(join(' ', grep { $_ != 200 } map { $_->{status} } @res), '',
+	'overlap burst: every id forwarded through either master');
+
+$r = gate_post({ action => 'close', reason => 'overlap close' }, 8075);
+is($r->{status}, 200, 'overlap burst: closed again');
+ok($t->wait_for(sub { gate(8076)->{state} eq 'closed' }, 3),
+	'overlap burst: closed in the old master');
+
 $t->upgrade_finish();
 
 ok(!Test::DynamoRL::_alive($old), 'upgrade: old master gone');
 
+@res = map { gen($_, 8085) } @burst;
+is(join(' ', grep { $_ != 503 } map { $_->{status} } @res), '',
+	'overlap burst: closed after the upgrade');
+
+is(gate_post({ action => 'open' })->{status}, 200,
+	'overlap burst: opened after the upgrade');
+
+@res = map { gen($_, 8085) } @burst;
+is(join(' ', grep { $_ != 409 } map { $_->{status} } @res), '',
+	'overlap burst: every id refused after the upgrade');
+is(join(' ', grep { forwarded($_) != 1 } @burst), '',
+	'overlap burst: every id forwarded once');
+
+is(gate_post({ action => 'close', reason => 'overlap close' })->{status},
+	200, 'overlap burst: closed for the rest');
+
 $g = gate(8075);
-is(join(' ', $g->{state}, $g->{epoch}, $g->{reason}), 'closed 5 overlap close',
+is(join(' ', $g->{state}, $g->{epoch}, $g->{reason}), 'closed 9 overlap close',
 	'upgrade done: gate closed');
 
 $r = gate_post({ action => 'open' });
-is(join(' ', $r->{status}, $r->{json}{epoch}), '200 6', 'upgrade done: opened');
+is(join(' ', $r->{status}, $r->{json}{epoch}), '200 10', 'upgrade done: opened');
 
 @res = map { gen($_) } qw/ state-used-1 state-used-2 /;
 
@@ -220,6 +256,8 @@ $t->stop_nginx();
 
 my $text = slurp($STATE) // '';
 like($text, qr/^a state-used-3 /m, 'stop after upgrade: new id written');
+is(join(' ', grep { $text !~ /^a \Q$_\E /m } @burst), '',
+	'stop after upgrade: every id of the overlap burst in the file');
 
 (my $bad = $text) =~ s/state-used-3/state-used-X/;
 spew($STATE, $bad);

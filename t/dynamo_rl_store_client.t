@@ -243,7 +243,7 @@ events {
 http {
     %%TEST_GLOBALS_HTTP%%
 
-    dynamo_rl_zone zone=rl:1m state=%%TESTDIR%%/rl.state;
+    dynamo_rl_zone zone=rl:1m state=%%TESTDIR%%/state/rl.state;
     dynamo_rl_store $store;
 
     server {
@@ -273,7 +273,7 @@ events {
 }
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m state=%%TESTDIR%%/rl.state;
+    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:1m state=%%TESTDIR%%/state/rl.state;
     @{[ $where eq 'http' ? $line : '' ]}
     server {
         listen 127.0.0.1:8080;
