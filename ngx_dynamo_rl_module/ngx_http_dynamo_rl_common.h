@@ -134,6 +134,9 @@ typedef struct {
     /* request bodies: dynamo_rl_body_policy, dynamo_rl_metadata_upload */
     ngx_flag_t                      body_policy;
     ngx_array_t                    *upload_prefixes;
+
+    /* dynamo_rl_admin_url: the discovery answer names the admin plane */
+    ngx_http_complex_value_t       *admin_url;
 } ngx_http_dynamo_rl_loc_conf_t;
 
 
@@ -216,6 +219,7 @@ typedef struct {
     unsigned                        admin_error:1;
     unsigned                        admin_decided:1;
     unsigned                        admin_health:1;
+    unsigned                        admin_live:1;
     unsigned                        client_id:1;
     unsigned                        body_sync:1;
     unsigned                        body_coded:1;

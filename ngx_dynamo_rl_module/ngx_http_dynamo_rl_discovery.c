@@ -64,6 +64,9 @@ static ngx_int_t ngx_http_dynamo_rl_discovery_append(ngx_http_request_t *r,
 static void ngx_http_dynamo_rl_discovery_discard(ngx_buf_t *b);
 static ngx_int_t ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
+static ngx_uint_t ngx_http_dynamo_rl_admin_eligible(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_index_t *index,
+    ngx_http_dynamo_rl_worker_t *w);
 static ngx_int_t ngx_http_dynamo_rl_discovery_invalid(ngx_http_request_t *r,
     ngx_str_t *reason);
 static ngx_int_t ngx_http_dynamo_rl_discovery_output(ngx_http_request_t *r,
@@ -138,6 +141,62 @@ ngx_http_dynamo_rl_discovery(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid parameter \"%V\"", &value[i]);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * dynamo_rl_admin_url URL | off: the discovery answer's system_urls become
+ * URL followed by each worker's instance id; a URL without variables is
+ * checked here, one with them on every answer
+ */
+
+char *
+ngx_http_dynamo_rl_admin_url(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_dynamo_rl_loc_conf_t *drlcf = conf;
+
+    ngx_str_t                         *value;
+    ngx_http_compile_complex_value_t   ccv;
+
+    if (drlcf->admin_url != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 3 && ngx_strncmp(value[1].data, "off", 3) == 0) {
+        drlcf->admin_url = NULL;
+        return NGX_CONF_OK;
+    }
+
+    drlcf->admin_url = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+    if (drlcf->admin_url == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+
+    ccv.cf = cf;
+    ccv.value = &value[1];
+    ccv.complex_value = drlcf->admin_url;
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (drlcf->admin_url->lengths == NULL
+        && ngx_http_dynamo_rl_admin_url_valid(value[1].data, value[1].len)
+           != NGX_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"dynamo_rl_admin_url\" must be an http or "
+                           "https URL without a query, a fragment or "
+                           "spaces, as in \"https://gateway:9090"
+                           "/v1/rl/workers/\", not \"%V\"", &value[1]);
         return NGX_CONF_ERROR;
     }
 
@@ -1162,6 +1221,53 @@ ngx_http_dynamo_rl_discovery_index(ngx_http_request_t *r)
 }
 
 
+/*
+ * proxy_pass with variables takes a host that names an upstream{} block
+ * for that group, without a resolver: a system_url must never do so (the
+ * admin plane logs the refusal, the discovery plane's rewrite does not)
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_upstream_group(ngx_http_request_t *r, ngx_str_t *url,
+    ngx_uint_t log)
+{
+    ngx_str_t                       host;
+    ngx_uint_t                      i;
+    ngx_http_upstream_srv_conf_t  **uscfp;
+    ngx_http_upstream_main_conf_t  *umcf;
+
+    if (ngx_http_dynamo_rl_system_url_host(url->data, url->len, &host)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    umcf = ngx_http_get_module_main_conf(r, ngx_http_upstream_module);
+    uscfp = umcf->upstreams.elts;
+
+    for (i = 0; i < umcf->upstreams.nelts; i++) {
+
+        if ((uscfp[i]->flags & NGX_HTTP_UPSTREAM_CREATE)
+            && uscfp[i]->host.len == host.len
+            && ngx_strncasecmp(uscfp[i]->host.data, host.data, host.len)
+               == 0)
+        {
+            if (log == 0) {
+                return NGX_DECLINED;
+            }
+
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "dynamo rl admin: system_url \"%V\" of instance "
+                          "\"%V\" names the upstream group \"%V\", refused",
+                          url, &r->uri, &uscfp[i]->host);
+            return NGX_DECLINED;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 ngx_int_t
 ngx_http_dynamo_rl_discovery_filter_init(ngx_conf_t *cf)
 {
@@ -1451,14 +1557,16 @@ static ngx_int_t
 ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx)
 {
-    u_char                          *p, *out;
-    size_t                           len;
-    ngx_str_t                        reason;
-    ngx_uint_t                       i, generation, keep, sep, installed;
-    ngx_pool_t                      *pool;
-    ngx_http_dynamo_rl_worker_t     *w;
-    ngx_http_dynamo_rl_index_t      *index;
-    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+    u_char                           *p, *q, *out;
+    size_t                            len;
+    ngx_str_t                         reason, url, *urlp;
+    ngx_uint_t                        i, generation, keep, sep, installed;
+    ngx_pool_t                       *pool;
+    ngx_http_dynamo_rl_worker_t      *w;
+    ngx_http_dynamo_rl_index_t       *index;
+    ngx_http_dynamo_rl_loc_conf_t    *drlcf;
+    ngx_http_dynamo_rl_main_conf_t   *drmcf;
+    ngx_http_dynamo_rl_scan_worker_t  sw;
 
     drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
 
@@ -1531,11 +1639,43 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     out = ctx->doc;
     len = ctx->doc_len;
 
-    if (keep != index->nelts) {
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+    urlp = NULL;
 
-        /* the listener's bytes without the out-of-scope workers' elements */
+    if (drlcf->admin_url != NULL) {
+        if (ngx_http_complex_value(r, drlcf->admin_url, &url) != NGX_OK) {
+            if (!installed) {
+                ngx_destroy_pool(pool);
+            }
 
-        out = ngx_pnalloc(r->pool, ctx->doc_len);
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_dynamo_rl_admin_url_valid(url.data, url.len)
+            == NGX_OK)
+        {
+            urlp = &url;
+
+        } else {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "dynamo_rl_admin_url is not an http or https URL "
+                          "here, the answer has no system_url");
+        }
+    }
+
+    if (keep != index->nelts || drlcf->admin_url != NULL) {
+
+        /*
+         * the listener's bytes without the out-of-scope workers' elements,
+         * and with dynamo_rl_admin_url, with each system_url naming the
+         * admin plane, or cut where the admin plane would refuse the worker
+         */
+
+        out = ngx_pnalloc(r->pool,
+                          ctx->doc_len
+                          + (urlp ? index->nworkers
+                                    * NGX_HTTP_DYNAMO_RL_REWRITE_ROOM(url.len)
+                                  : 0));
         if (out == NULL) {
             if (!installed) {
                 ngx_destroy_pool(pool);
@@ -1544,26 +1684,60 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
             return NGX_ERROR;
         }
 
-        p = ngx_cpymem(out, ctx->doc, index->workers_start + 1);
+        /*
+         * every element kept: the bytes between them too; else only the
+         * kept workers' elements, joined by commas
+         */
+
+        p = out;
+        q = ctx->doc;
         sep = 0;
+
+        if (keep != index->nelts) {
+            p = ngx_cpymem(p, ctx->doc, index->workers_start + 1);
+            q = ctx->doc + index->workers_end;
+        }
 
         for (i = 0; i < index->nworkers; i++) {
             w = &index->workers[i];
 
-            if (ngx_http_dynamo_rl_scope_worker(r, ctx, index, w) != NGX_OK) {
+            if (keep != index->nelts) {
+                if (ngx_http_dynamo_rl_scope_worker(r, ctx, index, w)
+                    != NGX_OK)
+                {
+                    continue;
+                }
+
+                if (sep) {
+                    *p++ = ',';
+                }
+
+                sep = 1;
+
+            } else {
+                p = ngx_cpymem(p, q, ctx->doc + w->start - q);
+                q = ctx->doc + w->end;
+            }
+
+            if (drlcf->admin_url == NULL) {
+                p = ngx_cpymem(p, ctx->doc + w->start, w->end - w->start);
                 continue;
             }
 
-            if (sep) {
-                *p++ = ',';
-            }
+            sw.start = ctx->doc + w->start;
+            sw.end = ctx->doc + w->end;
+            sw.url_start = w->url_start ? ctx->doc + w->url_start : NULL;
+            sw.url_end = w->url_start ? ctx->doc + w->url_end : NULL;
+            sw.base_start = w->base_start ? ctx->doc + w->base_start : NULL;
+            sw.base_end = w->base_start ? ctx->doc + w->base_end : NULL;
 
-            p = ngx_cpymem(p, ctx->doc + w->start, w->end - w->start);
-            sep = 1;
+            p = ngx_http_dynamo_rl_admin_rewrite(p, &sw,
+                    ngx_http_dynamo_rl_admin_eligible(r, ctx, index, w)
+                    ? urlp : NULL,
+                    w->id);
         }
 
-        p = ngx_cpymem(p, ctx->doc + index->workers_end,
-                       ctx->doc_len - index->workers_end);
+        p = ngx_cpymem(p, q, ctx->doc + ctx->doc_len - q);
 
         len = p - out;
     }
@@ -1575,6 +1749,44 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     ngx_str_set(&ctx->outcome, "ok");
 
     return ngx_http_dynamo_rl_discovery_output(r, NGX_HTTP_OK, out, len);
+}
+
+
+/*
+ * whether the admin plane would allow calls to the worker: valid, without
+ * an error, with an acceptable system_url, the only worker in scope with
+ * its id; the answer names the gateway only for such a worker
+ */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_admin_eligible(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_index_t *index,
+    ngx_http_dynamo_rl_worker_t *w)
+{
+    ngx_uint_t                     k, n;
+    ngx_http_dynamo_rl_worker_t  **wp;
+
+    if (w->state != NGX_HTTP_DYNAMO_RL_WORKER_OK || !w->has_id) {
+        return 0;
+    }
+
+    n = 0;
+
+    wp = ngx_http_dynamo_rl_index_find(index, w->id, &k);
+
+    for ( /* void */ ; k; k--, wp++) {
+        if (*wp == w
+            || ngx_http_dynamo_rl_scope_worker(r, ctx, index, *wp) == NGX_OK)
+        {
+            n++;
+        }
+    }
+
+    if (n != 1) {
+        return 0;
+    }
+
+    return ngx_http_dynamo_rl_upstream_group(r, &w->system_url, 0) == NGX_OK;
 }
 
 

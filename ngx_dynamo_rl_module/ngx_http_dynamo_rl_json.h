@@ -36,6 +36,12 @@ typedef struct {
     size_t                          start;
     size_t                          end;
 
+    /* its "system_url" and "admin_base_url" members' bytes, 0 if none */
+    size_t                          url_start;
+    size_t                          url_end;
+    size_t                          base_start;
+    size_t                          base_end;
+
     unsigned                        has_id:1;
 } ngx_http_dynamo_rl_worker_t;
 

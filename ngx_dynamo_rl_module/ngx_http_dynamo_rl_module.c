@@ -225,6 +225,13 @@ static ngx_command_t  ngx_http_dynamo_rl_commands[] = {
       0,
       NULL },
 
+    { ngx_string("dynamo_rl_admin_url"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_dynamo_rl_admin_url,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("dynamo_rl_accel_buffering"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_conf_set_flag_slot,
@@ -860,6 +867,7 @@ ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf)
     conf->gate = NGX_CONF_UNSET;
     conf->body_policy = NGX_CONF_UNSET;
     conf->upload_prefixes = NGX_CONF_UNSET_PTR;
+    conf->admin_url = NGX_CONF_UNSET_PTR;
 
     return conf;
 }
@@ -978,6 +986,7 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->body_policy, prev->body_policy, 1);
     ngx_conf_merge_ptr_value(conf->upload_prefixes, prev->upload_prefixes,
                              NULL);
+    ngx_conf_merge_ptr_value(conf->admin_url, prev->admin_url, NULL);
 
     if (conf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
         return NGX_CONF_OK;
