@@ -167,12 +167,9 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
     ngx_uint_t                       n, k;
     ngx_str_t                       *route;
     ngx_http_dynamo_rl_worker_t    **wp, *w;
-    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     static ngx_str_t  health = ngx_string("health");
     static ngx_str_t  live = ngx_string("live");
-
-    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
 
     ctx->generation.data = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
     if (ctx->generation.data == NULL) {
@@ -180,7 +177,7 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
     }
 
     ctx->generation.len = ngx_sprintf(ctx->generation.data, "%ui",
-                                      drmcf->index_generation)
+                                      index->generation)
                           - ctx->generation.data;
 
     w = NULL;

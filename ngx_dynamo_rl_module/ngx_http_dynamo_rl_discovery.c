@@ -31,6 +31,8 @@ static ngx_int_t ngx_http_dynamo_rl_refresh(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 static ngx_int_t ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
+static ngx_int_t ngx_http_dynamo_rl_source_name(ngx_http_request_t *r,
+    ngx_str_t *location, ngx_str_t *name);
 static ngx_http_dynamo_rl_refresh_t *ngx_http_dynamo_rl_refresh_of(
     ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_discovery_upstream(ngx_http_request_t *r,
@@ -38,20 +40,23 @@ static ngx_int_t ngx_http_dynamo_rl_discovery_upstream(ngx_http_request_t *r,
 static void ngx_http_dynamo_rl_discovery_finalize(ngx_http_request_t *r,
     ngx_int_t rc);
 static void ngx_http_dynamo_rl_flight_end(ngx_http_dynamo_rl_zone_t *zone,
-    ngx_uint_t abandoned);
+    ngx_http_dynamo_rl_snap_t *snap, ngx_uint_t abandoned);
 static void ngx_http_dynamo_rl_wait_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_build(ngx_http_request_t *r, u_char *doc,
     size_t len, ngx_pool_t **pool, ngx_http_dynamo_rl_index_t **index,
     ngx_str_t *reason);
+static ngx_int_t ngx_http_dynamo_rl_source_of(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_loc_conf_t *drlcf, ngx_uint_t *source);
 static ngx_int_t ngx_http_dynamo_rl_snapshot_store(ngx_log_t *log,
-    ngx_http_dynamo_rl_zone_t *zone, u_char *doc, size_t len,
-    ngx_uint_t source, ngx_http_dynamo_rl_index_t *index,
-    ngx_uint_t *generation);
+    ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_snap_t *sh,
+    u_char *doc, size_t len, ngx_uint_t source,
+    ngx_http_dynamo_rl_index_t *index, ngx_uint_t *generation);
 static void ngx_http_dynamo_rl_install(ngx_http_dynamo_rl_main_conf_t *drmcf,
-    ngx_pool_t *pool, ngx_http_dynamo_rl_index_t *index,
+    ngx_uint_t source, ngx_pool_t *pool, ngx_http_dynamo_rl_index_t *index,
     ngx_uint_t generation);
 static ngx_http_dynamo_rl_index_t *ngx_http_dynamo_rl_local_index(
-    ngx_http_request_t *r, ngx_http_dynamo_rl_zone_t *zone);
+    ngx_http_request_t *r, ngx_http_dynamo_rl_zone_t *zone,
+    ngx_uint_t source);
 static void ngx_http_dynamo_rl_bad_routes(ngx_http_request_t *r,
     ngx_http_dynamo_rl_index_t *index);
 static void *ngx_http_dynamo_rl_palloc(void *data, size_t size);
@@ -82,10 +87,11 @@ ngx_http_dynamo_rl_discovery(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_dynamo_rl_loc_conf_t *drlcf = conf;
 
-    ssize_t     size;
-    ngx_str_t  *value, s;
-    ngx_int_t   valid;
-    ngx_uint_t  i;
+    ssize_t                          size;
+    ngx_str_t                       *value, s;
+    ngx_int_t                        valid;
+    ngx_uint_t                       i;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     if (drlcf->discovery.data != NULL) {
         return "is duplicate";
@@ -100,6 +106,41 @@ ngx_http_dynamo_rl_discovery(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     drlcf->discovery = value[1];
+
+    /* each URI is one source, with a snapshot of its own */
+
+    drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
+
+    for (i = 0; i < drmcf->nsources; i++) {
+        if (drmcf->sources[i].len == value[1].len
+            && ngx_strncmp(drmcf->sources[i].data, value[1].data,
+                           value[1].len)
+               == 0)
+        {
+            break;
+        }
+    }
+
+    if (i == drmcf->nsources) {
+        if (i == NGX_HTTP_DYNAMO_RL_SOURCES) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "more than %d discovery locations",
+                               NGX_HTTP_DYNAMO_RL_SOURCES);
+            return NGX_CONF_ERROR;
+        }
+
+        if (value[1].len > NGX_HTTP_DYNAMO_RL_SOURCE_NAME) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "discovery location \"%V\" is longer than "
+                               "%d bytes", &value[1],
+                               NGX_HTTP_DYNAMO_RL_SOURCE_NAME);
+            return NGX_CONF_ERROR;
+        }
+
+        drmcf->sources[drmcf->nsources++] = value[1];
+    }
+
+    drlcf->source = i + 1;
 
     for (i = 2; i < cf->args->nelts; i++) {
 
@@ -429,9 +470,9 @@ ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_index_t **index)
 {
     ngx_msec_t                       now;
-    ngx_uint_t                       lead;
+    ngx_uint_t                       lead, source;
     ngx_http_dynamo_rl_zone_t       *zone;
-    ngx_http_dynamo_rl_shctx_t      *sh;
+    ngx_http_dynamo_rl_snap_t       *sh;
     ngx_http_dynamo_rl_loc_conf_t   *drlcf;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
@@ -439,11 +480,16 @@ ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
     drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
 
     zone = drmcf->shm_zone->data;
-    sh = zone->sh;
 
-    if (ctx->refresh == NGX_HTTP_DYNAMO_RL_REFRESH_FAILED) {
+    if (ctx->refresh == NGX_HTTP_DYNAMO_RL_REFRESH_FAILED
+        || ngx_http_dynamo_rl_source_of(zone, drlcf, &source) != NGX_OK)
+    {
         return NGX_DECLINED;
     }
+
+    /* this location's source: its snapshot, its refresh */
+
+    sh = &zone->sh->snaps[zone->slot[source]];
 
     now = ngx_current_msec;
     lead = 0;
@@ -498,9 +544,10 @@ ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
 
     if (lead) {
         ctx->zone = zone;
+        ctx->snap = sh;
 
         if (ngx_http_dynamo_rl_refresh(r, ctx, drlcf) != NGX_OK) {
-            ngx_http_dynamo_rl_flight_end(zone, 0);
+            ngx_http_dynamo_rl_flight_end(zone, sh, 0);
             ctx->zone = NULL;
             ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_FAILED;
             return NGX_ERROR;
@@ -524,7 +571,7 @@ ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
 
 fresh:
 
-    *index = ngx_http_dynamo_rl_local_index(r, zone);
+    *index = ngx_http_dynamo_rl_local_index(r, zone, source);
 
     return *index ? NGX_OK : NGX_DECLINED;
 }
@@ -651,7 +698,10 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
     ngx_http_dynamo_rl_ctx_t        *ctx, *sctx;
     ngx_uint_t                       generation;
     ngx_pool_t                      *pool;
+    ngx_str_t                        from;
+    ngx_uint_t                       source;
     ngx_http_dynamo_rl_zone_t       *zone;
+    ngx_http_dynamo_rl_snap_t       *snap;
     ngx_http_dynamo_rl_index_t      *index;
     ngx_http_dynamo_rl_loc_conf_t   *drlcf;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
@@ -664,6 +714,7 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
     }
 
     zone = ctx->zone;
+    snap = ctx->snap;
     ctx->zone = NULL;
     ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_FAILED;
 
@@ -678,15 +729,26 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
                       "discovery refresh from \"%V\" abandoned: "
                       "the client closed the connection", &drlcf->discovery);
 
-        ngx_http_dynamo_rl_flight_end(zone, 1);
+        ngx_http_dynamo_rl_flight_end(zone, snap, 1);
 
         return rc;
     }
 
+    /*
+     * what the log names: the internal location, or for a file that the
+     * location serves (alias, root), the file
+     */
+
+    if (ngx_http_dynamo_rl_source_name(r, &drlcf->discovery, &from)
+        != NGX_OK)
+    {
+        goto failed;
+    }
+
     if (sctx->doc_error.len) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "discovery refresh from \"%V\" failed: %V",
-                      &drlcf->discovery, &sctx->doc_error);
+                      "discovery refresh from %V failed: %V",
+                      &from, &sctx->doc_error);
         goto failed;
     }
 
@@ -694,17 +756,17 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
 
     if (ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module) != sctx) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "discovery refresh from \"%V\" failed: it was "
+                      "discovery refresh from %V failed: it was "
                       "redirected to \"%V\" (X-Accel-Redirect or "
-                      "error_page), never followed", &drlcf->discovery,
+                      "error_page), never followed", &from,
                       &r->uri);
         goto failed;
     }
 
     if (rc > NGX_OK || r->headers_out.status != NGX_HTTP_OK) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "discovery refresh from \"%V\" failed: status %ui",
-                      &drlcf->discovery,
+                      "discovery refresh from %V failed: status %ui",
+                      &from,
                       rc > NGX_OK ? (ngx_uint_t) rc
                                   : r->headers_out.status);
         goto failed;
@@ -712,23 +774,23 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
 
     if (rc != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "discovery refresh from \"%V\" failed: the "
-                      "subrequest ended with %i", &drlcf->discovery, rc);
+                      "discovery refresh from %V failed: the "
+                      "subrequest ended with %i", &from, rc);
         goto failed;
     }
 
     if (sctx->doc_too_big) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "discovery document from \"%V\" is invalid: "
-                      "%O bytes exceed max_size %uz", &drlcf->discovery,
+                      "discovery document from %V is invalid: "
+                      "%O bytes exceed max_size %uz", &from,
                       sctx->doc_total, drlcf->discovery_max_size);
         goto failed;
     }
 
     if (sctx->doc_encoded) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "discovery document from \"%V\" is invalid: "
-                      "it has a content encoding", &drlcf->discovery);
+                      "discovery document from %V is invalid: "
+                      "it has a content encoding", &from);
         goto failed;
     }
 
@@ -740,23 +802,24 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
         != NGX_OK)
     {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "discovery document from \"%V\" is invalid: %V",
-                      &drlcf->discovery, &reason);
+                      "discovery document from %V is invalid: %V",
+                      &from, &reason);
         goto failed;
     }
 
-    if (ngx_http_dynamo_rl_snapshot_store(r->connection->log, zone, doc,
-                                          len,
-                                          NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH,
-                                          index, &generation)
-        != NGX_OK)
+    if (ngx_http_dynamo_rl_source_of(zone, drlcf, &source) != NGX_OK
+        || ngx_http_dynamo_rl_snapshot_store(r->connection->log, zone, snap,
+                                             doc, len,
+                                             NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH,
+                                             index, &generation)
+           != NGX_OK)
     {
         ngx_destroy_pool(pool);
         goto failed;
     }
 
     ngx_http_dynamo_rl_bad_routes(r, index);
-    ngx_http_dynamo_rl_install(drmcf, pool, index, generation);
+    ngx_http_dynamo_rl_install(drmcf, source, pool, index, generation);
 
     ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_DONE;
 
@@ -764,9 +827,59 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
 
 failed:
 
-    ngx_http_dynamo_rl_flight_end(zone, 0);
+    ngx_http_dynamo_rl_flight_end(zone, snap, 0);
 
     return rc;
+}
+
+
+/*
+ * a refresh's source as its log lines name it: "/_rl_discovery", quoted,
+ * or, when no upstream answered (a file the location serves with alias
+ * or root), file "/etc/nginx/workers.json"
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_source_name(ngx_http_request_t *r, ngx_str_t *location,
+    ngx_str_t *name)
+{
+    u_char                    *p;
+    size_t                     root;
+    ngx_str_t                  path;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    path.len = 0;
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (r->upstream == NULL && clcf->handler == NULL
+        && ngx_http_map_uri_to_path(r, &path, &root, 0) != NULL)
+    {
+        path.len--;
+    }
+
+    name->len = (path.len ? sizeof("file \"\"") - 1 + path.len
+                          : sizeof("\"\"") - 1 + location->len);
+
+    p = ngx_pnalloc(r->pool, name->len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    name->data = p;
+
+    if (path.len) {
+        p = ngx_cpymem(p, "file \"", sizeof("file \"") - 1);
+        p = ngx_cpymem(p, path.data, path.len);
+
+    } else {
+        *p++ = '"';
+        p = ngx_cpymem(p, location->data, location->len);
+    }
+
+    *p = '"';
+
+    return NGX_OK;
 }
 
 
@@ -899,20 +1012,20 @@ ngx_http_dynamo_rl_discovery_finalize(ngx_http_request_t *r, ngx_int_t rc)
 
 static void
 ngx_http_dynamo_rl_flight_end(ngx_http_dynamo_rl_zone_t *zone,
-    ngx_uint_t abandoned)
+    ngx_http_dynamo_rl_snap_t *snap, ngx_uint_t abandoned)
 {
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    if (zone->sh->updating && zone->sh->updater == ngx_pid) {
-        zone->sh->updating = 0;
+    if (snap->updating && snap->updater == ngx_pid) {
+        snap->updating = 0;
 
         if (!abandoned) {
-            zone->sh->flights++;
+            snap->flights++;
 
             ngx_http_dynamo_rl_zone_observe(zone->sh,
                                             NGX_HTTP_DYNAMO_RL_HIST_REFRESH + 1,
                                             ngx_current_msec
-                                            - zone->sh->refresh_begun);
+                                            - snap->refresh_begun);
         }
     }
 
@@ -932,7 +1045,7 @@ ngx_http_dynamo_rl_discovery_cleanup(ngx_http_dynamo_rl_ctx_t *ctx)
     if (ctx->zone != NULL
         && ctx->refresh == NGX_HTTP_DYNAMO_RL_REFRESH_RUNNING)
     {
-        ngx_http_dynamo_rl_flight_end(ctx->zone, 1);
+        ngx_http_dynamo_rl_flight_end(ctx->zone, ctx->snap, 1);
         ctx->zone = NULL;
     }
 }
@@ -1026,18 +1139,15 @@ ngx_http_dynamo_rl_palloc(void *data, size_t size)
 
 static ngx_int_t
 ngx_http_dynamo_rl_snapshot_store(ngx_log_t *log,
-    ngx_http_dynamo_rl_zone_t *zone, u_char *doc, size_t len,
-    ngx_uint_t source,
+    ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_snap_t *sh,
+    u_char *doc, size_t len, ngx_uint_t source,
     ngx_http_dynamo_rl_index_t *index, ngx_uint_t *generation)
 {
-    uint64_t                     members;
-    ngx_http_dynamo_rl_shctx_t  *sh;
-
-    sh = zone->sh;
+    uint64_t  members;
 
     /* for the gate's "members_changed": the key never changes */
 
-    members = ngx_http_dynamo_rl_index_members(index, sh->key);
+    members = ngx_http_dynamo_rl_index_members(index, zone->sh->key);
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
@@ -1066,8 +1176,8 @@ ngx_http_dynamo_rl_snapshot_store(ngx_log_t *log,
 
         ngx_log_error(NGX_LOG_ALERT, log, 0,
                       "could not store a discovery snapshot of %uz bytes "
-                      "in dynamo_rl zone \"%V\": %uz bytes are reserved",
-                      len, &zone->name, sh->room_size);
+                      "in dynamo_rl zone \"%V\": %uz bytes are reserved "
+                      "for its source", len, &zone->name, sh->room_size);
 
         return NGX_ERROR;
     }
@@ -1083,13 +1193,14 @@ ngx_http_dynamo_rl_snapshot_store(ngx_log_t *log,
     sh->source = source;
 
     if (source == NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH) {
-        sh->refresh_ok++;
+        zone->sh->refresh_ok++;
 
         if (sh->updating && sh->updater == ngx_pid) {
             sh->updating = 0;
             sh->flights++;
 
-            ngx_http_dynamo_rl_zone_observe(sh, NGX_HTTP_DYNAMO_RL_HIST_REFRESH,
+            ngx_http_dynamo_rl_zone_observe(zone->sh,
+                                            NGX_HTTP_DYNAMO_RL_HIST_REFRESH,
                                             ngx_current_msec
                                             - sh->refresh_begun);
         }
@@ -1109,16 +1220,18 @@ ngx_http_dynamo_rl_snapshot_store(ngx_log_t *log,
 
 static void
 ngx_http_dynamo_rl_install(ngx_http_dynamo_rl_main_conf_t *drmcf,
-    ngx_pool_t *pool, ngx_http_dynamo_rl_index_t *index,
+    ngx_uint_t source, ngx_pool_t *pool, ngx_http_dynamo_rl_index_t *index,
     ngx_uint_t generation)
 {
-    if (drmcf->index_pool != NULL) {
-        ngx_destroy_pool(drmcf->index_pool);
+    if (drmcf->index_pool[source] != NULL) {
+        ngx_destroy_pool(drmcf->index_pool[source]);
     }
 
-    drmcf->index_pool = pool;
-    drmcf->index = index;
-    drmcf->index_generation = generation;
+    index->generation = generation;
+    index->serial = ++drmcf->index_serial;
+
+    drmcf->index_pool[source] = pool;
+    drmcf->index[source] = index;
 
 #if (NGX_LINUX && defined __GLIBC__)
 
@@ -1138,7 +1251,7 @@ ngx_http_dynamo_rl_install(ngx_http_dynamo_rl_main_conf_t *drmcf,
 
 static ngx_http_dynamo_rl_index_t *
 ngx_http_dynamo_rl_local_index(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_zone_t *zone)
+    ngx_http_dynamo_rl_zone_t *zone, ngx_uint_t source)
 {
     u_char                          *doc;
     size_t                           len;
@@ -1146,19 +1259,21 @@ ngx_http_dynamo_rl_local_index(ngx_http_request_t *r,
     ngx_uint_t                       generation;
     ngx_pool_t                      *pool;
     ngx_http_dynamo_rl_index_t      *index;
-    ngx_http_dynamo_rl_shctx_t      *sh;
+    ngx_http_dynamo_rl_snap_t       *sh;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
-    sh = zone->sh;
+    sh = &zone->sh->snaps[zone->slot[source]];
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     generation = sh->generation;
 
-    if (drmcf->index != NULL && generation == drmcf->index_generation) {
+    if (drmcf->index[source] != NULL
+        && generation == drmcf->index[source]->generation)
+    {
         ngx_shmtx_unlock(&zone->shpool->mutex);
-        return drmcf->index;
+        return drmcf->index[source];
     }
 
     len = sh->raw_len;
@@ -1194,7 +1309,7 @@ ngx_http_dynamo_rl_local_index(ngx_http_request_t *r,
 
     ngx_free(doc);
 
-    ngx_http_dynamo_rl_install(drmcf, pool, index, generation);
+    ngx_http_dynamo_rl_install(drmcf, source, pool, index, generation);
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "dynamo rl discovery: index %ui, %ui workers",
@@ -1209,15 +1324,78 @@ ngx_http_dynamo_rl_local_index(ngx_http_request_t *r,
 ngx_http_dynamo_rl_index_t *
 ngx_http_dynamo_rl_discovery_index(ngx_http_request_t *r)
 {
+    ngx_uint_t                  source;
     ngx_http_dynamo_rl_zone_t  *zone;
 
     zone = ngx_http_dynamo_rl_get_zone(r);
 
-    if (zone->sh->raw == NULL) {
+    if (ngx_http_dynamo_rl_snapshot_of(r, &source) == NULL
+        || zone->sh->snaps[zone->slot[source]].raw == NULL)
+    {
         return NULL;
     }
 
-    return ngx_http_dynamo_rl_local_index(r, zone);
+    return ngx_http_dynamo_rl_local_index(r, zone, source);
+}
+
+
+/*
+ * the snapshot that the status and metrics of a location show: its
+ * source's, or the first source's; NULL without any
+ */
+
+ngx_http_dynamo_rl_snap_t *
+ngx_http_dynamo_rl_snapshot_of(ngx_http_request_t *r, ngx_uint_t *source)
+{
+    ngx_http_dynamo_rl_zone_t  *zone;
+
+    zone = ngx_http_dynamo_rl_get_zone(r);
+
+    if (ngx_http_dynamo_rl_source_of(zone,
+            ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module),
+            source)
+        != NGX_OK)
+    {
+        if (zone->nsources == 0) {
+            return NULL;
+        }
+
+        *source = 0;
+    }
+
+    return &zone->sh->snaps[zone->slot[*source]];
+}
+
+
+/*
+ * the source whose snapshot a location reads and stores: the one its
+ * dynamo_rl_discovery names, or, for a location without one, the only
+ * source of the configuration
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_source_of(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_loc_conf_t *drlcf, ngx_uint_t *source)
+{
+    ngx_uint_t  i;
+
+    if (drlcf->source) {
+        i = drlcf->source - 1;
+
+    } else if (zone->nsources == 1) {
+        i = 0;
+
+    } else {
+        return NGX_DECLINED;
+    }
+
+    if (i >= zone->nsources) {
+        return NGX_DECLINED;
+    }
+
+    *source = i;
+
+    return NGX_OK;
 }
 
 
@@ -1561,7 +1739,9 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     size_t                            len;
     ngx_str_t                         reason, url, *urlp;
     ngx_uint_t                        i, generation, keep, sep, installed;
+    ngx_uint_t                        source;
     ngx_pool_t                       *pool;
+    ngx_http_dynamo_rl_zone_t        *zone;
     ngx_http_dynamo_rl_worker_t      *w;
     ngx_http_dynamo_rl_index_t       *index;
     ngx_http_dynamo_rl_loc_conf_t    *drlcf;
@@ -1607,16 +1787,26 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
 
     installed = 0;
 
-    if (drmcf->shm_zone != NULL
-        && ngx_http_dynamo_rl_snapshot_store(
-               r->connection->log, drmcf->shm_zone->data, ctx->doc,
-               ctx->doc_len, NGX_HTTP_DYNAMO_RL_SOURCE_DISCOVERY, index,
-               &generation)
-           == NGX_OK)
-    {
-        ngx_http_dynamo_rl_bad_routes(r, index);
-        ngx_http_dynamo_rl_install(drmcf, pool, index, generation);
-        installed = 1;
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    /* into the snapshot of this location's source, if it has one */
+
+    if (drmcf->shm_zone != NULL) {
+        zone = drmcf->shm_zone->data;
+
+        if (ngx_http_dynamo_rl_source_of(zone, drlcf, &source) == NGX_OK
+            && ngx_http_dynamo_rl_snapshot_store(
+                   r->connection->log, zone,
+                   &zone->sh->snaps[zone->slot[source]], ctx->doc,
+                   ctx->doc_len, NGX_HTTP_DYNAMO_RL_SOURCE_DISCOVERY, index,
+                   &generation)
+               == NGX_OK)
+        {
+            ngx_http_dynamo_rl_bad_routes(r, index);
+            ngx_http_dynamo_rl_install(drmcf, source, pool, index,
+                                       generation);
+            installed = 1;
+        }
     }
 
     /* if it could not be stored, the client still gets what was said */
@@ -1639,7 +1829,6 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     out = ctx->doc;
     len = ctx->doc_len;
 
-    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
     urlp = NULL;
 
     if (drlcf->admin_url != NULL) {

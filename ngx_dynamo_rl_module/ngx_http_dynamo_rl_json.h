@@ -65,6 +65,13 @@ typedef struct {
     ngx_uint_t                      bad_routes;
     size_t                          workers_start;
     size_t                          workers_end;
+
+    /*
+     * set when a process installs it: its source's snapshot generation,
+     * and a number unique in the process (0: not installed)
+     */
+    ngx_uint_t                      generation;
+    ngx_uint_t                      serial;
 } ngx_http_dynamo_rl_index_t;
 
 
