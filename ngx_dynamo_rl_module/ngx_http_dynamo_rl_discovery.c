@@ -1543,6 +1543,14 @@ ngx_http_dynamo_rl_discovery_header_filter(ngx_http_request_t *r)
         if (r->headers_out.status == NGX_HTTP_OK) {
             ngx_str_set(&ctx->outcome, "ok");
 
+            /* the rewritten answer's length is not the listener's */
+
+            drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+            if (drlcf->admin_url != NULL) {
+                ngx_http_clear_content_length(r);
+            }
+
         } else {
             ngx_str_set(&ctx->outcome, "invalid");
             ngx_str_set(&ctx->deny_reason, "discovery_invalid");

@@ -32,7 +32,7 @@ use Test::DynamoRL::Fixture qw/ doc err_since json_lines rl_test worker /;
 
 ###############################################################################
 
-my $t = rl_test(Test::DynamoRL::scale(240), 54, <<'EOF', has => [qw/ http proxy map http_v2 /]);
+my $t = rl_test(Test::DynamoRL::scale(240), 55, <<'EOF', has => [qw/ http proxy map http_v2 /]);
 
 %%RL_MAIN workers=2%%
 
@@ -259,6 +259,8 @@ $r = parse_response(Test::DynamoRL::http(
 	// {};
 is($r->{status}, 200, 'head: status');
 is($r->{body} // '', '', 'head: no body');
+is($r->{headers}{'content-length'}, undef,
+	'head: not the listener\'s length');
 
 ###############################################################################
 
