@@ -30,7 +30,7 @@ use Test::DynamoRL::Fixture qw/ doc err_since rl_test worker /;
 
 ###############################################################################
 
-my $t = rl_test(Test::DynamoRL::scale(180), 40, <<'EOF');
+my $t = rl_test(Test::DynamoRL::scale(180), 44, <<'EOF');
 
 %%RL_MAIN workers=1%%
 
@@ -259,6 +259,30 @@ $t->write_file('sglang.json', $FILE);
 $r = call('POST', '/v1/rl/sglang/201/engine/flush_cache', '{}');
 is($r->{status} . ' ' . fwd($r), '200 1 /engine/flush_cache',
 	'file back: reached');
+
+###############################################################################
+
+# a reload that adds a source: room of its own from the zone, and every
+# other source keeps its snapshot (found by its URI, not its position)
+
+my $conf = $t->read_file('nginx.conf');
+(my $more = $conf) =~ s!(        # SGLang workers, from a file)!        location /v1/rl/extra/ { dynamo_rl_plane admin; dynamo_rl_discovery /_rl_extra valid=0 max_size=1m; proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path; } location = /_rl_extra { internal; alias ${\$t->testdir()}/fixed.json; log_not_found off; }\n$1!
+	or die "no anchor\n";
+
+$t->write_file('nginx.conf', $more);
+$t->reload();
+ok(!$t->reload_failed(), 'reload with a new source: accepted');
+
+$r = call('GET', '/v1/rl/extra/302/health');
+is($r->{status} . ' ' . fwd($r), '200 2 /health', 'reload: the new source');
+
+$r = call('GET', '/v1/rl/extra/101/health');
+is(join(' ', $r->{status}, error($r)), '404 unknown_worker',
+	'reload: the new source has its own snapshot');
+
+$r = call('POST', '/v1/rl/sglang/201/engine/flush_cache', '{}');
+is($r->{status} . ' ' . fwd($r), '200 1 /engine/flush_cache',
+	'reload: the file\'s source still its own');
 
 ###############################################################################
 
