@@ -25,18 +25,19 @@ use IO::Socket::INET;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ doc rl_test vllm_routes worker /;
+use Test::DynamoRL::Fixture qw/ doc refresh_args refresh_finish
+	refresh_python refresh_start rl_test vllm_routes worker /;
 
 ###############################################################################
 
-my $t = rl_test(Test::DynamoRL::scale(120), 21, <<'EOF');
+my $t = rl_test(Test::DynamoRL::scale(120), 24, <<'EOF');
 
 %%RL_MAIN workers=1%%
 
 http {
     %%RL_HTTP 8m%%
 
-    %%RL_LISTENER%%
+    %%RL_UPSTREAMS%%
 
     server {
         %%RL_LISTEN 8080%%
@@ -55,6 +56,12 @@ http {
         }
 
         %%RL_DISCOVERY_FETCH rl_listener%%
+
+        %%RL_APIS gate%%
+
+        # rl-refresh's check that generation works, the gate still closed
+
+        %%RL_REQUEST_PLANE ungated%%
     }
 }
 
@@ -156,6 +163,31 @@ my @sent = map { $_->{body} }
 	grep { $_->{uri} eq '/engine/pause_generation' }
 	@{$t->fake_records('worker-0')};
 is($sent[-1], $BODY{pause_generation}, 'worker 0: the body unchanged');
+
+###############################################################################
+
+# examples/rl-refresh, unchanged, against the rewritten answer: it keeps
+# its own path scheme and never needs the workers' addresses
+
+SKIP: {
+	skip 'no python3 (or TEST_PYTHON)', 3 unless refresh_python();
+
+	$before = counts();
+
+	my $res = refresh_finish(refresh_start($t, '--gateway', "http://$GATEWAY",
+		refresh_args(3), '--skip-broken-workers'));
+
+	is($res->{rc}, 0, 'rl-refresh: exit 0') or diag($res->{out});
+	my $url0 = "http://$GATEWAY/v1/rl/workers/$ID{0}";
+
+	like($res->{out}, qr!dynamo/backend/rl at \Q$url0\E, routes!,
+		'rl-refresh: it saw the gateway\'s system_url') or diag($res->{out});
+
+	$calls = calls($before);
+	is(scalar(grep { $_ eq 'POST /engine/update_weights_from_disk' }
+		map { @{$calls->{$_}} } 0 .. 2), 3,
+		'rl-refresh: every worker updated, through the gateway');
+}
 
 ###############################################################################
 
