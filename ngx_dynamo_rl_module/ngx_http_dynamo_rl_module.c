@@ -1432,6 +1432,14 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
         if (n == 1 && drmcf->orphan_max > drmcf->source_max[0]) {
             drmcf->source_max[0] = drmcf->orphan_max;
         }
+
+        if (n > 1 && drmcf->orphan_max) {
+            ngx_log_error(NGX_LOG_WARN, cf->log, 0,
+                          "a discovery-plane location without "
+                          "\"dynamo_rl_discovery\" stores no snapshot when "
+                          "the configuration has %ui discovery sources: "
+                          "name its source on it or on its server", n);
+        }
     }
 
     if (drmcf->shm_zone != NULL

@@ -30,7 +30,7 @@ use Test::DynamoRL::Fixture qw/ doc err_since rl_test worker /;
 
 ###############################################################################
 
-my $t = rl_test(Test::DynamoRL::scale(180), 44, <<'EOF');
+my $t = rl_test(Test::DynamoRL::scale(180), 47, <<'EOF');
 
 %%RL_MAIN workers=1%%
 
@@ -337,6 +337,40 @@ http {
 EOF
 
 is($rc, 0, 'nginx -t: two 4m sources in 10m accepted') or diag($out);
+unlike($out, qr/\[warn\].*stores no snapshot/,
+	'nginx -t: no orphan discovery location, no warning');
+
+# a discovery-plane location that names no source among several
+
+($rc, $out) = $t->nginx_t(<<'EOF');
+%%TEST_GLOBALS%%
+events { }
+http {
+    %%TEST_GLOBALS_HTTP%%
+    dynamo_rl_zone zone=rl:10m;
+    server {
+        listen 127.0.0.1:8080;
+        location = /v1/rl/workers {
+            dynamo_rl_plane discovery;
+            proxy_pass http://127.0.0.1:8082;
+        }
+        location /a/ {
+            dynamo_rl_plane admin;
+            dynamo_rl_discovery /_a;
+            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
+        }
+        location /b/ {
+            dynamo_rl_plane admin;
+            dynamo_rl_discovery /_b;
+            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
+        }
+    }
+}
+EOF
+
+is($rc, 0, 'nginx -t: an orphan discovery location is accepted');
+like($out, qr/\[warn\] a discovery-plane location without "dynamo_rl_discovery" stores no snapshot when the configuration has 2 discovery sources/,
+	'nginx -t: with a warning');
 
 # the example of a mixed fleet, and its fixed worker set
 
