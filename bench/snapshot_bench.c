@@ -40,6 +40,14 @@
  *                                         decisions), for callgrind's
  *                                         --toggle-collect=bench_*_once
  *                                         or =bench_decisions
+ *     snapshot-bench rewrite [N]         dynamo_rl_admin_url: the discovery
+ *                                         plane's work on an N-worker
+ *                                         answer (10,000 by default),
+ *                                         the index build alone (what a
+ *                                         passthrough answer costs) and
+ *                                         with the rewrite pass of every
+ *                                         worker's element; the median
+ *                                         of the per-round ratios
  *     snapshot-bench emit N URL FILE [all]
  *                                         write an N-worker document
  *                                         whose worker BENCH_TARGET_ID
@@ -129,6 +137,9 @@ static void bench_queries(bench_size_t *s, bench_query_t *q,
     ngx_uint_t same);
 static int bench_emit(int argc, char **argv);
 static int bench_once(int argc, char **argv);
+static int bench_rewrite(int argc, char **argv);
+static size_t bench_rewrite_once(u_char *doc, size_t len, u_char *out,
+    ngx_str_t *url);
 
 
 static char  *bench_routes[BENCH_ROUTES] = {
@@ -825,6 +836,10 @@ main(int argc, char **argv)
         return bench_once(argc, argv);
     }
 
+    if (argc > 1 && strcmp(argv[1], "rewrite") == 0) {
+        return bench_rewrite(argc, argv);
+    }
+
     rounds = 9;
     budget = 40e6;          /* ns per batch of (a) or (b) */
     iterations = 1000000;
@@ -1040,6 +1055,143 @@ main(int argc, char **argv)
     for (i = 0; i < nsizes; i++) {
         bench_arena_free(&arenas[i]);
     }
+
+    return 0;
+}
+
+
+/*
+ * the discovery plane's own work on one answer with dynamo_rl_admin_url:
+ * the index build, then the pass that ngx_http_dynamo_rl_discovery_send()
+ * makes, each worker's uniqueness looked up and its element rewritten
+ */
+
+static size_t
+bench_rewrite_once(u_char *doc, size_t len, u_char *out, ngx_str_t *url)
+{
+    u_char                            *p, *q;
+    ngx_uint_t                         i, k;
+    bench_arena_t                      arena;
+    ngx_http_dynamo_rl_worker_t       *w;
+    ngx_http_dynamo_rl_index_t         index;
+    ngx_http_dynamo_rl_json_err_t      err;
+    ngx_http_dynamo_rl_scan_worker_t   sw;
+
+    arena.blocks = NULL;
+    arena.large = NULL;
+
+    if (ngx_http_dynamo_rl_json_index(doc, len, bench_alloc, &arena, &index,
+                                      &err)
+        != NGX_OK)
+    {
+        fprintf(stderr, "index: %s\n", err.reason);
+        exit(1);
+    }
+
+    p = out;
+    q = doc;
+
+    if (url != NULL) {
+        for (i = 0; i < index.nworkers; i++) {
+            w = &index.workers[i];
+
+            (void) ngx_http_dynamo_rl_index_find(&index, w->id, &k);
+
+            sw.start = doc + w->start;
+            sw.end = doc + w->end;
+            sw.url_start = w->url_start ? doc + w->url_start : NULL;
+            sw.url_end = w->url_start ? doc + w->url_end : NULL;
+            sw.base_start = w->base_start ? doc + w->base_start : NULL;
+            sw.base_end = w->base_start ? doc + w->base_end : NULL;
+
+            p = ngx_cpymem(p, q, sw.start - q);
+            p = ngx_http_dynamo_rl_admin_rewrite(p, &sw,
+                    (w->state == NGX_HTTP_DYNAMO_RL_WORKER_OK && k == 1)
+                    ? url : NULL,
+                    w->id);
+            q = sw.end;
+        }
+
+        p = ngx_cpymem(p, q, doc + len - q);
+    }
+
+    bench_sink += index.nsorted + (p - out);
+
+    bench_arena_free(&arena);
+
+    return p - out;
+}
+
+
+static int
+bench_rewrite(int argc, char **argv)
+{
+    double       t, pass[BENCH_MAX_ROUNDS], rw[BENCH_MAX_ROUNDS];
+    double       ratio[BENCH_MAX_ROUNDS], lo, hi;
+    u_char      *doc, *out;
+    size_t       len, olen;
+    uint64_t    *ids;
+    ngx_str_t    url;
+    ngx_uint_t   n, j, k, m, rounds;
+
+    n = argc > 2 ? strtoul(argv[2], NULL, 10) : 10000;
+    rounds = 15;
+
+    if (n == 0) {
+        fprintf(stderr, "usage: %s rewrite [N]\n", argv[0]);
+        return 2;
+    }
+
+    bench_url_all = 1;
+    doc = bench_generate(n, "http://10.0.0.1:9345", 0, &len, &ids);
+
+    ngx_str_set(&url, "https://dynamo-rl-admin.dynamo.svc.cluster.local:9090"
+                      "/v1/rl/workers/");
+
+    out = malloc(len + n * NGX_HTTP_DYNAMO_RL_REWRITE_ROOM(url.len));
+    if (out == NULL) {
+        return 1;
+    }
+
+    olen = bench_rewrite_once(doc, len, out, &url);
+
+    t = bench_now();
+    (void) bench_rewrite_once(doc, len, out, NULL);
+    m = (ngx_uint_t) (40e6 / (bench_now() - t));
+    m = m ? m : 1;
+
+    for (j = 0; j < rounds; j++) {
+        t = bench_now();
+
+        for (k = 0; k < m; k++) {
+            (void) bench_rewrite_once(doc, len, out, NULL);
+        }
+
+        pass[j] = (bench_now() - t) / m;
+
+        t = bench_now();
+
+        for (k = 0; k < m; k++) {
+            (void) bench_rewrite_once(doc, len, out, &url);
+        }
+
+        rw[j] = (bench_now() - t) / m;
+        ratio[j] = rw[j] / pass[j];
+    }
+
+    bench_range(ratio, rounds, &lo, &hi);
+
+    printf("dynamo_rl_admin_url, %lu workers x %d routes, %lu bytes in, "
+           "%lu bytes out, %lu rounds of %lu\n\n",
+           (unsigned long) n, BENCH_ROUTES, (unsigned long) len,
+           (unsigned long) olen, (unsigned long) rounds, (unsigned long) m);
+    printf("| work per answer | median ms |\n|---|---|\n");
+    printf("| passthrough: index build | %.3f |\n",
+           bench_median(pass, rounds) / 1e6);
+    printf("| rewrite: index build + rewrite pass | %.3f |\n\n",
+           bench_median(rw, rounds) / 1e6);
+    printf("rewrite / passthrough: median %.3f (range %.3f .. %.3f)\n",
+           bench_median(ratio, rounds), lo, hi);
 
     return 0;
 }

@@ -22,8 +22,6 @@ static ngx_int_t ngx_http_dynamo_rl_admin_header_filter(
 static ngx_int_t ngx_http_dynamo_rl_admin_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static void ngx_http_dynamo_rl_admin_headers_clear(ngx_http_request_t *r);
-static ngx_int_t ngx_http_dynamo_rl_admin_upstream_group(
-    ngx_http_request_t *r, ngx_str_t *url);
 
 
 /* a worker's answer larger than this is judged by its status alone */
@@ -95,7 +93,7 @@ ngx_http_dynamo_rl_admin_handler(ngx_http_request_t *r)
     path.data = r->uri.data + drlcf->admin_prefix.len;
     path.len = r->uri.len - drlcf->admin_prefix.len;
 
-    /* GET {instance_id}/health: a probe before binding to a worker */
+    /* GET {instance_id}/health or /live: a probe before binding */
 
     ngx_str_null(&route);
 
@@ -103,6 +101,7 @@ ngx_http_dynamo_rl_admin_handler(ngx_http_request_t *r)
         == NGX_OK)
     {
         ctx->admin_health = 1;
+        ctx->admin_live = (path.data[path.len - 1] == 'e');  /* "/live" */
 
     } else if (ngx_http_dynamo_rl_parse_admin_path(path.data, path.len, &id,
                                                    &route)
@@ -111,8 +110,8 @@ ngx_http_dynamo_rl_admin_handler(ngx_http_request_t *r)
         return ngx_http_dynamo_rl_admin_deny(r, NGX_HTTP_BAD_REQUEST,
                                              "bad_path",
                                              "expected {instance_id}/engine/"
-                                             "{route} or {instance_id}/"
-                                             "health");
+                                             "{route}, {instance_id}/"
+                                             "health or {instance_id}/live");
     }
 
     if (ctx->instance_id.len == 0) {
@@ -168,11 +167,9 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
     ngx_uint_t                       n, k;
     ngx_str_t                       *route;
     ngx_http_dynamo_rl_worker_t    **wp, *w;
-    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     static ngx_str_t  health = ngx_string("health");
-
-    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+    static ngx_str_t  live = ngx_string("live");
 
     ctx->generation.data = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
     if (ctx->generation.data == NULL) {
@@ -180,7 +177,7 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
     }
 
     ctx->generation.len = ngx_sprintf(ctx->generation.data, "%ui",
-                                      drmcf->index_generation)
+                                      index->generation)
                           - ctx->generation.data;
 
     w = NULL;
@@ -231,8 +228,7 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
                                              "system_url");
     }
 
-    if (ngx_http_dynamo_rl_admin_upstream_group(r, &w->system_url)
-        != NGX_OK)
+    if (ngx_http_dynamo_rl_upstream_group(r, &w->system_url, 1) != NGX_OK)
     {
         return ngx_http_dynamo_rl_admin_deny(r,
                                              NGX_HTTP_SERVICE_UNAVAILABLE,
@@ -243,7 +239,7 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
     }
 
     if (ctx->admin_health) {
-        route = &health;
+        route = ctx->admin_live ? &live : &health;
 
     } else {
         route = ngx_http_dynamo_rl_route_find(w->routes, w->nroutes,
@@ -279,7 +275,13 @@ ngx_http_dynamo_rl_admin_decide(ngx_http_request_t *r,
     ctx->system_url.len = len;
 
     if (ctx->admin_health) {
-        ngx_str_set(&ctx->engine_path, "/health");
+        if (ctx->admin_live) {
+            ngx_str_set(&ctx->engine_path, "/live");
+
+        } else {
+            ngx_str_set(&ctx->engine_path, "/health");
+        }
+
         goto allow;
     }
 
@@ -331,48 +333,6 @@ ngx_http_dynamo_rl_admin_deny(ngx_http_request_t *r, ngx_uint_t status,
                   ctx ? &ctx->route : &r->uri);
 
     return ngx_http_dynamo_rl_deny(r, status, reason, message);
-}
-
-
-/*
- * proxy_pass with variables takes a host that names an upstream{} block
- * for that group, without a resolver: a system_url must never do so
- */
-
-static ngx_int_t
-ngx_http_dynamo_rl_admin_upstream_group(ngx_http_request_t *r,
-    ngx_str_t *url)
-{
-    ngx_str_t                       host;
-    ngx_uint_t                      i;
-    ngx_http_upstream_srv_conf_t  **uscfp;
-    ngx_http_upstream_main_conf_t  *umcf;
-
-    if (ngx_http_dynamo_rl_system_url_host(url->data, url->len, &host)
-        != NGX_OK)
-    {
-        return NGX_DECLINED;
-    }
-
-    umcf = ngx_http_get_module_main_conf(r, ngx_http_upstream_module);
-    uscfp = umcf->upstreams.elts;
-
-    for (i = 0; i < umcf->upstreams.nelts; i++) {
-
-        if ((uscfp[i]->flags & NGX_HTTP_UPSTREAM_CREATE)
-            && uscfp[i]->host.len == host.len
-            && ngx_strncasecmp(uscfp[i]->host.data, host.data, host.len)
-               == 0)
-        {
-            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                          "dynamo rl admin: system_url \"%V\" of instance "
-                          "\"%V\" names the upstream group \"%V\", refused",
-                          url, &r->uri, &uscfp[i]->host);
-            return NGX_DECLINED;
-        }
-    }
-
-    return NGX_OK;
 }
 
 

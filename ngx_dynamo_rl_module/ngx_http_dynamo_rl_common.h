@@ -48,8 +48,16 @@ typedef struct {
     /* the request context's pool cleanup, the module's own */
     ngx_pool_cleanup_pt             ctx_cleanup;
 
-    /* the largest max_size of the locations that store a snapshot */
-    size_t                          snapshot_max;
+    /*
+     * the discovery sources, each dynamo_rl_discovery URI once, and the
+     * largest max_size of the locations that store each one's snapshot;
+     * "orphan_max": of discovery-plane locations that name no source,
+     * which store into the only source when there is one
+     */
+    ngx_uint_t                      nsources;
+    ngx_str_t                       sources[NGX_HTTP_DYNAMO_RL_SOURCES];
+    size_t                          source_max[NGX_HTTP_DYNAMO_RL_SOURCES];
+    size_t                          orphan_max;
 
     /* per-process room of the body scanner, which never yields */
     void                           *body_scan;
@@ -58,10 +66,10 @@ typedef struct {
     u_char                         *rand;
     ngx_uint_t                      rand_pos;
 
-    /* per-process index of the zone's snapshot */
-    ngx_http_dynamo_rl_index_t     *index;
-    ngx_pool_t                     *index_pool;
-    ngx_uint_t                      index_generation;
+    /* per-process index of each source's snapshot in the zone */
+    ngx_http_dynamo_rl_index_t     *index[NGX_HTTP_DYNAMO_RL_SOURCES];
+    ngx_pool_t                     *index_pool[NGX_HTTP_DYNAMO_RL_SOURCES];
+    ngx_uint_t                      index_serial;
 
     /* per-process cache of callers' scopes from variables: _scope.c */
     void                           *scopes;
@@ -111,6 +119,7 @@ typedef struct {
     ngx_flag_t                      accel_buffering;
 
     ngx_str_t                       discovery;
+    ngx_uint_t                      source;     /* 1 + its index, 0: none */
     ngx_msec_t                      discovery_valid;
     size_t                          discovery_max_size;
 
@@ -145,6 +154,8 @@ typedef struct {
     ngx_http_complex_value_t       *priority;
     ngx_array_t                    *strip_headers;
     void                           *body_tree;
+    /* dynamo_rl_admin_url: the discovery answer names the admin plane */
+    ngx_http_complex_value_t       *admin_url;
 } ngx_http_dynamo_rl_loc_conf_t;
 
 
@@ -174,6 +185,7 @@ typedef struct {
     ngx_str_t                       engine_path;
     ngx_str_t                       generation;
     ngx_http_dynamo_rl_zone_t      *zone;
+    ngx_http_dynamo_rl_snap_t      *snap;       /* the refresh's source */
     ngx_uint_t                      refresh;
     ngx_uint_t                      flights;
     ngx_uint_t                      seen;
@@ -227,6 +239,7 @@ typedef struct {
     unsigned                        admin_error:1;
     unsigned                        admin_decided:1;
     unsigned                        admin_health:1;
+    unsigned                        admin_live:1;
     unsigned                        client_id:1;
     unsigned                        body_sync:1;
     unsigned                        body_coded:1;

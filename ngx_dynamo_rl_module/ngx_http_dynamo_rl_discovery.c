@@ -31,6 +31,8 @@ static ngx_int_t ngx_http_dynamo_rl_refresh(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 static ngx_int_t ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r,
     void *data, ngx_int_t rc);
+static ngx_int_t ngx_http_dynamo_rl_source_name(ngx_http_request_t *r,
+    ngx_str_t *location, ngx_str_t *name);
 static ngx_http_dynamo_rl_refresh_t *ngx_http_dynamo_rl_refresh_of(
     ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_discovery_upstream(ngx_http_request_t *r,
@@ -38,20 +40,23 @@ static ngx_int_t ngx_http_dynamo_rl_discovery_upstream(ngx_http_request_t *r,
 static void ngx_http_dynamo_rl_discovery_finalize(ngx_http_request_t *r,
     ngx_int_t rc);
 static void ngx_http_dynamo_rl_flight_end(ngx_http_dynamo_rl_zone_t *zone,
-    ngx_uint_t abandoned);
+    ngx_http_dynamo_rl_snap_t *snap, ngx_uint_t abandoned);
 static void ngx_http_dynamo_rl_wait_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_build(ngx_http_request_t *r, u_char *doc,
     size_t len, ngx_pool_t **pool, ngx_http_dynamo_rl_index_t **index,
     ngx_str_t *reason);
+static ngx_int_t ngx_http_dynamo_rl_source_of(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_loc_conf_t *drlcf, ngx_uint_t *source);
 static ngx_int_t ngx_http_dynamo_rl_snapshot_store(ngx_log_t *log,
-    ngx_http_dynamo_rl_zone_t *zone, u_char *doc, size_t len,
-    ngx_uint_t source, ngx_http_dynamo_rl_index_t *index,
-    ngx_uint_t *generation);
+    ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_snap_t *sh,
+    u_char *doc, size_t len, ngx_uint_t source,
+    ngx_http_dynamo_rl_index_t *index, ngx_uint_t *generation);
 static void ngx_http_dynamo_rl_install(ngx_http_dynamo_rl_main_conf_t *drmcf,
-    ngx_pool_t *pool, ngx_http_dynamo_rl_index_t *index,
+    ngx_uint_t source, ngx_pool_t *pool, ngx_http_dynamo_rl_index_t *index,
     ngx_uint_t generation);
 static ngx_http_dynamo_rl_index_t *ngx_http_dynamo_rl_local_index(
-    ngx_http_request_t *r, ngx_http_dynamo_rl_zone_t *zone);
+    ngx_http_request_t *r, ngx_http_dynamo_rl_zone_t *zone,
+    ngx_uint_t source);
 static void ngx_http_dynamo_rl_bad_routes(ngx_http_request_t *r,
     ngx_http_dynamo_rl_index_t *index);
 static void *ngx_http_dynamo_rl_palloc(void *data, size_t size);
@@ -64,6 +69,9 @@ static ngx_int_t ngx_http_dynamo_rl_discovery_append(ngx_http_request_t *r,
 static void ngx_http_dynamo_rl_discovery_discard(ngx_buf_t *b);
 static ngx_int_t ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
+static ngx_uint_t ngx_http_dynamo_rl_admin_eligible(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_index_t *index,
+    ngx_http_dynamo_rl_worker_t *w);
 static ngx_int_t ngx_http_dynamo_rl_discovery_invalid(ngx_http_request_t *r,
     ngx_str_t *reason);
 static ngx_int_t ngx_http_dynamo_rl_discovery_output(ngx_http_request_t *r,
@@ -79,10 +87,11 @@ ngx_http_dynamo_rl_discovery(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_dynamo_rl_loc_conf_t *drlcf = conf;
 
-    ssize_t     size;
-    ngx_str_t  *value, s;
-    ngx_int_t   valid;
-    ngx_uint_t  i;
+    ssize_t                          size;
+    ngx_str_t                       *value, s;
+    ngx_int_t                        valid;
+    ngx_uint_t                       i;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     if (drlcf->discovery.data != NULL) {
         return "is duplicate";
@@ -97,6 +106,41 @@ ngx_http_dynamo_rl_discovery(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     drlcf->discovery = value[1];
+
+    /* each URI is one source, with a snapshot of its own */
+
+    drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
+
+    for (i = 0; i < drmcf->nsources; i++) {
+        if (drmcf->sources[i].len == value[1].len
+            && ngx_strncmp(drmcf->sources[i].data, value[1].data,
+                           value[1].len)
+               == 0)
+        {
+            break;
+        }
+    }
+
+    if (i == drmcf->nsources) {
+        if (i == NGX_HTTP_DYNAMO_RL_SOURCES) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "more than %d discovery locations",
+                               NGX_HTTP_DYNAMO_RL_SOURCES);
+            return NGX_CONF_ERROR;
+        }
+
+        if (value[1].len > NGX_HTTP_DYNAMO_RL_SOURCE_NAME) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "discovery location \"%V\" is longer than "
+                               "%d bytes", &value[1],
+                               NGX_HTTP_DYNAMO_RL_SOURCE_NAME);
+            return NGX_CONF_ERROR;
+        }
+
+        drmcf->sources[drmcf->nsources++] = value[1];
+    }
+
+    drlcf->source = i + 1;
 
     for (i = 2; i < cf->args->nelts; i++) {
 
@@ -138,6 +182,62 @@ ngx_http_dynamo_rl_discovery(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid parameter \"%V\"", &value[i]);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * dynamo_rl_admin_url URL | off: the discovery answer's system_urls become
+ * URL followed by each worker's instance id; a URL without variables is
+ * checked here, one with them on every answer
+ */
+
+char *
+ngx_http_dynamo_rl_admin_url(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_dynamo_rl_loc_conf_t *drlcf = conf;
+
+    ngx_str_t                         *value;
+    ngx_http_compile_complex_value_t   ccv;
+
+    if (drlcf->admin_url != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 3 && ngx_strncmp(value[1].data, "off", 3) == 0) {
+        drlcf->admin_url = NULL;
+        return NGX_CONF_OK;
+    }
+
+    drlcf->admin_url = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+    if (drlcf->admin_url == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+
+    ccv.cf = cf;
+    ccv.value = &value[1];
+    ccv.complex_value = drlcf->admin_url;
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (drlcf->admin_url->lengths == NULL
+        && ngx_http_dynamo_rl_admin_url_valid(value[1].data, value[1].len)
+           != NGX_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"dynamo_rl_admin_url\" must be an http or "
+                           "https URL without a query, a fragment or "
+                           "spaces, as in \"https://gateway:9090"
+                           "/v1/rl/workers/\", not \"%V\"", &value[1]);
         return NGX_CONF_ERROR;
     }
 
@@ -370,9 +470,9 @@ ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_index_t **index)
 {
     ngx_msec_t                       now;
-    ngx_uint_t                       lead;
+    ngx_uint_t                       lead, source;
     ngx_http_dynamo_rl_zone_t       *zone;
-    ngx_http_dynamo_rl_shctx_t      *sh;
+    ngx_http_dynamo_rl_snap_t       *sh;
     ngx_http_dynamo_rl_loc_conf_t   *drlcf;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
@@ -380,11 +480,16 @@ ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
     drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
 
     zone = drmcf->shm_zone->data;
-    sh = zone->sh;
 
-    if (ctx->refresh == NGX_HTTP_DYNAMO_RL_REFRESH_FAILED) {
+    if (ctx->refresh == NGX_HTTP_DYNAMO_RL_REFRESH_FAILED
+        || ngx_http_dynamo_rl_source_of(zone, drlcf, &source) != NGX_OK)
+    {
         return NGX_DECLINED;
     }
+
+    /* this location's source: its snapshot, its refresh */
+
+    sh = &zone->sh->snaps[zone->slot[source]];
 
     now = ngx_current_msec;
     lead = 0;
@@ -439,9 +544,10 @@ ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
 
     if (lead) {
         ctx->zone = zone;
+        ctx->snap = sh;
 
         if (ngx_http_dynamo_rl_refresh(r, ctx, drlcf) != NGX_OK) {
-            ngx_http_dynamo_rl_flight_end(zone, 0);
+            ngx_http_dynamo_rl_flight_end(zone, sh, 0);
             ctx->zone = NULL;
             ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_FAILED;
             return NGX_ERROR;
@@ -465,7 +571,7 @@ ngx_http_dynamo_rl_discovery_fresh(ngx_http_request_t *r,
 
 fresh:
 
-    *index = ngx_http_dynamo_rl_local_index(r, zone);
+    *index = ngx_http_dynamo_rl_local_index(r, zone, source);
 
     return *index ? NGX_OK : NGX_DECLINED;
 }
@@ -592,7 +698,10 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
     ngx_http_dynamo_rl_ctx_t        *ctx, *sctx;
     ngx_uint_t                       generation;
     ngx_pool_t                      *pool;
+    ngx_str_t                        from;
+    ngx_uint_t                       source;
     ngx_http_dynamo_rl_zone_t       *zone;
+    ngx_http_dynamo_rl_snap_t       *snap;
     ngx_http_dynamo_rl_index_t      *index;
     ngx_http_dynamo_rl_loc_conf_t   *drlcf;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
@@ -605,6 +714,7 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
     }
 
     zone = ctx->zone;
+    snap = ctx->snap;
     ctx->zone = NULL;
     ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_FAILED;
 
@@ -619,15 +729,26 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
                       "discovery refresh from \"%V\" abandoned: "
                       "the client closed the connection", &drlcf->discovery);
 
-        ngx_http_dynamo_rl_flight_end(zone, 1);
+        ngx_http_dynamo_rl_flight_end(zone, snap, 1);
 
         return rc;
     }
 
+    /*
+     * what the log names: the internal location, or for a file that the
+     * location serves (alias, root), the file
+     */
+
+    if (ngx_http_dynamo_rl_source_name(r, &drlcf->discovery, &from)
+        != NGX_OK)
+    {
+        goto failed;
+    }
+
     if (sctx->doc_error.len) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "discovery refresh from \"%V\" failed: %V",
-                      &drlcf->discovery, &sctx->doc_error);
+                      "discovery refresh from %V failed: %V",
+                      &from, &sctx->doc_error);
         goto failed;
     }
 
@@ -635,17 +756,17 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
 
     if (ngx_http_get_module_ctx(r, ngx_http_dynamo_rl_module) != sctx) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "discovery refresh from \"%V\" failed: it was "
+                      "discovery refresh from %V failed: it was "
                       "redirected to \"%V\" (X-Accel-Redirect or "
-                      "error_page), never followed", &drlcf->discovery,
+                      "error_page), never followed", &from,
                       &r->uri);
         goto failed;
     }
 
     if (rc > NGX_OK || r->headers_out.status != NGX_HTTP_OK) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "discovery refresh from \"%V\" failed: status %ui",
-                      &drlcf->discovery,
+                      "discovery refresh from %V failed: status %ui",
+                      &from,
                       rc > NGX_OK ? (ngx_uint_t) rc
                                   : r->headers_out.status);
         goto failed;
@@ -653,23 +774,23 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
 
     if (rc != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "discovery refresh from \"%V\" failed: the "
-                      "subrequest ended with %i", &drlcf->discovery, rc);
+                      "discovery refresh from %V failed: the "
+                      "subrequest ended with %i", &from, rc);
         goto failed;
     }
 
     if (sctx->doc_too_big) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "discovery document from \"%V\" is invalid: "
-                      "%O bytes exceed max_size %uz", &drlcf->discovery,
+                      "discovery document from %V is invalid: "
+                      "%O bytes exceed max_size %uz", &from,
                       sctx->doc_total, drlcf->discovery_max_size);
         goto failed;
     }
 
     if (sctx->doc_encoded) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "discovery document from \"%V\" is invalid: "
-                      "it has a content encoding", &drlcf->discovery);
+                      "discovery document from %V is invalid: "
+                      "it has a content encoding", &from);
         goto failed;
     }
 
@@ -681,23 +802,24 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
         != NGX_OK)
     {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "discovery document from \"%V\" is invalid: %V",
-                      &drlcf->discovery, &reason);
+                      "discovery document from %V is invalid: %V",
+                      &from, &reason);
         goto failed;
     }
 
-    if (ngx_http_dynamo_rl_snapshot_store(r->connection->log, zone, doc,
-                                          len,
-                                          NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH,
-                                          index, &generation)
-        != NGX_OK)
+    if (ngx_http_dynamo_rl_source_of(zone, drlcf, &source) != NGX_OK
+        || ngx_http_dynamo_rl_snapshot_store(r->connection->log, zone, snap,
+                                             doc, len,
+                                             NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH,
+                                             index, &generation)
+           != NGX_OK)
     {
         ngx_destroy_pool(pool);
         goto failed;
     }
 
     ngx_http_dynamo_rl_bad_routes(r, index);
-    ngx_http_dynamo_rl_install(drmcf, pool, index, generation);
+    ngx_http_dynamo_rl_install(drmcf, source, pool, index, generation);
 
     ctx->refresh = NGX_HTTP_DYNAMO_RL_REFRESH_DONE;
 
@@ -705,9 +827,59 @@ ngx_http_dynamo_rl_refresh_done(ngx_http_request_t *r, void *data,
 
 failed:
 
-    ngx_http_dynamo_rl_flight_end(zone, 0);
+    ngx_http_dynamo_rl_flight_end(zone, snap, 0);
 
     return rc;
+}
+
+
+/*
+ * a refresh's source as its log lines name it: "/_rl_discovery", quoted,
+ * or, when no upstream answered (a file the location serves with alias
+ * or root), file "/etc/nginx/workers.json"
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_source_name(ngx_http_request_t *r, ngx_str_t *location,
+    ngx_str_t *name)
+{
+    u_char                    *p;
+    size_t                     root;
+    ngx_str_t                  path;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    path.len = 0;
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (r->upstream == NULL && clcf->handler == NULL
+        && ngx_http_map_uri_to_path(r, &path, &root, 0) != NULL)
+    {
+        path.len--;
+    }
+
+    name->len = (path.len ? sizeof("file \"\"") - 1 + path.len
+                          : sizeof("\"\"") - 1 + location->len);
+
+    p = ngx_pnalloc(r->pool, name->len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    name->data = p;
+
+    if (path.len) {
+        p = ngx_cpymem(p, "file \"", sizeof("file \"") - 1);
+        p = ngx_cpymem(p, path.data, path.len);
+
+    } else {
+        *p++ = '"';
+        p = ngx_cpymem(p, location->data, location->len);
+    }
+
+    *p = '"';
+
+    return NGX_OK;
 }
 
 
@@ -840,20 +1012,20 @@ ngx_http_dynamo_rl_discovery_finalize(ngx_http_request_t *r, ngx_int_t rc)
 
 static void
 ngx_http_dynamo_rl_flight_end(ngx_http_dynamo_rl_zone_t *zone,
-    ngx_uint_t abandoned)
+    ngx_http_dynamo_rl_snap_t *snap, ngx_uint_t abandoned)
 {
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    if (zone->sh->updating && zone->sh->updater == ngx_pid) {
-        zone->sh->updating = 0;
+    if (snap->updating && snap->updater == ngx_pid) {
+        snap->updating = 0;
 
         if (!abandoned) {
-            zone->sh->flights++;
+            snap->flights++;
 
             ngx_http_dynamo_rl_zone_observe(zone->sh,
                                             NGX_HTTP_DYNAMO_RL_HIST_REFRESH + 1,
                                             ngx_current_msec
-                                            - zone->sh->refresh_begun);
+                                            - snap->refresh_begun);
         }
     }
 
@@ -873,7 +1045,7 @@ ngx_http_dynamo_rl_discovery_cleanup(ngx_http_dynamo_rl_ctx_t *ctx)
     if (ctx->zone != NULL
         && ctx->refresh == NGX_HTTP_DYNAMO_RL_REFRESH_RUNNING)
     {
-        ngx_http_dynamo_rl_flight_end(ctx->zone, 1);
+        ngx_http_dynamo_rl_flight_end(ctx->zone, ctx->snap, 1);
         ctx->zone = NULL;
     }
 }
@@ -967,18 +1139,15 @@ ngx_http_dynamo_rl_palloc(void *data, size_t size)
 
 static ngx_int_t
 ngx_http_dynamo_rl_snapshot_store(ngx_log_t *log,
-    ngx_http_dynamo_rl_zone_t *zone, u_char *doc, size_t len,
-    ngx_uint_t source,
+    ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_snap_t *sh,
+    u_char *doc, size_t len, ngx_uint_t source,
     ngx_http_dynamo_rl_index_t *index, ngx_uint_t *generation)
 {
-    uint64_t                     members;
-    ngx_http_dynamo_rl_shctx_t  *sh;
-
-    sh = zone->sh;
+    uint64_t  members;
 
     /* for the gate's "members_changed": the key never changes */
 
-    members = ngx_http_dynamo_rl_index_members(index, sh->key);
+    members = ngx_http_dynamo_rl_index_members(index, zone->sh->key);
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
@@ -1007,8 +1176,8 @@ ngx_http_dynamo_rl_snapshot_store(ngx_log_t *log,
 
         ngx_log_error(NGX_LOG_ALERT, log, 0,
                       "could not store a discovery snapshot of %uz bytes "
-                      "in dynamo_rl zone \"%V\": %uz bytes are reserved",
-                      len, &zone->name, sh->room_size);
+                      "in dynamo_rl zone \"%V\": %uz bytes are reserved "
+                      "for its source", len, &zone->name, sh->room_size);
 
         return NGX_ERROR;
     }
@@ -1024,13 +1193,14 @@ ngx_http_dynamo_rl_snapshot_store(ngx_log_t *log,
     sh->source = source;
 
     if (source == NGX_HTTP_DYNAMO_RL_SOURCE_REFRESH) {
-        sh->refresh_ok++;
+        zone->sh->refresh_ok++;
 
         if (sh->updating && sh->updater == ngx_pid) {
             sh->updating = 0;
             sh->flights++;
 
-            ngx_http_dynamo_rl_zone_observe(sh, NGX_HTTP_DYNAMO_RL_HIST_REFRESH,
+            ngx_http_dynamo_rl_zone_observe(zone->sh,
+                                            NGX_HTTP_DYNAMO_RL_HIST_REFRESH,
                                             ngx_current_msec
                                             - sh->refresh_begun);
         }
@@ -1050,16 +1220,18 @@ ngx_http_dynamo_rl_snapshot_store(ngx_log_t *log,
 
 static void
 ngx_http_dynamo_rl_install(ngx_http_dynamo_rl_main_conf_t *drmcf,
-    ngx_pool_t *pool, ngx_http_dynamo_rl_index_t *index,
+    ngx_uint_t source, ngx_pool_t *pool, ngx_http_dynamo_rl_index_t *index,
     ngx_uint_t generation)
 {
-    if (drmcf->index_pool != NULL) {
-        ngx_destroy_pool(drmcf->index_pool);
+    if (drmcf->index_pool[source] != NULL) {
+        ngx_destroy_pool(drmcf->index_pool[source]);
     }
 
-    drmcf->index_pool = pool;
-    drmcf->index = index;
-    drmcf->index_generation = generation;
+    index->generation = generation;
+    index->serial = ++drmcf->index_serial;
+
+    drmcf->index_pool[source] = pool;
+    drmcf->index[source] = index;
 
 #if (NGX_LINUX && defined __GLIBC__)
 
@@ -1079,7 +1251,7 @@ ngx_http_dynamo_rl_install(ngx_http_dynamo_rl_main_conf_t *drmcf,
 
 static ngx_http_dynamo_rl_index_t *
 ngx_http_dynamo_rl_local_index(ngx_http_request_t *r,
-    ngx_http_dynamo_rl_zone_t *zone)
+    ngx_http_dynamo_rl_zone_t *zone, ngx_uint_t source)
 {
     u_char                          *doc;
     size_t                           len;
@@ -1087,19 +1259,21 @@ ngx_http_dynamo_rl_local_index(ngx_http_request_t *r,
     ngx_uint_t                       generation;
     ngx_pool_t                      *pool;
     ngx_http_dynamo_rl_index_t      *index;
-    ngx_http_dynamo_rl_shctx_t      *sh;
+    ngx_http_dynamo_rl_snap_t       *sh;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
-    sh = zone->sh;
+    sh = &zone->sh->snaps[zone->slot[source]];
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     generation = sh->generation;
 
-    if (drmcf->index != NULL && generation == drmcf->index_generation) {
+    if (drmcf->index[source] != NULL
+        && generation == drmcf->index[source]->generation)
+    {
         ngx_shmtx_unlock(&zone->shpool->mutex);
-        return drmcf->index;
+        return drmcf->index[source];
     }
 
     len = sh->raw_len;
@@ -1135,7 +1309,7 @@ ngx_http_dynamo_rl_local_index(ngx_http_request_t *r,
 
     ngx_free(doc);
 
-    ngx_http_dynamo_rl_install(drmcf, pool, index, generation);
+    ngx_http_dynamo_rl_install(drmcf, source, pool, index, generation);
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "dynamo rl discovery: index %ui, %ui workers",
@@ -1150,15 +1324,125 @@ ngx_http_dynamo_rl_local_index(ngx_http_request_t *r,
 ngx_http_dynamo_rl_index_t *
 ngx_http_dynamo_rl_discovery_index(ngx_http_request_t *r)
 {
+    ngx_uint_t                  source;
     ngx_http_dynamo_rl_zone_t  *zone;
 
     zone = ngx_http_dynamo_rl_get_zone(r);
 
-    if (zone->sh->raw == NULL) {
+    if (ngx_http_dynamo_rl_snapshot_of(r, &source) == NULL
+        || zone->sh->snaps[zone->slot[source]].raw == NULL)
+    {
         return NULL;
     }
 
-    return ngx_http_dynamo_rl_local_index(r, zone);
+    return ngx_http_dynamo_rl_local_index(r, zone, source);
+}
+
+
+/*
+ * the snapshot that the status and metrics of a location show: its
+ * source's, or the first source's; NULL without any
+ */
+
+ngx_http_dynamo_rl_snap_t *
+ngx_http_dynamo_rl_snapshot_of(ngx_http_request_t *r, ngx_uint_t *source)
+{
+    ngx_http_dynamo_rl_zone_t  *zone;
+
+    zone = ngx_http_dynamo_rl_get_zone(r);
+
+    if (ngx_http_dynamo_rl_source_of(zone,
+            ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module),
+            source)
+        != NGX_OK)
+    {
+        if (zone->nsources == 0) {
+            return NULL;
+        }
+
+        *source = 0;
+    }
+
+    return &zone->sh->snaps[zone->slot[*source]];
+}
+
+
+/*
+ * the source whose snapshot a location reads and stores: the one its
+ * dynamo_rl_discovery names, or, for a location without one, the only
+ * source of the configuration
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_source_of(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_loc_conf_t *drlcf, ngx_uint_t *source)
+{
+    ngx_uint_t  i;
+
+    if (drlcf->source) {
+        i = drlcf->source - 1;
+
+    } else if (zone->nsources == 1) {
+        i = 0;
+
+    } else {
+        return NGX_DECLINED;
+    }
+
+    if (i >= zone->nsources) {
+        return NGX_DECLINED;
+    }
+
+    *source = i;
+
+    return NGX_OK;
+}
+
+
+/*
+ * proxy_pass with variables takes a host that names an upstream{} block
+ * for that group, without a resolver: a system_url must never do so (the
+ * admin plane logs the refusal, the discovery plane's rewrite does not)
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_upstream_group(ngx_http_request_t *r, ngx_str_t *url,
+    ngx_uint_t log)
+{
+    ngx_str_t                       host;
+    ngx_uint_t                      i;
+    ngx_http_upstream_srv_conf_t  **uscfp;
+    ngx_http_upstream_main_conf_t  *umcf;
+
+    if (ngx_http_dynamo_rl_system_url_host(url->data, url->len, &host)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    umcf = ngx_http_get_module_main_conf(r, ngx_http_upstream_module);
+    uscfp = umcf->upstreams.elts;
+
+    for (i = 0; i < umcf->upstreams.nelts; i++) {
+
+        if ((uscfp[i]->flags & NGX_HTTP_UPSTREAM_CREATE)
+            && uscfp[i]->host.len == host.len
+            && ngx_strncasecmp(uscfp[i]->host.data, host.data, host.len)
+               == 0)
+        {
+            if (log == 0) {
+                return NGX_DECLINED;
+            }
+
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "dynamo rl admin: system_url \"%V\" of instance "
+                          "\"%V\" names the upstream group \"%V\", refused",
+                          url, &r->uri, &uscfp[i]->host);
+            return NGX_DECLINED;
+        }
+    }
+
+    return NGX_OK;
 }
 
 
@@ -1258,6 +1542,14 @@ ngx_http_dynamo_rl_discovery_header_filter(ngx_http_request_t *r)
 
         if (r->headers_out.status == NGX_HTTP_OK) {
             ngx_str_set(&ctx->outcome, "ok");
+
+            /* the rewritten answer's length is not the listener's */
+
+            drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+            if (drlcf->admin_url != NULL) {
+                ngx_http_clear_content_length(r);
+            }
 
         } else {
             ngx_str_set(&ctx->outcome, "invalid");
@@ -1451,14 +1743,18 @@ static ngx_int_t
 ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx)
 {
-    u_char                          *p, *out;
-    size_t                           len;
-    ngx_str_t                        reason;
-    ngx_uint_t                       i, generation, keep, sep, installed;
-    ngx_pool_t                      *pool;
-    ngx_http_dynamo_rl_worker_t     *w;
-    ngx_http_dynamo_rl_index_t      *index;
-    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+    u_char                           *p, *q, *out;
+    size_t                            len;
+    ngx_str_t                         reason, url, *urlp;
+    ngx_uint_t                        i, generation, keep, sep, installed;
+    ngx_uint_t                        source;
+    ngx_pool_t                       *pool;
+    ngx_http_dynamo_rl_zone_t        *zone;
+    ngx_http_dynamo_rl_worker_t      *w;
+    ngx_http_dynamo_rl_index_t       *index;
+    ngx_http_dynamo_rl_loc_conf_t    *drlcf;
+    ngx_http_dynamo_rl_main_conf_t   *drmcf;
+    ngx_http_dynamo_rl_scan_worker_t  sw;
 
     drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
 
@@ -1499,16 +1795,26 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
 
     installed = 0;
 
-    if (drmcf->shm_zone != NULL
-        && ngx_http_dynamo_rl_snapshot_store(
-               r->connection->log, drmcf->shm_zone->data, ctx->doc,
-               ctx->doc_len, NGX_HTTP_DYNAMO_RL_SOURCE_DISCOVERY, index,
-               &generation)
-           == NGX_OK)
-    {
-        ngx_http_dynamo_rl_bad_routes(r, index);
-        ngx_http_dynamo_rl_install(drmcf, pool, index, generation);
-        installed = 1;
+    drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
+
+    /* into the snapshot of this location's source, if it has one */
+
+    if (drmcf->shm_zone != NULL) {
+        zone = drmcf->shm_zone->data;
+
+        if (ngx_http_dynamo_rl_source_of(zone, drlcf, &source) == NGX_OK
+            && ngx_http_dynamo_rl_snapshot_store(
+                   r->connection->log, zone,
+                   &zone->sh->snaps[zone->slot[source]], ctx->doc,
+                   ctx->doc_len, NGX_HTTP_DYNAMO_RL_SOURCE_DISCOVERY, index,
+                   &generation)
+               == NGX_OK)
+        {
+            ngx_http_dynamo_rl_bad_routes(r, index);
+            ngx_http_dynamo_rl_install(drmcf, source, pool, index,
+                                       generation);
+            installed = 1;
+        }
     }
 
     /* if it could not be stored, the client still gets what was said */
@@ -1531,11 +1837,42 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     out = ctx->doc;
     len = ctx->doc_len;
 
-    if (keep != index->nelts) {
+    urlp = NULL;
 
-        /* the listener's bytes without the out-of-scope workers' elements */
+    if (drlcf->admin_url != NULL) {
+        if (ngx_http_complex_value(r, drlcf->admin_url, &url) != NGX_OK) {
+            if (!installed) {
+                ngx_destroy_pool(pool);
+            }
 
-        out = ngx_pnalloc(r->pool, ctx->doc_len);
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_dynamo_rl_admin_url_valid(url.data, url.len)
+            == NGX_OK)
+        {
+            urlp = &url;
+
+        } else {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "dynamo_rl_admin_url is not an http or https URL "
+                          "here, the answer has no system_url");
+        }
+    }
+
+    if (keep != index->nelts || drlcf->admin_url != NULL) {
+
+        /*
+         * the listener's bytes without the out-of-scope workers' elements,
+         * and with dynamo_rl_admin_url, with each system_url naming the
+         * admin plane, or cut where the admin plane would refuse the worker
+         */
+
+        out = ngx_pnalloc(r->pool,
+                          ctx->doc_len
+                          + (urlp ? index->nworkers
+                                    * NGX_HTTP_DYNAMO_RL_REWRITE_ROOM(url.len)
+                                  : 0));
         if (out == NULL) {
             if (!installed) {
                 ngx_destroy_pool(pool);
@@ -1544,26 +1881,60 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
             return NGX_ERROR;
         }
 
-        p = ngx_cpymem(out, ctx->doc, index->workers_start + 1);
+        /*
+         * every element kept: the bytes between them too; else only the
+         * kept workers' elements, joined by commas
+         */
+
+        p = out;
+        q = ctx->doc;
         sep = 0;
+
+        if (keep != index->nelts) {
+            p = ngx_cpymem(p, ctx->doc, index->workers_start + 1);
+            q = ctx->doc + index->workers_end;
+        }
 
         for (i = 0; i < index->nworkers; i++) {
             w = &index->workers[i];
 
-            if (ngx_http_dynamo_rl_scope_worker(r, ctx, index, w) != NGX_OK) {
+            if (keep != index->nelts) {
+                if (ngx_http_dynamo_rl_scope_worker(r, ctx, index, w)
+                    != NGX_OK)
+                {
+                    continue;
+                }
+
+                if (sep) {
+                    *p++ = ',';
+                }
+
+                sep = 1;
+
+            } else {
+                p = ngx_cpymem(p, q, ctx->doc + w->start - q);
+                q = ctx->doc + w->end;
+            }
+
+            if (drlcf->admin_url == NULL) {
+                p = ngx_cpymem(p, ctx->doc + w->start, w->end - w->start);
                 continue;
             }
 
-            if (sep) {
-                *p++ = ',';
-            }
+            sw.start = ctx->doc + w->start;
+            sw.end = ctx->doc + w->end;
+            sw.url_start = w->url_start ? ctx->doc + w->url_start : NULL;
+            sw.url_end = w->url_start ? ctx->doc + w->url_end : NULL;
+            sw.base_start = w->base_start ? ctx->doc + w->base_start : NULL;
+            sw.base_end = w->base_start ? ctx->doc + w->base_end : NULL;
 
-            p = ngx_cpymem(p, ctx->doc + w->start, w->end - w->start);
-            sep = 1;
+            p = ngx_http_dynamo_rl_admin_rewrite(p, &sw,
+                    ngx_http_dynamo_rl_admin_eligible(r, ctx, index, w)
+                    ? urlp : NULL,
+                    w->id);
         }
 
-        p = ngx_cpymem(p, ctx->doc + index->workers_end,
-                       ctx->doc_len - index->workers_end);
+        p = ngx_cpymem(p, q, ctx->doc + ctx->doc_len - q);
 
         len = p - out;
     }
@@ -1575,6 +1946,44 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     ngx_str_set(&ctx->outcome, "ok");
 
     return ngx_http_dynamo_rl_discovery_output(r, NGX_HTTP_OK, out, len);
+}
+
+
+/*
+ * whether the admin plane would allow calls to the worker: valid, without
+ * an error, with an acceptable system_url, the only worker in scope with
+ * its id; the answer names the gateway only for such a worker
+ */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_admin_eligible(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_index_t *index,
+    ngx_http_dynamo_rl_worker_t *w)
+{
+    ngx_uint_t                     k, n;
+    ngx_http_dynamo_rl_worker_t  **wp;
+
+    if (w->state != NGX_HTTP_DYNAMO_RL_WORKER_OK || !w->has_id) {
+        return 0;
+    }
+
+    n = 0;
+
+    wp = ngx_http_dynamo_rl_index_find(index, w->id, &k);
+
+    for ( /* void */ ; k; k--, wp++) {
+        if (*wp == w
+            || ngx_http_dynamo_rl_scope_worker(r, ctx, index, *wp) == NGX_OK)
+        {
+            n++;
+        }
+    }
+
+    if (n != 1) {
+        return 0;
+    }
+
+    return ngx_http_dynamo_rl_upstream_group(r, &w->system_url, 0) == NGX_OK;
 }
 
 

@@ -259,6 +259,8 @@ void
 ngx_http_dynamo_rl_gate_state(ngx_http_dynamo_rl_zone_t *zone,
     ngx_http_dynamo_rl_gate_state_t *gs)
 {
+    uint64_t                     members;
+    ngx_uint_t                   known;
     ngx_http_dynamo_rl_shctx_t  *sh;
 
     sh = zone->sh;
@@ -280,10 +282,11 @@ ngx_http_dynamo_rl_gate_state(ngx_http_dynamo_rl_zone_t *zone,
      * snapshot that came or went counts as a change
      */
 
+    members = ngx_http_dynamo_rl_zone_members(sh, &known);
+
     gs->members_changed = sh->gate_closed
-                          && (sh->gate_members_known != (sh->raw != NULL)
-                              || (sh->raw != NULL
-                                  && sh->gate_members != sh->members));
+                          && (sh->gate_members_known != known
+                              || (known && sh->gate_members != members));
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
@@ -629,8 +632,8 @@ ngx_http_dynamo_rl_gate_apply(ngx_http_request_t *r,
         /* the fleet the gate closed on, for "members_changed" */
 
         if (!sh->gate_closed) {
-            sh->gate_members = sh->members;
-            sh->gate_members_known = (sh->raw != NULL);
+            sh->gate_members = ngx_http_dynamo_rl_zone_members(sh,
+                                                     &sh->gate_members_known);
         }
 
         sh->gate_closed = 1;
@@ -856,8 +859,8 @@ ngx_http_dynamo_rl_gate_store_apply(ngx_http_dynamo_rl_zone_t *zone,
     /* the fleet the gate closed on, as this instance saw it */
 
     if (gr->closed && !sh->gate_closed) {
-        sh->gate_members = sh->members;
-        sh->gate_members_known = (sh->raw != NULL);
+        sh->gate_members = ngx_http_dynamo_rl_zone_members(sh,
+                                                     &sh->gate_members_known);
     }
 
     sh->gate_closed = gr->closed;

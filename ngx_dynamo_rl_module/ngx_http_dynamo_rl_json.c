@@ -225,6 +225,16 @@ ngx_http_dynamo_rl_json_index(u_char *doc, size_t len,
         w->start = sw->start - doc;
         w->end = sw->end - doc;
 
+        if (sw->url_start != NULL && sw->url_end != NULL) {
+            w->url_start = sw->url_start - doc;
+            w->url_end = sw->url_end - doc;
+        }
+
+        if (sw->base_start != NULL && sw->base_end != NULL) {
+            w->base_start = sw->base_start - doc;
+            w->base_end = sw->base_end - doc;
+        }
+
         v = json_object_get(elt, "instance_id");
 
         if (sw->id_start != NULL && v != NULL && json_is_integer(v)

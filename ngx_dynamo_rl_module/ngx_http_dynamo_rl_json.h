@@ -36,6 +36,12 @@ typedef struct {
     size_t                          start;
     size_t                          end;
 
+    /* its "system_url" and "admin_base_url" members' bytes, 0 if none */
+    size_t                          url_start;
+    size_t                          url_end;
+    size_t                          base_start;
+    size_t                          base_end;
+
     unsigned                        has_id:1;
 } ngx_http_dynamo_rl_worker_t;
 
@@ -59,6 +65,13 @@ typedef struct {
     ngx_uint_t                      bad_routes;
     size_t                          workers_start;
     size_t                          workers_end;
+
+    /*
+     * set when a process installs it: its source's snapshot generation,
+     * and a number unique in the process (0: not installed)
+     */
+    ngx_uint_t                      generation;
+    ngx_uint_t                      serial;
 } ngx_http_dynamo_rl_index_t;
 
 

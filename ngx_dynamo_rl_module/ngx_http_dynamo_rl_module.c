@@ -253,6 +253,13 @@ static ngx_command_t  ngx_http_dynamo_rl_commands[] = {
       0,
       NULL },
 
+    { ngx_string("dynamo_rl_admin_url"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_dynamo_rl_admin_url,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("dynamo_rl_accel_buffering"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_conf_set_flag_slot,
@@ -832,12 +839,13 @@ ngx_http_dynamo_rl_create_main_conf(ngx_conf_t *cf)
      *
      *     drmcf->shm_zone = NULL;
      *     drmcf->ctx_cleanup = NULL;
-     *     drmcf->snapshot_max = 0;
+     *     drmcf->nsources = 0;
+     *     drmcf->orphan_max = 0;
      *     drmcf->rand = NULL;
      *     drmcf->rand_pos = 0;
-     *     drmcf->index = NULL;
-     *     drmcf->index_pool = NULL;
-     *     drmcf->index_generation = 0;
+     *     drmcf->index[] = NULL;
+     *     drmcf->index_pool[] = NULL;
+     *     drmcf->index_serial = 0;
      *     drmcf->scopes = NULL;
      *     drmcf->store = NULL;
      */
@@ -892,6 +900,7 @@ ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf)
     conf->tenant = NGX_CONF_UNSET_PTR;
     conf->priority = NGX_CONF_UNSET_PTR;
     conf->strip_headers = NGX_CONF_UNSET_PTR;
+    conf->admin_url = NGX_CONF_UNSET_PTR;
 
     return conf;
 }
@@ -989,6 +998,7 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     if (conf->discovery.data == NULL) {
         conf->discovery = prev->discovery;
+        conf->source = prev->source;
     }
 
     ngx_conf_merge_msec_value(conf->discovery_valid, prev->discovery_valid,
@@ -1018,6 +1028,7 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->body_policy, prev->body_policy, 1);
     ngx_conf_merge_ptr_value(conf->upload_prefixes, prev->upload_prefixes,
                              NULL);
+    ngx_conf_merge_ptr_value(conf->admin_url, prev->admin_url, NULL);
 
     if (conf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
         return NGX_CONF_OK;
@@ -1041,12 +1052,23 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         return NGX_CONF_ERROR;
     }
 
-    /* the zone reserves room for the largest snapshot: see zone_reserve */
+    /*
+     * the zone reserves room for each source's largest snapshot: see
+     * zone_reserve
+     */
 
-    if (conf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
-        && conf->discovery_max_size > drmcf->snapshot_max)
-    {
-        drmcf->snapshot_max = conf->discovery_max_size;
+    if (conf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
+        if (conf->source) {
+            if (conf->discovery_max_size
+                > drmcf->source_max[conf->source - 1])
+            {
+                drmcf->source_max[conf->source - 1] =
+                                                     conf->discovery_max_size;
+            }
+
+        } else if (conf->discovery_max_size > drmcf->orphan_max) {
+            drmcf->orphan_max = conf->discovery_max_size;
+        }
     }
 
     if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_ADMIN) {
@@ -1394,6 +1416,7 @@ ngx_http_dynamo_rl_add_handler(ngx_http_core_main_conf_t *cmcf,
 static ngx_int_t
 ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 {
+    ngx_uint_t                       n;
     ngx_http_dynamo_rl_zone_t       *zone;
     ngx_http_core_main_conf_t       *cmcf;
     ngx_http_dynamo_rl_loc_conf_t   *drlcf;
@@ -1434,9 +1457,36 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
         return NGX_ERROR;
     }
 
+    /*
+     * a discovery-plane location that names no source stores into the
+     * only one, or, without any, into one of its own
+     */
+
+    if (drmcf->nsources == 0 && drmcf->orphan_max) {
+        ngx_str_set(&drmcf->sources[0], "");
+        drmcf->source_max[0] = drmcf->orphan_max;
+        n = 1;
+
+    } else {
+        n = drmcf->nsources;
+
+        if (n == 1 && drmcf->orphan_max > drmcf->source_max[0]) {
+            drmcf->source_max[0] = drmcf->orphan_max;
+        }
+
+        if (n > 1 && drmcf->orphan_max) {
+            ngx_log_error(NGX_LOG_WARN, cf->log, 0,
+                          "a discovery-plane location without "
+                          "\"dynamo_rl_discovery\" stores no snapshot when "
+                          "the configuration has %ui discovery sources: "
+                          "name its source on it or on its server", n);
+        }
+    }
+
     if (drmcf->shm_zone != NULL
-        && ngx_http_dynamo_rl_zone_reserve(cf, drmcf->shm_zone,
-                                           drmcf->snapshot_max)
+        && ngx_http_dynamo_rl_zone_reserve(cf, drmcf->shm_zone, n,
+                                           drmcf->sources,
+                                           drmcf->source_max)
            != NGX_OK)
     {
         return NGX_ERROR;
@@ -1606,9 +1656,13 @@ ngx_http_dynamo_rl_exit_index(void *data)
 {
     ngx_http_dynamo_rl_main_conf_t *drmcf = data;
 
-    if (drmcf->index_pool != NULL) {
-        ngx_destroy_pool(drmcf->index_pool);
-        drmcf->index_pool = NULL;
-        drmcf->index = NULL;
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_SOURCES; i++) {
+        if (drmcf->index_pool[i] != NULL) {
+            ngx_destroy_pool(drmcf->index_pool[i]);
+            drmcf->index_pool[i] = NULL;
+            drmcf->index[i] = NULL;
+        }
     }
 }

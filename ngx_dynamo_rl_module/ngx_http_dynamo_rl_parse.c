@@ -26,16 +26,25 @@ static ngx_int_t ngx_http_dynamo_rl_routes_word(u_char **pos, u_char *last,
     ngx_str_t *word);
 static ngx_int_t ngx_http_dynamo_rl_state_hex(ngx_str_t *tok, u_char *dst,
     size_t size, size_t *len);
+static ngx_uint_t ngx_http_dynamo_rl_scan_key(u_char *p, u_char *last);
+static void ngx_http_dynamo_rl_scan_member(
+    ngx_http_dynamo_rl_scan_worker_t *w, ngx_uint_t key, u_char *end);
+static u_char *ngx_http_dynamo_rl_rewrite_cut(u_char *start, u_char *end,
+    u_char *key, u_char *value_end, u_char *done, u_char **cut_end);
 
 
 #define NGX_HTTP_DYNAMO_RL_SCAN_OTHER    0
 #define NGX_HTTP_DYNAMO_RL_SCAN_ROOT     1
 #define NGX_HTTP_DYNAMO_RL_SCAN_WORKERS  2
 #define NGX_HTTP_DYNAMO_RL_SCAN_WORKER   3
+#define NGX_HTTP_DYNAMO_RL_SCAN_URL      4   /* a worker's system_url value */
+#define NGX_HTTP_DYNAMO_RL_SCAN_BASE     5   /* its admin_base_url value */
 
 #define NGX_HTTP_DYNAMO_RL_KEY_OTHER     0
 #define NGX_HTTP_DYNAMO_RL_KEY_WORKERS   1
 #define NGX_HTTP_DYNAMO_RL_KEY_ID        2
+#define NGX_HTTP_DYNAMO_RL_KEY_URL       3
+#define NGX_HTTP_DYNAMO_RL_KEY_BASE      4
 
 /* words of a caller's scope: a map's value may span lines */
 #define NGX_HTTP_DYNAMO_RL_SPACE(c)                                          \
@@ -457,6 +466,9 @@ ngx_http_dynamo_rl_scan_bound(u_char *p, size_t len)
  * of the elements of the top-level "workers" array and of each element's
  * "instance_id" token.  jansson cannot hold integers above 2^63 - 1, and
  * the discovery plane keeps the listener's bytes, so both need positions.
+ * The spans of each element's "system_url" and "admin_base_url" members,
+ * from the name's quote to the value's end, are what
+ * ngx_http_dynamo_rl_admin_rewrite() replaces or cuts.
  */
 
 ngx_int_t
@@ -513,11 +525,7 @@ ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
                 return NGX_DECLINED;
             }
 
-            if (depth == 0 || !want_key[depth - 1]) {
-                /* a string value */
-                key = NGX_HTTP_DYNAMO_RL_KEY_OTHER;
-
-            } else {
+            if (depth > 0 && want_key[depth - 1]) {
                 want_key[depth - 1] = 0;
                 key = NGX_HTTP_DYNAMO_RL_KEY_OTHER;
 
@@ -536,11 +544,32 @@ ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
                         && ngx_strncmp(start, "instance_id", 11) == 0)
                     {
                         key = NGX_HTTP_DYNAMO_RL_KEY_ID;
+
+                    } else {
+                        /* "system_url" also when spelled with escapes */
+
+                        key = ngx_http_dynamo_rl_scan_key(start, p);
+
+                        if (key == NGX_HTTP_DYNAMO_RL_KEY_URL) {
+                            w->url_start = start - 1;
+
+                        } else if (key == NGX_HTTP_DYNAMO_RL_KEY_BASE) {
+                            w->base_start = start - 1;
+                        }
                     }
                 }
+
+                p++;
+                continue;
             }
 
             p++;
+
+            if (depth == 3 && role[2] == NGX_HTTP_DYNAMO_RL_SCAN_WORKER) {
+                ngx_http_dynamo_rl_scan_member(w, key, p);
+            }
+
+            key = NGX_HTTP_DYNAMO_RL_KEY_OTHER;
             continue;
 
         case '{':
@@ -562,6 +591,16 @@ ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
                 role[depth] = NGX_HTTP_DYNAMO_RL_SCAN_WORKERS;
                 scan->workers_start = p;
 
+            } else if (depth == 3 && role[2] == NGX_HTTP_DYNAMO_RL_SCAN_WORKER
+                       && key == NGX_HTTP_DYNAMO_RL_KEY_URL)
+            {
+                role[depth] = NGX_HTTP_DYNAMO_RL_SCAN_URL;
+
+            } else if (depth == 3 && role[2] == NGX_HTTP_DYNAMO_RL_SCAN_WORKER
+                       && key == NGX_HTTP_DYNAMO_RL_KEY_BASE)
+            {
+                role[depth] = NGX_HTTP_DYNAMO_RL_SCAN_BASE;
+
             } else if (depth == 2 && c == '{'
                        && role[1] == NGX_HTTP_DYNAMO_RL_SCAN_WORKERS)
             {
@@ -575,6 +614,10 @@ ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
                 w->end = NULL;
                 w->id_start = NULL;
                 w->id_end = NULL;
+                w->url_start = NULL;
+                w->url_end = NULL;
+                w->base_start = NULL;
+                w->base_end = NULL;
                 w->escaped_key = 0;
             }
 
@@ -596,6 +639,14 @@ ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
 
             } else if (role[depth] == NGX_HTTP_DYNAMO_RL_SCAN_WORKERS) {
                 scan->workers_end = p;
+
+            } else if (role[depth] == NGX_HTTP_DYNAMO_RL_SCAN_URL) {
+                ngx_http_dynamo_rl_scan_member(w, NGX_HTTP_DYNAMO_RL_KEY_URL,
+                                               p + 1);
+
+            } else if (role[depth] == NGX_HTTP_DYNAMO_RL_SCAN_BASE) {
+                ngx_http_dynamo_rl_scan_member(w, NGX_HTTP_DYNAMO_RL_KEY_BASE,
+                                               p + 1);
             }
 
             key = NGX_HTTP_DYNAMO_RL_KEY_OTHER;
@@ -620,11 +671,13 @@ ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
                 p++;
             }
 
-            if (key == NGX_HTTP_DYNAMO_RL_KEY_ID && depth == 3
-                && role[2] == NGX_HTTP_DYNAMO_RL_SCAN_WORKER)
-            {
-                w->id_start = start;
-                w->id_end = p;
+            if (depth == 3 && role[2] == NGX_HTTP_DYNAMO_RL_SCAN_WORKER) {
+                if (key == NGX_HTTP_DYNAMO_RL_KEY_ID) {
+                    w->id_start = start;
+                    w->id_end = p;
+                }
+
+                ngx_http_dynamo_rl_scan_member(w, key, p);
             }
 
             key = NGX_HTTP_DYNAMO_RL_KEY_OTHER;
@@ -637,6 +690,263 @@ ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * dynamo_rl_admin_url's value: "http://" or "https://" and a host, no
+ * query, fragment, space, control byte, quote or backslash, so that a
+ * client's system_url + "/engine/" + route stays a path of the gateway
+ * and the value needs no escaping in JSON
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_admin_url_valid(u_char *p, size_t len)
+{
+    size_t  i, n;
+
+    if (len > 7 && ngx_http_dynamo_rl_caseeq(p, (u_char *) "http://", 7)
+                   == NGX_OK)
+    {
+        n = 7;
+
+    } else if (len > 8
+               && ngx_http_dynamo_rl_caseeq(p, (u_char *) "https://", 8)
+                  == NGX_OK)
+    {
+        n = 8;
+
+    } else {
+        return NGX_DECLINED;
+    }
+
+    if (p[n] == '/') {
+        return NGX_DECLINED;
+    }
+
+    for (i = n; i < len; i++) {
+        if (p[i] <= ' ' || p[i] >= 0x7f || p[i] == '?' || p[i] == '#'
+            || p[i] == '"' || p[i] == '\\')
+        {
+            return NGX_DECLINED;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * a worker's member name, between its quotes: "system_url" or
+ * "admin_base_url", escapes decoded as jansson decodes them, so that no
+ * spelling keeps a worker's address in a rewritten answer
+ */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_scan_key(u_char *p, u_char *last)
+{
+    u_char      c, name[16];
+    size_t      n;
+    ngx_uint_t  i, code;
+
+    n = 0;
+
+    while (p < last) {
+        if (n == sizeof(name)) {
+            return NGX_HTTP_DYNAMO_RL_KEY_OTHER;
+        }
+
+        c = *p++;
+
+        if (c == '\\') {
+            if (p == last) {
+                return NGX_HTTP_DYNAMO_RL_KEY_OTHER;
+            }
+
+            c = *p++;
+
+            if (c == 'u') {
+                if (last - p < 4) {
+                    return NGX_HTTP_DYNAMO_RL_KEY_OTHER;
+                }
+
+                code = 0;
+
+                for (i = 0; i < 4; i++) {
+                    c = p[i];
+
+                    if (c >= '0' && c <= '9') {
+                        code = code * 16 + c - '0';
+
+                    } else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') {
+                        code = code * 16 + (c | 0x20) - 'a' + 10;
+
+                    } else {
+                        return NGX_HTTP_DYNAMO_RL_KEY_OTHER;
+                    }
+                }
+
+                p += 4;
+
+                if (code >= 0x80) {
+                    return NGX_HTTP_DYNAMO_RL_KEY_OTHER;
+                }
+
+                c = (u_char) code;
+
+            } else if (c != '"' && c != '\\' && c != '/') {
+                /* \b \f \n \r \t: never a letter of the two names */
+                c = '\b';
+            }
+        }
+
+        name[n++] = c;
+    }
+
+    if (n == 10 && ngx_strncmp(name, "system_url", 10) == 0) {
+        return NGX_HTTP_DYNAMO_RL_KEY_URL;
+    }
+
+    if (n == 14 && ngx_strncmp(name, "admin_base_url", 14) == 0) {
+        return NGX_HTTP_DYNAMO_RL_KEY_BASE;
+    }
+
+    return NGX_HTTP_DYNAMO_RL_KEY_OTHER;
+}
+
+
+static void
+ngx_http_dynamo_rl_scan_member(ngx_http_dynamo_rl_scan_worker_t *w,
+    ngx_uint_t key, u_char *end)
+{
+    if (key == NGX_HTTP_DYNAMO_RL_KEY_URL) {
+        w->url_end = end;
+
+    } else if (key == NGX_HTTP_DYNAMO_RL_KEY_BASE) {
+        w->base_end = end;
+    }
+}
+
+
+/*
+ * A worker's element, as ngx_http_dynamo_rl_scan_discovery() found it, for
+ * a discovery answer that names the gateway's admin plane: the value of
+ * "system_url" becomes the JSON string "url" (its contents, escaped by the
+ * caller) followed by the decimal id, or, without "url", the member is
+ * cut; "admin_base_url" is always cut.  A cut member takes one comma with
+ * it, the one before it if there is one, so that the element stays valid
+ * JSON; every other byte is kept.  "dst" has room for the element's
+ * length plus NGX_HTTP_DYNAMO_RL_REWRITE_ROOM(url).
+ */
+
+u_char *
+ngx_http_dynamo_rl_admin_rewrite(u_char *dst,
+    ngx_http_dynamo_rl_scan_worker_t *w, ngx_str_t *url, uint64_t id)
+{
+    u_char      *done, *from, *to, *key[2], *end[2], *t, digits[NGX_INT64_LEN];
+    ngx_uint_t   i, n;
+
+    n = 0;
+
+    if (w->url_start != NULL && w->url_end != NULL) {
+        key[n] = w->url_start;
+        end[n] = w->url_end;
+        n++;
+    }
+
+    if (w->base_start != NULL && w->base_end != NULL) {
+        key[n] = w->base_start;
+        end[n] = w->base_end;
+
+        if (n == 1 && key[1] < key[0]) {
+            key[1] = key[0];
+            end[1] = end[0];
+            key[0] = w->base_start;
+            end[0] = w->base_end;
+        }
+
+        n++;
+    }
+
+    done = w->start;
+
+    for (i = 0; i < n; i++) {
+
+        if (key[i] == w->url_start && url != NULL) {
+
+            /* the name and the colon stay, the value is replaced */
+
+            for (from = key[i] + 1; from < end[i] && *from != '"'; from++) {
+                if (*from == '\\') {
+                    from++;
+                }
+            }
+
+            from++;
+
+            while (from < end[i]
+                   && (*from == ':' || NGX_HTTP_DYNAMO_RL_SPACE(*from)))
+            {
+                from++;
+            }
+
+            dst = ngx_cpymem(dst, done, from - done);
+            *dst++ = '"';
+            dst = ngx_cpymem(dst, url->data, url->len);
+
+            t = digits + NGX_INT64_LEN;
+
+            do {
+                *--t = (u_char) ('0' + id % 10);
+                id /= 10;
+            } while (id);
+
+            dst = ngx_cpymem(dst, t, digits + NGX_INT64_LEN - t);
+            *dst++ = '"';
+
+            done = end[i];
+            continue;
+        }
+
+        from = ngx_http_dynamo_rl_rewrite_cut(w->start, w->end, key[i],
+                                              end[i], done, &to);
+
+        dst = ngx_cpymem(dst, done, from - done);
+        done = to;
+    }
+
+    return ngx_cpymem(dst, done, w->end - done);
+}
+
+
+/* the bytes a member and one of its commas take, not before "done" */
+
+static u_char *
+ngx_http_dynamo_rl_rewrite_cut(u_char *start, u_char *end, u_char *key,
+    u_char *value_end, u_char *done, u_char **cut_end)
+{
+    u_char  *p;
+
+    p = key;
+
+    while (p > done && NGX_HTTP_DYNAMO_RL_SPACE(p[-1])) {
+        p--;
+    }
+
+    if (p > done && p[-1] == ',') {
+        *cut_end = value_end;
+        return p - 1;
+    }
+
+    p = value_end;
+
+    while (p < end && NGX_HTTP_DYNAMO_RL_SPACE(*p)) {
+        p++;
+    }
+
+    *cut_end = (p < end && *p == ',') ? p + 1 : value_end;
+
+    return key;
 }
 
 
@@ -1798,22 +2108,31 @@ ngx_http_dynamo_rl_routes_word(u_char **pos, u_char *last, ngx_str_t *word)
 }
 
 
-/* "{instance_id}/health" after the admin location's prefix */
+/*
+ * "{instance_id}/health" or "{instance_id}/live" after the admin location's
+ * prefix: the worker's probes, which Dynamo's system server answers
+ */
 
 ngx_int_t
 ngx_http_dynamo_rl_parse_health_path(u_char *p, size_t len, uint64_t *id)
 {
     u_char  *slash;
+    size_t   n;
 
     static u_char  health[] = "/health";
+    static u_char  live[] = "/live";
 
     slash = ngx_strlchr(p, p + len, '/');
     if (slash == NULL) {
         return NGX_DECLINED;
     }
 
-    if ((size_t) (p + len - slash) != sizeof(health) - 1
-        || ngx_memcmp(slash, health, sizeof(health) - 1) != 0)
+    n = p + len - slash;
+
+    if (!(n == sizeof(health) - 1
+          && ngx_memcmp(slash, health, sizeof(health) - 1) == 0)
+        && !(n == sizeof(live) - 1
+             && ngx_memcmp(slash, live, sizeof(live) - 1) == 0))
     {
         return NGX_DECLINED;
     }

@@ -68,8 +68,16 @@ typedef struct {
     u_char                         *end;
     u_char                         *id_start;
     u_char                         *id_end;
+    u_char                         *url_start;   /* "system_url" member */
+    u_char                         *url_end;
+    u_char                         *base_start;  /* "admin_base_url" */
+    u_char                         *base_end;
     unsigned                        escaped_key:1;
 } ngx_http_dynamo_rl_scan_worker_t;
+
+
+/* what ngx_http_dynamo_rl_admin_rewrite() may add to an element */
+#define NGX_HTTP_DYNAMO_RL_REWRITE_ROOM(len)  ((len) + NGX_INT64_LEN + 2)
 
 
 typedef struct {
@@ -163,6 +171,9 @@ ngx_int_t ngx_http_dynamo_rl_system_url_host(u_char *p, size_t len,
 ngx_uint_t ngx_http_dynamo_rl_scan_bound(u_char *p, size_t len);
 ngx_int_t ngx_http_dynamo_rl_scan_discovery(u_char *p, size_t len,
     ngx_http_dynamo_rl_scan_t *scan);
+ngx_int_t ngx_http_dynamo_rl_admin_url_valid(u_char *p, size_t len);
+u_char *ngx_http_dynamo_rl_admin_rewrite(u_char *dst,
+    ngx_http_dynamo_rl_scan_worker_t *w, ngx_str_t *url, uint64_t id);
 ngx_int_t ngx_http_dynamo_rl_parse_lease(u_char *p, size_t len,
     ngx_msec_t *ms);
 uint64_t ngx_http_dynamo_rl_siphash(u_char *key, u_char *p, size_t len);

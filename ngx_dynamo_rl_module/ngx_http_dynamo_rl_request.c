@@ -127,7 +127,7 @@ ngx_http_dynamo_rl_preaccess_handler(ngx_http_request_t *r)
 
     methods = drlcf->methods;
 
-    /* GET {admin location}{instance_id}/health, and only GET */
+    /* GET {admin location}{instance_id}/health or /live, and only GET */
 
     if (drlcf->plane == NGX_HTTP_DYNAMO_RL_PLANE_ADMIN
         && r->uri.len > drlcf->admin_prefix.len

@@ -271,7 +271,6 @@ ngx_http_dynamo_rl_scope_worker(ngx_http_request_t *r,
     ngx_str_t                         *ns;
     ngx_uint_t                         i;
     ngx_http_dynamo_rl_loc_conf_t     *drlcf;
-    ngx_http_dynamo_rl_main_conf_t    *drmcf;
     ngx_http_dynamo_rl_scope_entry_t  *e;
 
     drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
@@ -294,17 +293,16 @@ ngx_http_dynamo_rl_scope_worker(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
-    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+    /* an index no process installed may be freed and its address reused */
 
-    if (index == NULL || index != drmcf->index || index->nworkers == 0) {
+    if (index == NULL || index->serial == 0 || index->nworkers == 0) {
         return ngx_http_dynamo_rl_scope_match(e->mode, &e->scope,
                                               &w->namespace);
     }
 
     /* once per value and snapshot, then a byte per worker */
 
-    if (e->in == NULL || e->index != index
-        || e->generation != drmcf->index_generation)
+    if (e->in == NULL || e->index != index || e->generation != index->serial)
     {
         if (e->in != NULL) {
             ngx_free(e->in);
@@ -324,7 +322,7 @@ ngx_http_dynamo_rl_scope_worker(ngx_http_request_t *r,
         }
 
         e->index = index;
-        e->generation = drmcf->index_generation;
+        e->generation = index->serial;
     }
 
     i = w - index->workers;

@@ -682,13 +682,15 @@ static void
 ngx_http_dynamo_rl_report(ngx_http_request_t *r,
     ngx_http_dynamo_rl_report_t *rp)
 {
-    ngx_uint_t                       i, j, n;
+    ngx_uint_t                       i, j, n, source;
     ngx_http_dynamo_rl_zone_t       *zone;
+    ngx_http_dynamo_rl_snap_t       *snap;
     ngx_http_dynamo_rl_shctx_t      *sh;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     zone = ngx_http_dynamo_rl_get_zone(r);
     sh = zone->sh;
+    snap = ngx_http_dynamo_rl_snapshot_of(r, &source);
 
     ngx_memzero(rp, sizeof(ngx_http_dynamo_rl_report_t));
 
@@ -734,15 +736,17 @@ ngx_http_dynamo_rl_report(ngx_http_request_t *r,
     rp->refresh_ok = sh->refresh_ok;
     rp->refresh_failed = sh->refresh_failed;
 
-    rp->has_snapshot = (sh->raw != NULL);
-    rp->generation = sh->generation;
-    rp->source = sh->source;
+    if (snap != NULL) {
+        rp->has_snapshot = (snap->raw != NULL);
+        rp->generation = snap->generation;
+        rp->source = snap->source;
 
-    /* another process's cached clock may be a little ahead of this one's */
+        /* another process's cached clock may be a little ahead of ours */
 
-    rp->age = (ngx_msec_int_t) (ngx_current_msec - sh->fetched) > 0
-              ? ngx_current_msec - sh->fetched : 0;
-    rp->fetched = sh->fetched_time;
+        rp->age = (ngx_msec_int_t) (ngx_current_msec - snap->fetched) > 0
+                  ? ngx_current_msec - snap->fetched : 0;
+        rp->fetched = snap->fetched_time;
+    }
 
     rp->records = sh->records;
     rp->in_flight = sh->in_flight;

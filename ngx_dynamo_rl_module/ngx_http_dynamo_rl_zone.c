@@ -19,6 +19,10 @@ static ngx_int_t ngx_http_dynamo_rl_zone_buckets(
     ngx_http_dynamo_rl_zone_t *zone, size_t size);
 static ngx_int_t ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
+static ngx_int_t ngx_http_dynamo_rl_zone_slots(ngx_shm_zone_t *shm_zone,
+    ngx_http_dynamo_rl_zone_t *zone, ngx_uint_t fresh);
+static ngx_int_t ngx_http_dynamo_rl_zone_slot_is(
+    ngx_http_dynamo_rl_snap_t *snap, ngx_str_t *name);
 
 
 char *
@@ -136,43 +140,92 @@ ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 
 /*
- * after the http block, with the largest max_size of the locations that
- * store a snapshot: the room is reserved in the zone, apart from the
- * ledger, so that no pattern of request-plane traffic can keep a valid
- * snapshot out, and nginx -t refuses a zone that cannot hold it
+ * after the http block, with each discovery source and the largest
+ * max_size of the locations that store its snapshot: the room is reserved
+ * in the zone, a snapshot's apart from another's and from the ledger, so
+ * that no pattern of request-plane traffic, and no other source, can keep
+ * a valid snapshot out, and nginx -t refuses a zone that cannot hold them
  */
 
 ngx_int_t
 ngx_http_dynamo_rl_zone_reserve(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone,
-    size_t max_size)
+    ngx_uint_t n, ngx_str_t *names, size_t *max_size)
 {
-    size_t                      need;
+    size_t                      need, sum;
+    ngx_uint_t                  i;
     ngx_http_dynamo_rl_zone_t  *zone;
 
     zone = shm_zone->data;
 
-    if (max_size == 0) {
-        zone->reserve = 0;
+    zone->nsources = n;
+    need = NGX_HTTP_DYNAMO_RL_ZONE_BASE;
+    sum = 0;
+
+    for (i = 0; i < n; i++) {
+        zone->source_names[i] = names[i];
+        zone->reserve[i] = ngx_align(max_size[i], ngx_pagesize);
+
+        need += max_size[i] + max_size[i] / 64;
+        sum += max_size[i];
+    }
+
+    if (n == 0 || shm_zone->shm.size >= need) {
         return NGX_OK;
     }
 
-    zone->reserve = ngx_align(max_size, ngx_pagesize);
+    if (n == 1) {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "dynamo_rl zone \"%V\" of %uz bytes is too small for "
+                      "a discovery snapshot of max_size=%uz: it needs at "
+                      "least max_size + max_size/64 + 64k = %uz bytes, plus "
+                      "the attempt ledger, in %s:%ui",
+                      &zone->name, shm_zone->shm.size, max_size[0], need,
+                      zone->file, zone->line);
 
-    need = max_size + max_size / 64 + NGX_HTTP_DYNAMO_RL_ZONE_BASE;
-
-    if (shm_zone->shm.size >= need) {
-        return NGX_OK;
+    } else {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "dynamo_rl zone \"%V\" of %uz bytes is too small for "
+                      "the snapshots of %ui discovery sources, max_size=%uz "
+                      "in all: it needs at least each max_size + "
+                      "max_size/64, and 64k, = %uz bytes, plus the attempt "
+                      "ledger, in %s:%ui",
+                      &zone->name, shm_zone->shm.size, n, sum, need,
+                      zone->file, zone->line);
     }
-
-    ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                  "dynamo_rl zone \"%V\" of %uz bytes is too small for a "
-                  "discovery snapshot of max_size=%uz: it needs at least "
-                  "max_size + max_size/64 + 64k = %uz bytes, plus the "
-                  "attempt ledger, in %s:%ui",
-                  &zone->name, shm_zone->shm.size, max_size, need,
-                  zone->file, zone->line);
 
     return NGX_ERROR;
+}
+
+
+/*
+ * a hash of the (instance_id, system_url) sets of every source's current
+ * snapshot, for the gate's "members_changed"; "known": any snapshot at
+ * all.  Under the zone's mutex.
+ */
+
+uint64_t
+ngx_http_dynamo_rl_zone_members(ngx_http_dynamo_rl_shctx_t *sh,
+    ngx_uint_t *known)
+{
+    uint64_t                    h;
+    ngx_uint_t                  i;
+    ngx_http_dynamo_rl_snap_t  *snap;
+
+    h = 0xcbf29ce484222325ULL;
+    *known = 0;
+
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_SOURCES; i++) {
+        snap = &sh->snaps[i];
+
+        if (snap->raw == NULL) {
+            continue;
+        }
+
+        *known = 1;
+        h = (h ^ snap->members ^ i) * 0x100000001b3ULL;
+    }
+
+    return h;
 }
 
 
@@ -181,7 +234,8 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
     ngx_http_dynamo_rl_zone_t  *ozone = data;
 
-    size_t                      len;
+    size_t                      len, reserved;
+    ngx_uint_t                  i;
     ngx_http_dynamo_rl_zone_t  *zone;
 
     zone = shm_zone->data;
@@ -204,22 +258,10 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
             return NGX_ERROR;
         }
 
-        /* the pages of a zone in use cannot be rearranged under it */
-
-        if (zone->reserve > ozone->sh->room_size) {
-            ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                          "dynamo_rl zone \"%V\" holds %uz bytes for a "
-                          "discovery snapshot and max_size now needs %uz: "
-                          "restart nginx, or change the zone's size for "
-                          "a new zone", &shm_zone->shm.name,
-                          ozone->sh->room_size, zone->reserve);
-            return NGX_ERROR;
-        }
-
         zone->sh = ozone->sh;
         zone->shpool = ozone->shpool;
 
-        return NGX_OK;
+        return ngx_http_dynamo_rl_zone_slots(shm_zone, zone, 0);
     }
 
     zone->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
@@ -227,7 +269,7 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     if (shm_zone->shm.exists) {
         zone->sh = zone->shpool->data;
 
-        return NGX_OK;
+        return ngx_http_dynamo_rl_zone_slots(shm_zone, zone, 0);
     }
 
     zone->sh = ngx_slab_calloc(zone->shpool,
@@ -243,21 +285,15 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     /* first, while the pool is empty: the pages are contiguous */
 
-    if (zone->reserve) {
-        zone->sh->room = ngx_slab_alloc(zone->shpool, zone->reserve);
-        if (zone->sh->room == NULL) {
-            ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                          "dynamo_rl zone \"%V\" cannot hold a discovery "
-                          "snapshot of %uz bytes", &shm_zone->shm.name,
-                          zone->reserve);
-            return NGX_ERROR;
-        }
-
-        zone->sh->room_size = zone->reserve;
+    if (ngx_http_dynamo_rl_zone_slots(shm_zone, zone, 1) != NGX_OK) {
+        return NGX_ERROR;
     }
 
-    if (ngx_http_dynamo_rl_zone_buckets(zone,
-                                       shm_zone->shm.size - zone->reserve)
+    for (i = 0, reserved = 0; i < zone->nsources; i++) {
+        reserved += zone->reserve[i];
+    }
+
+    if (ngx_http_dynamo_rl_zone_buckets(zone, shm_zone->shm.size - reserved)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -288,6 +324,136 @@ ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     }
 
     return zone->state_load(zone, shm_zone->shm.log);
+}
+
+
+/*
+ * each discovery source of the configuration gets the slot of the zone
+ * that its URI names, or a free one with room of its own; the pages of a
+ * zone in use cannot be rearranged, so a reload that needs more room for
+ * a source than the zone set apart, or room that the zone no longer has,
+ * is refused with a message
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_zone_slots(ngx_shm_zone_t *shm_zone,
+    ngx_http_dynamo_rl_zone_t *zone, ngx_uint_t fresh)
+{
+    ngx_str_t                  *name;
+    ngx_uint_t                  i, j;
+    ngx_http_dynamo_rl_snap_t  *snap;
+
+    for (i = 0; i < zone->nsources; i++) {
+        name = &zone->source_names[i];
+
+        if (name->len > NGX_HTTP_DYNAMO_RL_SOURCE_NAME) {
+            ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                          "dynamo_rl zone \"%V\": the discovery location "
+                          "\"%V\" is longer than %d bytes",
+                          &shm_zone->shm.name, name,
+                          NGX_HTTP_DYNAMO_RL_SOURCE_NAME);
+            return NGX_ERROR;
+        }
+
+        ngx_shmtx_lock(&zone->shpool->mutex);
+
+        for (j = 0; j < NGX_HTTP_DYNAMO_RL_SOURCES; j++) {
+            if (ngx_http_dynamo_rl_zone_slot_is(&zone->sh->snaps[j], name)
+                == NGX_OK)
+            {
+                break;
+            }
+        }
+
+        if (j == NGX_HTTP_DYNAMO_RL_SOURCES) {
+            for (j = 0; j < NGX_HTTP_DYNAMO_RL_SOURCES; j++) {
+                if (zone->sh->snaps[j].name_len == 0) {
+                    break;
+                }
+            }
+        }
+
+        if (j == NGX_HTTP_DYNAMO_RL_SOURCES) {
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+
+            ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                          "dynamo_rl zone \"%V\" has held %d discovery "
+                          "sources and cannot take \"%V\": restart nginx",
+                          &shm_zone->shm.name, NGX_HTTP_DYNAMO_RL_SOURCES,
+                          name);
+            return NGX_ERROR;
+        }
+
+        snap = &zone->sh->snaps[j];
+
+        if (snap->name_len == 0) {
+
+            /* a new source: its name, and its own room */
+
+            if (zone->reserve[i]) {
+                snap->room = ngx_slab_alloc_locked(zone->shpool,
+                                                   zone->reserve[i]);
+                if (snap->room == NULL) {
+                    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+                    ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                                  "dynamo_rl zone \"%V\" cannot hold a "
+                                  "discovery snapshot of %uz bytes for "
+                                  "\"%V\"%s", &shm_zone->shm.name,
+                                  zone->reserve[i], name,
+                                  fresh ? "" : ": restart nginx, or change "
+                                               "the zone's size for a new "
+                                               "zone");
+                    return NGX_ERROR;
+                }
+
+                snap->room_size = zone->reserve[i];
+            }
+
+            ngx_memcpy(snap->name, name->data, name->len);
+            snap->name_len = name->len ? name->len : (size_t) -1;
+            snap->name_crc = ngx_crc32_short(name->data, name->len);
+
+        } else if (zone->reserve[i] > snap->room_size) {
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+
+            ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                          "dynamo_rl zone \"%V\" holds %uz bytes for a "
+                          "discovery snapshot and max_size now needs %uz: "
+                          "restart nginx, or change the zone's size for a "
+                          "new zone (discovery location \"%V\")",
+                          &shm_zone->shm.name, snap->room_size,
+                          zone->reserve[i], name);
+            return NGX_ERROR;
+        }
+
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+
+        zone->slot[i] = j;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the slot that holds the snapshot of the source "name" */
+
+static ngx_int_t
+ngx_http_dynamo_rl_zone_slot_is(ngx_http_dynamo_rl_snap_t *snap,
+    ngx_str_t *name)
+{
+    size_t  len;
+
+    len = name->len ? name->len : (size_t) -1;
+
+    if (snap->name_len != len
+        || snap->name_crc != ngx_crc32_short(name->data, name->len)
+        || ngx_memcmp(snap->name, name->data, name->len) != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
 }
 
 

@@ -16,7 +16,11 @@
 
 
 /* bumped whenever the layout of the shared context changes */
-#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  11
+#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  12
+
+/* the discovery sources (dynamo_rl_discovery URIs) a zone holds apart */
+#define NGX_HTTP_DYNAMO_RL_SOURCES       16
+#define NGX_HTTP_DYNAMO_RL_SOURCE_NAME   128
 
 #define NGX_HTTP_DYNAMO_RL_PLANES        3     /* request, discovery, admin */
 #define NGX_HTTP_DYNAMO_RL_OUTCOMES      4
@@ -56,14 +60,19 @@ typedef struct {
 } ngx_http_dynamo_rl_recent_t;
 
 
-typedef struct {
-    ngx_uint_t                      version;
+/*
+ * the snapshot of one discovery source: the listener's (or the file's)
+ * bytes, never a parse of them; "raw" is NULL or "room", pages reserved
+ * for the source's largest max_size, which the ledger never uses; the
+ * source's URI names the slot, so that a reload that changes the sources
+ * never hands one source's workers to another
+ */
 
-    /*
-     * the discovery snapshot: the listener's bytes, never a parse of them;
-     * "raw" is NULL or "room", pages reserved when the zone was created
-     * for the largest max_size, which the ledger never uses
-     */
+typedef struct {
+    size_t                          name_len;      /* 0: a free slot */
+    uint32_t                        name_crc;
+    u_char                          name[NGX_HTTP_DYNAMO_RL_SOURCE_NAME];
+
     u_char                         *raw;
     size_t                          raw_len;
     u_char                         *room;
@@ -78,6 +87,20 @@ typedef struct {
     ngx_pid_t                       updater;
     ngx_msec_t                      deadline;
     ngx_uint_t                      flights;
+
+    /* when the refresh flight in progress began, ngx_current_msec */
+    ngx_msec_t                      refresh_begun;
+
+    /* the hash of the (instance_id, system_url) set in "raw" */
+    uint64_t                        members;
+} ngx_http_dynamo_rl_snap_t;
+
+
+typedef struct {
+    ngx_uint_t                      version;
+
+    /* one snapshot per discovery source */
+    ngx_http_dynamo_rl_snap_t       snaps[NGX_HTTP_DYNAMO_RL_SOURCES];
 
     ngx_atomic_uint_t               refresh_ok;
     ngx_atomic_uint_t               refresh_failed;
@@ -138,16 +161,10 @@ typedef struct {
     uint64_t                        gate_members;
     ngx_uint_t                      gate_members_known;
 
-    /* the same hash of the snapshot in "raw" */
-    uint64_t                        members;
-
     /* durations on the monotonic clock, in ms, without the mutex */
     ngx_atomic_t                    hist[NGX_HTTP_DYNAMO_RL_HISTOGRAMS]
                                         [NGX_HTTP_DYNAMO_RL_BUCKETS];
     ngx_atomic_t                    hist_sum[NGX_HTTP_DYNAMO_RL_HISTOGRAMS];
-
-    /* when the refresh flight in progress began, ngx_current_msec */
-    ngx_msec_t                      refresh_begun;
 
     /*
      * with dynamo_rl_store, the gate fields above mirror the store's gate
@@ -181,8 +198,15 @@ struct ngx_http_dynamo_rl_zone_s {
     ngx_slab_pool_t                *shpool;
     ngx_str_t                       name;
 
-    /* the room a snapshot needs, from the largest max_size configured */
-    size_t                          reserve;
+    /*
+     * the configuration's discovery sources: their URIs, the room each
+     * snapshot needs (from the largest max_size of its locations), and
+     * the slot of the zone that holds it
+     */
+    ngx_uint_t                      nsources;
+    ngx_str_t                       source_names[NGX_HTTP_DYNAMO_RL_SOURCES];
+    size_t                          reserve[NGX_HTTP_DYNAMO_RL_SOURCES];
+    ngx_uint_t                      slot[NGX_HTTP_DYNAMO_RL_SOURCES];
 
     /* where the directive is, for the checks after the http block */
     u_char                         *file;
@@ -225,7 +249,10 @@ extern ngx_module_t  ngx_http_dynamo_rl_module;
 char *ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 ngx_int_t ngx_http_dynamo_rl_zone_reserve(ngx_conf_t *cf,
-    ngx_shm_zone_t *shm_zone, size_t max_size);
+    ngx_shm_zone_t *shm_zone, ngx_uint_t n, ngx_str_t *names,
+    size_t *max_size);
+uint64_t ngx_http_dynamo_rl_zone_members(ngx_http_dynamo_rl_shctx_t *sh,
+    ngx_uint_t *known);
 void ngx_http_dynamo_rl_zone_observe(ngx_http_dynamo_rl_shctx_t *sh,
     ngx_uint_t hist, ngx_msec_t ms);
 

@@ -709,7 +709,7 @@ sub nginx_conf {
 %%RL_MAIN workers=$workers%%
 
 http {
-    %%RL_HTTP 5m%%
+    %%RL_HTTP 20m%%
 
     %%RL_ACCESS_LOG t status port pid plane deny system_url engine_path instance_id route generation uri%%
 

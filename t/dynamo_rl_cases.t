@@ -1522,10 +1522,10 @@ $t->write_file_expand('nginx.conf', main_conf());
 
 	$t->fake_set('discovery.status', '500');
 
-	$t->write_file_expand('nginx.conf', main_conf(zone => '6m'));
+	$t->write_file_expand('nginx.conf', main_conf(zone => '20m'));
 	$t->reload();
 
-	ok(!$t->reload_failed(), 'L3: reloaded with zone=rl:6m');
+	ok(!$t->reload_failed(), 'L3: reloaded with zone=rl:20m');
 
 	$r = request(port => 8086, target => "$W/$IDA/engine/flush_cache");
 
@@ -1705,7 +1705,7 @@ alarm(0);
 sub main_conf {
 	my (%o) = @_;
 
-	my $zone = $o{zone} // '5m';
+	my $zone = $o{zone} // '16m';
 
 	my $extra = ($o{bad} // '') eq 'plane'
 		? "\n    dynamo_rl_plane admin;\n" : '';
@@ -1835,6 +1835,9 @@ $extra
 
         error_log %%TESTDIR%%/error-8085.log info;
         keepalive_requests 100000;
+
+        # the discovery plane and the status show this source's snapshot
+        dynamo_rl_discovery /_rl_fast;
 
         location = /v1/rl/workers {
             dynamo_rl_plane discovery;

@@ -545,7 +545,7 @@ sub nginx_conf {
 %%RL_MAIN%%
 
 http {
-    %%RL_HTTP 5m%%
+    %%RL_HTTP 16m%%
 
     %%RL_ACCESS_LOG t status port plane deny uri%%
 

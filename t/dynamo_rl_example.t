@@ -40,7 +40,7 @@ time_limit(120);
 
 my $REPO = abs_path(dirname(__FILE__) . '/..');
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(76);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(78);
 
 $t->write_file('nginx.conf', example());
 $t->run_fake_dynamo()->run();
@@ -137,6 +137,18 @@ $route //= 'none';
 
 $r = post($TRUSTED, "/v1/rl/workers/$id/engine/$route", '{}');
 is($r->{status}, 200, "admin $route: 200");
+
+# dynamo_rl_admin_url: every system_url names this admin plane, and a
+# trainer's concatenation reaches the worker through it
+
+my @urls = get($TRUSTED, '/v1/rl/workers')->{body} =~ /"system_url":"([^"]*)"/g;
+is(scalar(grep { !m{^http://\Q$TRUSTED\E/v1/rl/workers/\d+$} } @urls), 0,
+	'discovery: every system_url names the admin plane') or diag("@urls");
+
+my ($url) = grep { m{/\Q$id\E$} } @urls;
+$r = post($TRUSTED, ($url // '') =~ s{^http://[^/]+}{}r . "/engine/$route",
+	'{}');
+is($r->{status}, 200, "admin $route through system_url: 200");
 
 $r = post($TRUSTED, "/v1/rl/workers/$id/engine/not_advertised", '{}');
 is($r->{status}, 403, 'admin, a route not advertised: 403');

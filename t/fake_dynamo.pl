@@ -51,6 +51,10 @@
 #                         "content_type":"...", "delay_ms":N,
 #                         "headers":[["Name","value"],...] (a hostile
 #                         worker's extra header lines)
+#   worker-<i>.flavor     "sglang": worker i is an SGLang worker, with the
+#                         Dynamo engine routes of SGLang (control/... and
+#                         DYN_SGLANG_ENGINE_ROUTES descriptors) and its
+#                         {"success","message"} answers (sglang_route())
 #
 # Files in DIR written by the fake (one JSON object per line, each line
 # appended with a single write, so concurrent children do not interleave):
@@ -1498,6 +1502,10 @@ sub worker_handler {
 		}
 	}
 
+	if ((read_file("worker-$i.flavor") // '') =~ /^sglang\b/) {
+		return sglang_route($c, $req, $i, $route, $body);
+	}
+
 	unless ($REGISTRY{$route}) {
 		return worker_json($c, $req, 404, {
 			error => 'Route not found',
@@ -1506,6 +1514,82 @@ sub worker_handler {
 	}
 
 	return worker_json($c, $req, 200, engine_route($i, $route, $body));
+}
+
+# an SGLang worker behind Dynamo (reference: "SGLang engine routes"): the
+# fixed control/ routes and the descriptors of the docs' example
+# DYN_SGLANG_ENGINE_ROUTES, answered as Dynamo normalises SGLang's
+# results: None is {"status":"ok"}, a tuple {"success","message"[,...]}
+
+sub sglang_route {
+	my ($c, $req, $i, $route, $body) = @_;
+
+	my %routes = map { $_ => 1 } qw!
+		control/update_weights_from_disk control/update_weights_from_tensor
+		control/update_weights_from_distributed
+		control/update_weights_from_ipc control/update_weight_version
+		server_info pause_generation flush_cache init_weights_update_group
+		update_weights_from_distributed destroy_weights_update_group
+		continue_generation
+	!;
+
+	unless ($routes{$route}) {
+		return worker_json($c, $req, 404, {
+			error => 'Route not found',
+			message => "Route /engine/" . text($route) . " not found",
+		});
+	}
+
+	$body = {} unless ref $body eq 'HASH';
+
+	my $s = read_state($i);
+
+	if ($route eq 'pause_generation' || $route eq 'continue_generation') {
+		$s->{paused} = $route eq 'pause_generation'
+			? JSON::PP::true : JSON::PP::false;
+		write_state($i, $s);
+		return worker_json($c, $req, 200, { status => 'ok' });
+	}
+
+	if ($route eq 'control/update_weights_from_disk') {
+		unless (defined $body->{model_path} && !ref $body->{model_path}) {
+			return worker_json($c, $req, 200, {
+				success => JSON::PP::false,
+				message => 'model_path is required',
+				num_paused_requests => 0,
+			});
+		}
+
+		$s->{version} = $body->{weight_version} // $body->{model_path};
+		write_state($i, $s);
+
+		return worker_json($c, $req, 200, {
+			success => JSON::PP::true,
+			message => 'Succeeded to update model weights.',
+			num_paused_requests => 0,
+		});
+	}
+
+	if ($route eq 'control/update_weight_version') {
+		$s->{version} = $body->{new_version} // $s->{version};
+		write_state($i, $s);
+
+		return worker_json($c, $req, 200, {
+			success => JSON::PP::true, message => 'ok',
+			new_version => $s->{version},
+		});
+	}
+
+	if ($route eq 'server_info') {
+		return worker_json($c, $req, 200, {
+			weight_version => $s->{version},
+			paused => $s->{paused},
+		});
+	}
+
+	return worker_json($c, $req, 200, {
+		success => JSON::PP::true, message => 'ok',
+	});
 }
 
 sub worker_json {

@@ -137,6 +137,14 @@ static ngx_http_dynamo_rl_test_health_t  ngx_http_dynamo_rl_healths[] = {
     { "1/engine/health", NGX_DECLINED, 0, "1/engine/health" },
     { "/health", NGX_DECLINED, 0, "/health" },
     { "18446744073709551616/health", NGX_DECLINED, 0, "u64 max + 1" },
+    { "7/live", NGX_OK, 7, "7/live" },
+    { "18446744073709551615/live", NGX_OK, 18446744073709551615ULL,
+      "u64 max live" },
+    { "7/live/", NGX_DECLINED, 0, "7/live/" },
+    { "7/lives", NGX_DECLINED, 0, "7/lives" },
+    { "7/liv", NGX_DECLINED, 0, "7/liv" },
+    { "07/live", NGX_DECLINED, 0, "07/live" },
+    { "7/engine/live", NGX_DECLINED, 0, "7/engine/live" },
     { NULL, 0, 0, NULL }
 };
 

@@ -36,6 +36,8 @@ static void test_documents(void);
 static void test_workers(void);
 static void test_scan(void);
 static void test_table(void);
+static void test_rewrite(void);
+static void test_admin_url(void);
 
 
 #define W(fields)                                                            \
@@ -396,6 +398,151 @@ test_scan(void)
 
 
 /*
+ * dynamo_rl_admin_url's rewrite of one worker element: system_url names
+ * the gateway, or is cut, admin_base_url is cut with one comma, every
+ * other byte stays
+ */
+
+typedef struct {
+    const char  *elt;
+    const char  *url;        /* NULL: the worker keeps no system_url */
+    uint64_t     id;
+    const char  *expect;
+    const char  *name;
+} rewrite_case_t;
+
+
+static void
+test_rewrite(void)
+{
+    char                              doc[1024], out[2048];
+    u_char                           *end;
+    size_t                            len;
+    ngx_str_t                         url;
+    rewrite_case_t                   *c;
+    ngx_http_dynamo_rl_scan_t         scan;
+    ngx_http_dynamo_rl_scan_worker_t  w[4];
+
+    static rewrite_case_t  cases[] = {
+        { "{\"a\":1,\"system_url\":\"http://10.0.0.5:9345\",\"b\":2}",
+          "https://gw:9090/v1/rl/workers/", 7,
+          "{\"a\":1,\"system_url\":\"https://gw:9090/v1/rl/workers/7\","
+          "\"b\":2}", "replaced in place" },
+        { "{\"system_url\" : \"http://w:1/\" ,"
+          "\"admin_base_url\":\"http://w:2\"}",
+          "http://g/", 18446744073709551615ULL,
+          "{\"system_url\" : \"http://g/18446744073709551615\" }",
+          "u64 max, spaces kept, admin_base_url cut with its comma" },
+        { "{\"admin_base_url\":\"http://w:2\",\"system_url\":\"http://w:1\"}",
+          "http://g/", 0,
+          "{\"system_url\":\"http://g/0\"}",
+          "admin_base_url first" },
+        { "{\"system_url\":\"http://w:1\",\"admin_base_url\":\"http://w:2\"}",
+          NULL, 3, "{}", "both cut, nothing left" },
+        { "{\"system_url\":\"http://w:1\",\"admin_base_url\":\"x\",\"c\":3}",
+          NULL, 3, "{\"c\":3}", "both cut, first members" },
+        { "{\"c\":3,\"system_url\":null,\"admin_base_url\":{\"x\":[1,{}]}}",
+          NULL, 3, "{\"c\":3}", "null and object values cut" },
+        { "{\"c\":3,\"system_url\":[\"a\",\"b\"],\"d\":4}",
+          NULL, 3, "{\"c\":3,\"d\":4}", "array value cut" },
+        { "{\"c\":3}", "http://g/", 9, "{\"c\":3}",
+          "no system_url: nothing added" },
+        { "{\"c\":{\"system_url\":\"inner\",\"admin_base_url\":1}}",
+          "http://g/", 9,
+          "{\"c\":{\"system_url\":\"inner\",\"admin_base_url\":1}}",
+          "nested members are not the worker's" },
+        { "{\"s\":\"system_url\",\"system_url\":\"http://w\",\"e\":false}",
+          "http://g/", 12,
+          "{\"s\":\"system_url\",\"system_url\":\"http://g/12\",\"e\":false}",
+          "a value spelled like the name is not a member" },
+        { "{ \"x\" : 1 ,\n \"admin_base_url\" : \"u\" \n}", "http://g/", 1,
+          "{ \"x\" : 1  \n}", "cut with the comma before it, spaces kept" },
+        { "{\"system_url\":\"a\\\"b\",\"z\":true}", NULL, 1,
+          "{\"z\":true}", "escaped value cut" },
+        { "{\"system\\u005furl\":\"http://w:1\",\"c\":1}", NULL, 1,
+          "{\"c\":1}", "a name spelled with escapes is cut" },
+        { "{\"c\":1,\"admin\\u005Fbase_url\":\"http://w:2\"}", "http://g/", 1,
+          "{\"c\":1}", "admin_base_url spelled with escapes is cut" },
+        { "{\"admi\\n_base_url\":1,\"system_urL\":2}", "http://g/", 1,
+          "{\"admi\\n_base_url\":1,\"system_urL\":2}",
+          "other names stay" },
+        { NULL, NULL, 0, NULL, NULL }
+    };
+
+    for (c = cases; c->elt; c++) {
+        len = sprintf(doc, "{\"workers\":[%s]}", c->elt);
+
+        scan.workers = w;
+        scan.nalloc = 4;
+
+        if (ngx_http_dynamo_rl_scan_discovery((u_char *) doc, len, &scan)
+            != NGX_OK || scan.nworkers != 1)
+        {
+            ok(0, c->name);
+            continue;
+        }
+
+        url.data = (u_char *) c->url;
+        url.len = c->url ? strlen(c->url) : 0;
+
+        end = ngx_http_dynamo_rl_admin_rewrite((u_char *) out, &w[0],
+                                               c->url ? &url : NULL, c->id);
+
+        if ((size_t) (end - (u_char *) out)
+            > strlen(c->elt)
+              + (c->url ? NGX_HTTP_DYNAMO_RL_REWRITE_ROOM(url.len) : 0))
+        {
+            ok(0, c->name);
+            continue;
+        }
+
+        *end = '\0';
+
+        if (strcmp(out, c->expect) != 0) {
+            printf("# got    %s\n# expect %s\n", out, c->expect);
+        }
+
+        ok(strcmp(out, c->expect) == 0, c->name);
+    }
+}
+
+
+static void
+test_admin_url(void)
+{
+    ngx_uint_t  i;
+
+    static struct {
+        const char  *url;
+        ngx_int_t    rc;
+    } urls[] = {
+        { "https://gw:9090/v1/rl/workers/", NGX_OK },
+        { "HTTP://gw/", NGX_OK },
+        { "http://[::1]:9090/a/", NGX_OK },
+        { "http://", NGX_DECLINED },
+        { "http:///x/", NGX_DECLINED },
+        { "ftp://gw/", NGX_DECLINED },
+        { "gw:9090/v1/", NGX_DECLINED },
+        { "http://gw/v1?x=", NGX_DECLINED },
+        { "http://gw/v1#", NGX_DECLINED },
+        { "http://gw/v 1/", NGX_DECLINED },
+        { "http://gw/\"/", NGX_DECLINED },
+        { "http://gw/\\/", NGX_DECLINED },
+        { "http://gw/\x7f/", NGX_DECLINED },
+        { "http://gw/\xc3\xa9/", NGX_DECLINED },
+        { "", NGX_DECLINED },
+        { NULL, 0 }
+    };
+
+    for (i = 0; urls[i].url; i++) {
+        ok(ngx_http_dynamo_rl_admin_url_valid((u_char *) urls[i].url,
+                                              strlen(urls[i].url))
+           == urls[i].rc, urls[i].url);
+    }
+}
+
+
+/*
  * the id table under load: ids that share their low or high 32 bits, a
  * run of neighbours, duplicates; every id found with all its copies,
  * nothing else found
@@ -480,6 +627,8 @@ main(void)
     test_workers();
     test_scan();
     test_table();
+    test_rewrite();
+    test_admin_url();
 
     return done_testing();
 }

@@ -90,7 +90,9 @@ package Test::DynamoRL::Fixture;
 #                                 args go to dynamo_rl_discovery
 #         %%RL_CONTROL_PLANES args%%  %%RL_DISCOVERY_PLANE%% and
 #                                 %%RL_ADMIN_PLANE args%%: the planes of
-#                                 a trusted server
+#                                 a trusted server, the discovery plane
+#                                 on the admin plane's source (args go
+#                                 to its dynamo_rl_discovery too)
 #         %%RL_ADMIN_LOCATION fetch args%%  only the location
 #                                 /v1/rl/workers/ of the admin plane,
 #                                 refreshed from the internal location
@@ -498,8 +500,15 @@ my %CONF;
 	},
 
 	RL_CONTROL_PLANES => sub {
-		return $CONF{RL_DISCOVERY_PLANE}->() . ' '
-			. $CONF{RL_ADMIN_PLANE}->(@_);
+		my (@args) = @_;
+
+		# both planes on one source: the discovery plane stores into
+		# the snapshot the admin plane reads
+
+		return 'location = /v1/rl/workers { dynamo_rl_plane discovery;'
+			. " dynamo_rl_discovery /_rl_discovery @args;"
+			. ' proxy_pass http://rl_listener; } '
+			. $CONF{RL_ADMIN_PLANE}->(@args);
 	},
 
 	RL_ADMIN_LOCATION => sub {

@@ -1,0 +1,437 @@
+#!/usr/bin/perl
+
+# (C) ngx_dynamo_rl_module developers
+
+# Tests for discovery sources (issue 26): each dynamo_rl_discovery source
+# keeps its own snapshot, so admin locations with different sources never
+# overwrite each other (a worker listed only in the file is reachable
+# through the file's location, and a listener's worker is never forwarded
+# through it, nor the file's through the listener's); a fixed worker set
+# served from a file by an internal location (alias), with SGLang-shaped
+# workers of the fake and their Dynamo route spellings: a valid file, the
+# namespace scope, a file replaced while running (picked up after valid=),
+# removed, truncated, not JSON, the wrong protocol_version, duplicate
+# instance ids, each refusing with one log line that names the file; and
+# nginx -t sizing the zone for every source.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use Cwd ();
+use JSON::PP;
+
+use lib 't/lib';
+use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ doc err_since rl_test worker /;
+
+###############################################################################
+
+my $t = rl_test(Test::DynamoRL::scale(180), 47, <<'EOF');
+
+%%RL_MAIN workers=1%%
+
+http {
+    %%RL_HTTP 8m%%
+
+    %%RL_LISTENER%%
+
+    server {
+        %%RL_LISTEN 8080%%
+
+        location = /v1/rl/workers {
+            dynamo_rl_plane      discovery;
+            dynamo_rl_discovery  /_rl_discovery max_size=1m;
+            proxy_pass           http://rl_listener;
+        }
+
+        # the listener's workers
+
+        location /v1/rl/workers/ {
+            dynamo_rl_plane      admin;
+            dynamo_rl_discovery  /_rl_discovery valid=0 max_size=1m;
+            proxy_pass           $dynamo_rl_system_url$dynamo_rl_engine_path;
+            proxy_next_upstream  off;
+        }
+
+        # SGLang workers, from a file the operator writes
+
+        location /v1/rl/sglang/ {
+            dynamo_rl_plane      admin;
+            dynamo_rl_discovery  /_rl_sglang valid=0 max_size=1m;
+            dynamo_rl_namespace  exact=slime;
+            proxy_pass           $dynamo_rl_system_url$dynamo_rl_engine_path;
+            proxy_next_upstream  off;
+        }
+
+        # another file, kept for a while
+
+        location /v1/rl/fixed/ {
+            dynamo_rl_plane      admin;
+            dynamo_rl_discovery  /_rl_fixed valid=1s max_size=1m;
+            proxy_pass           $dynamo_rl_system_url$dynamo_rl_engine_path;
+            proxy_next_upstream  off;
+        }
+
+        %%RL_DISCOVERY_FETCH rl_listener%%
+
+        location = /_rl_sglang {
+            internal;
+            alias          %%TESTDIR%%/sglang.json;
+            default_type   application/json;
+            log_not_found  off;
+        }
+
+        location = /_rl_fixed {
+            internal;
+            alias          %%TESTDIR%%/fixed.json;
+            default_type   application/json;
+            log_not_found  off;
+        }
+    }
+}
+
+EOF
+
+$t->run_fake_dynamo()->run();
+
+###############################################################################
+
+my $JS = JSON::PP->new->canonical->allow_bignum;
+
+my @SGLANG = qw! control/update_weights_from_disk control/update_weight_version
+	pause_generation continue_generation flush_cache !;
+
+my $SGLANG_FILE = $t->testdir() . '/sglang.json';
+my $FIXED_FILE = $t->testdir() . '/fixed.json';
+
+# the listener: worker 101 on fake worker 0; the file: SGLang worker 201 on
+# fake worker 1, and 202 out of the location's scope
+
+$t->fake_set('discovery.json', doc(worker(id => '101', w => 0)));
+$t->fake_set('worker-1.flavor', "sglang\n");
+
+my $FILE = doc(
+	worker(id => '201', w => 1, namespace => 'slime', component => 'sglang',
+		endpoint => 'engine', model => undef, routes => [ @SGLANG ]),
+	worker(id => '202', w => 1, namespace => 'other', component => 'sglang',
+		endpoint => 'engine', model => undef, routes => [ @SGLANG ]),
+);
+
+$t->write_file('sglang.json', $FILE);
+$t->write_file('fixed.json', doc(worker(id => '301', w => 2)));
+
+###############################################################################
+
+# each location its own source
+
+my $r = call('POST', '/v1/rl/sglang/201/engine/control/update_weights_from_disk',
+	'{"model_path":"/models/policy-2","weight_version":"2"}');
+is($r->{status} . ' ' . fwd($r), '200 1 /engine/control/update_weights_from_disk',
+	'file: its worker, reached');
+is(json($r)->{success}, JSON::PP::true(), 'file: SGLang\'s answer passed on');
+
+$r = call('POST', '/v1/rl/workers/101/engine/pause_generation', '{}');
+is($r->{status} . ' ' . fwd($r), '200 0 /engine/pause_generation',
+	'listener: its worker, reached');
+
+$r = call('POST', '/v1/rl/sglang/101/engine/pause_generation', '{}');
+is(join(' ', $r->{status}, error($r), fwd($r)), '404 unknown_worker ',
+	'file\'s location: the listener\'s worker is not forwarded');
+
+$r = call('POST', '/v1/rl/workers/201/engine/pause_generation', '{}');
+is(join(' ', $r->{status}, error($r), fwd($r)), '404 unknown_worker ',
+	'listener\'s location: the file\'s worker is not forwarded');
+
+$r = call('POST', '/v1/rl/sglang/201/engine/continue_generation', '{}');
+is($r->{status} . ' ' . fwd($r), '200 1 /engine/continue_generation',
+	'file: still its own after the listener\'s refresh');
+
+$r = call('GET', '/v1/rl/sglang/201/health');
+is($r->{status} . ' ' . fwd($r), '200 1 /health', 'file: health');
+
+# the SGLang spellings only: a vLLM route is not advertised
+
+$r = call('POST', '/v1/rl/sglang/201/engine/resume_generation', '{}');
+is(join(' ', $r->{status}, error($r), fwd($r)),
+	'403 route_not_advertised ', 'file: an unadvertised route');
+
+# the scope of the file's location
+
+$r = call('POST', '/v1/rl/sglang/202/engine/flush_cache', '{}');
+is(join(' ', $r->{status}, error($r), fwd($r)), '404 unknown_worker ',
+	'file: a worker out of scope');
+
+# a snapshot kept for its valid= is not replaced by another source's
+
+$r = call('GET', '/v1/rl/fixed/301/health');
+is($r->{status} . ' ' . fwd($r), '200 2 /health', 'fixed: its worker');
+
+$r = call('POST', '/v1/rl/workers/101/engine/flush_cache', '{}');
+is($r->{status}, 200, 'listener: refreshed meanwhile');
+
+$r = call('GET', '/v1/rl/workers', undef);
+is($r->{status}, 200, 'discovery plane: stored meanwhile');
+
+$r = call('GET', '/v1/rl/fixed/301/health');
+is($r->{status} . ' ' . fwd($r), '200 2 /health',
+	'fixed: still its own snapshot');
+
+$r = call('GET', '/v1/rl/fixed/101/health');
+is(join(' ', $r->{status}, error($r)), '404 unknown_worker',
+	'fixed: not the listener\'s workers');
+
+# the file replaced while running: picked up once valid= (1s) has passed
+
+$t->write_file('fixed.json', doc(worker(id => '302', w => 2)));
+
+my $seen = Test::DynamoRL::wait_for(sub {
+	call('GET', '/v1/rl/fixed/302/health')->{status} == 200;
+}, 10);
+
+ok($seen, 'fixed: the new file is picked up');
+
+$r = call('GET', '/v1/rl/fixed/301/health');
+is(join(' ', $r->{status}, error($r)), '404 unknown_worker',
+	'fixed: the old worker is gone');
+
+###############################################################################
+
+# a bad file fails closed: 503, nothing forwarded, one line naming the file
+
+sub bad_file {
+	my ($name, $content, $log) = @_;
+
+	my $off = -s $t->testdir() . '/error.log';
+
+	if (defined $content) {
+		$t->write_file('sglang.json', $content);
+
+	} else {
+		unlink $SGLANG_FILE;
+	}
+
+	my $r = call('POST', '/v1/rl/sglang/201/engine/flush_cache', '{}');
+	is(join(' ', $r->{status}, error($r), fwd($r)),
+		'503 discovery_unavailable ', "$name: refused");
+
+	my @lines = grep { /discovery/ && !/\[debug\]/ } err_since($t, $off);
+	my @named = grep { /\Q$SGLANG_FILE\E/ } @lines;
+
+	is(scalar @named, 1, "$name: one line names the file")
+		or diag(@lines);
+	like($named[0] // '', $log, "$name: why");
+	# nginx's context of the line (", client: ..., subrequest: ...") aside
+
+	is(scalar(grep { s/, client: .*//sr =~ m!"/_rl_sglang"! } @lines), 0,
+		"$name: not the internal location") or diag(@lines);
+}
+
+bad_file('removed', undef, qr/refresh from file "\Q$SGLANG_FILE\E" failed: status 404/);
+
+bad_file('truncated', substr($FILE, 0, length($FILE) / 2),
+	qr/document from file "\Q$SGLANG_FILE\E" is invalid: document is not valid JSON/);
+
+bad_file('not JSON', "workers: 201\n",
+	qr/document from file "\Q$SGLANG_FILE\E" is invalid: document is not valid JSON/);
+
+(my $v2 = $FILE) =~ s/"protocol_version":1/"protocol_version":2/;
+bad_file('protocol_version 2', $v2,
+	qr/is invalid: "protocol_version" is not the integer 1/);
+
+# duplicate instance ids: the snapshot is valid, the id ambiguous
+
+(my $dup = $FILE) =~ s/"instance_id":202/"instance_id":201/;
+$dup =~ s/"namespace":"other"/"namespace":"slime"/;
+$t->write_file('sglang.json', $dup);
+
+$r = call('POST', '/v1/rl/sglang/201/engine/flush_cache', '{}');
+is(join(' ', $r->{status}, error($r), fwd($r)), '409 ambiguous_worker ',
+	'duplicate ids: ambiguous');
+
+# the file back: the worker again
+
+$t->write_file('sglang.json', $FILE);
+
+$r = call('POST', '/v1/rl/sglang/201/engine/flush_cache', '{}');
+is($r->{status} . ' ' . fwd($r), '200 1 /engine/flush_cache',
+	'file back: reached');
+
+###############################################################################
+
+# a reload that adds a source: room of its own from the zone, and every
+# other source keeps its snapshot (found by its URI, not its position)
+
+my $conf = $t->read_file('nginx.conf');
+(my $more = $conf) =~ s!(        # SGLang workers, from a file)!        location /v1/rl/extra/ { dynamo_rl_plane admin; dynamo_rl_discovery /_rl_extra valid=0 max_size=1m; proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path; } location = /_rl_extra { internal; alias ${\$t->testdir()}/fixed.json; log_not_found off; }\n$1!
+	or die "no anchor\n";
+
+$t->write_file('nginx.conf', $more);
+$t->reload();
+ok(!$t->reload_failed(), 'reload with a new source: accepted');
+
+$r = call('GET', '/v1/rl/extra/302/health');
+is($r->{status} . ' ' . fwd($r), '200 2 /health', 'reload: the new source');
+
+$r = call('GET', '/v1/rl/extra/101/health');
+is(join(' ', $r->{status}, error($r)), '404 unknown_worker',
+	'reload: the new source has its own snapshot');
+
+$r = call('POST', '/v1/rl/sglang/201/engine/flush_cache', '{}');
+is($r->{status} . ' ' . fwd($r), '200 1 /engine/flush_cache',
+	'reload: the file\'s source still its own');
+
+###############################################################################
+
+# nginx -t sizes the zone for every source
+
+my ($rc, $out) = $t->nginx_t(<<'EOF');
+%%TEST_GLOBALS%%
+events { }
+http {
+    %%TEST_GLOBALS_HTTP%%
+    dynamo_rl_zone zone=rl:6m;
+    server {
+        listen 127.0.0.1:8080;
+        location /a/ {
+            dynamo_rl_plane admin;
+            dynamo_rl_discovery /_a;
+            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
+        }
+        location /b/ {
+            dynamo_rl_plane admin;
+            dynamo_rl_discovery /_b;
+            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
+        }
+    }
+}
+EOF
+
+isnt($rc, 0, 'nginx -t: two 4m sources in 6m refused');
+like($out, qr/too small for the snapshots of 2 discovery sources, max_size=8388608 in all: it needs at least each max_size \+ max_size\/64, and 64k, = 8585216 bytes/,
+	'nginx -t: the room of both');
+
+($rc, $out) = $t->nginx_t(<<'EOF');
+%%TEST_GLOBALS%%
+events { }
+http {
+    %%TEST_GLOBALS_HTTP%%
+    dynamo_rl_zone zone=rl:10m;
+    server {
+        listen 127.0.0.1:8080;
+        location /a/ {
+            dynamo_rl_plane admin;
+            dynamo_rl_discovery /_a;
+            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
+        }
+        location /b/ {
+            dynamo_rl_plane admin;
+            dynamo_rl_discovery /_b;
+            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
+        }
+    }
+}
+EOF
+
+is($rc, 0, 'nginx -t: two 4m sources in 10m accepted') or diag($out);
+unlike($out, qr/\[warn\].*stores no snapshot/,
+	'nginx -t: no orphan discovery location, no warning');
+
+# a discovery-plane location that names no source among several
+
+($rc, $out) = $t->nginx_t(<<'EOF');
+%%TEST_GLOBALS%%
+events { }
+http {
+    %%TEST_GLOBALS_HTTP%%
+    dynamo_rl_zone zone=rl:10m;
+    server {
+        listen 127.0.0.1:8080;
+        location = /v1/rl/workers {
+            dynamo_rl_plane discovery;
+            proxy_pass http://127.0.0.1:8082;
+        }
+        location /a/ {
+            dynamo_rl_plane admin;
+            dynamo_rl_discovery /_a;
+            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
+        }
+        location /b/ {
+            dynamo_rl_plane admin;
+            dynamo_rl_discovery /_b;
+            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
+        }
+    }
+}
+EOF
+
+is($rc, 0, 'nginx -t: an orphan discovery location is accepted');
+like($out, qr/\[warn\] a discovery-plane location without "dynamo_rl_discovery" stores no snapshot when the configuration has 2 discovery sources/,
+	'nginx -t: with a warning');
+
+# the example of a mixed fleet, and its fixed worker set
+
+my $top = Cwd::abs_path('.');
+my $mixed = Test::DynamoRL::Fixture::example_conf($t, 'dynamo-rl-mixed.conf');
+$mixed =~ s!\@SGLANG_WORKERS\@!$top/examples/sglang-workers.json!g;
+
+($rc, $out) = $t->nginx_t($mixed);
+is($rc, 0, 'examples/dynamo-rl-mixed.conf: nginx -t') or diag($out);
+
+my $set = eval { $JS->decode(Test::DynamoRL::Fixture::slurp(
+	"$top/examples/sglang-workers.json")) } // {};
+is($set->{protocol_version}, 1, 'examples/sglang-workers.json: version 1');
+is(scalar(grep { grep { m!^control/update_weights_from_disk$! }
+	@{$_->{routes}} } @{$set->{workers} // []}), 2,
+	'examples/sglang-workers.json: SGLang\'s spellings');
+
+###############################################################################
+
+my %BEFORE;
+
+sub call {
+	my ($method, $uri, $body) = @_;
+
+	%BEFORE = map { $_ => scalar @{$t->fake_records("worker-$_")} } 0 .. 2;
+
+	my $raw = Test::DynamoRL::http(Test::DynamoRL::Fixture::raw($method,
+		$uri, defined $body ? (body => $body) : ()));
+
+	my $r = parse_response($raw) // { status => 0, body => '',
+		headers => {} };
+	$r->{fwd} = [ since() ];
+
+	return $r;
+}
+
+sub since {
+	my @f;
+
+	for my $w (0 .. 2) {
+		my $recs = $t->fake_records("worker-$w");
+		push @f, map { "$w $_->{uri}" } @$recs[$BEFORE{$w} .. $#$recs];
+	}
+
+	return @f;
+}
+
+sub fwd {
+	my ($r) = @_;
+	return join(', ', @{$r->{fwd}});
+}
+
+sub json {
+	my ($r) = @_;
+	my $j = eval { $JS->decode($r->{body}) };
+	return ref $j eq 'HASH' ? $j : {};
+}
+
+sub error {
+	my ($r) = @_;
+	return json($r)->{error} // '';
+}
+
+###############################################################################
