@@ -40,7 +40,7 @@ time_limit(120);
 
 my $REPO = abs_path(dirname(__FILE__) . '/..');
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(76);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(80);
 
 $t->write_file('nginx.conf', example());
 $t->run_fake_dynamo()->run();
@@ -72,6 +72,20 @@ is($r->{status}, 409, 'again: 409');
 is($r->{headers}{'x-dynamo-rl-reason'}, 'duplicate_attempt',
 	'again: duplicate_attempt');
 is($r->{headers}{'x-should-retry'}, 'false', 'again: not to retry');
+
+# SGLang's /generate: its rid is the attempt id, used once
+
+$r = post($ROLLOUT, '/generate', '{"text":"Hi","rid":"example-gen-1"}');
+
+is($r->{status}, 200, 'generate: 200');
+is($r->{headers}{'x-dynamo-attempt-id'}, 'example-gen-1',
+	'generate: the rid is the attempt id');
+
+$r = post($ROLLOUT, '/generate', '{"text":"Hi","rid":"example-gen-1"}');
+
+is($r->{status}, 409, 'generate again: 409');
+is(ref json($r)->{error} eq 'HASH' && json($r)->{error}{code}, 409,
+	'generate again: nested as SGLang nests its errors');
 
 # nginx's own errors before a location is chosen: flat JSON
 

@@ -51,7 +51,7 @@ if ($yaml_error) {
 
 my $t = Test::DynamoRL->new();
 
-plan(tests => 131);
+plan(tests => 134);
 
 ###############################################################################
 
@@ -385,6 +385,13 @@ like($servers{8080} // '', qr/dynamo_rl_plane\s+request;/,
 	'nginx.conf: 8080 has the request plane');
 like($servers{8080} // '', qr/proxy_buffering\s+off;/,
 	'nginx.conf: 8080 does not buffer SSE');
+like($servers{8080} // '', qr{location\s+=\s+/generate\s*\{\s*dynamo_rl_plane\s+request;},
+	'nginx.conf: 8080 routes SGLang\'s /generate on the request plane');
+like($servers{9090} // '', qr{location\s+=\s+/verify/v1/completions\s*\{\s*dynamo_rl_plane\s+request;\s*dynamo_rl_gate\s+off;},
+	'nginx.conf: 9090 has rl-refresh\'s default generation check, gate off');
+like(slurp("$REPO/examples/rl-refresh"),
+	qr{^VERIFY_PATH = '/verify/v1/completions'$}m,
+	'rl-refresh: its default generation check is that location');
 unlike($bare, qr/proxy_ignore_client_abort\s+on/,
 	'nginx.conf: client aborts reach Dynamo');
 
