@@ -621,7 +621,7 @@ ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
 
     ngx_http_dynamo_rl_status_type(r->headers_out.status, &type);
 
-    len = sizeof("{\"error\":{\"message\":\"\",\"type\":\"\",\"code\":}}")
+    len = sizeof("{\"error\":{\"message\":\"\",\"type\":\"\",\"code\":}}\n")
           - 1 + 2 * type.len + NGX_INT_T_LEN;
 
     p = ngx_pnalloc(r->pool, len);
@@ -643,6 +643,8 @@ ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
     if (ngx_http_dynamo_rl_route_generate(r) == NGX_OK) {
         *p++ = '}';
     }
+
+    *p++ = LF;
 
     ctx->error.len = p - ctx->error.data;
 

@@ -786,14 +786,14 @@ ngx_http_dynamo_rl_status_handler(ngx_http_request_t *r)
              * NGX_HTTP_DYNAMO_RL_HIST_JSON
            + ngx_http_dynamo_rl_gate_json_len(&rp.gate)
            + ngx_http_dynamo_rl_fleet_len(index)
-           + ngx_http_dynamo_rl_store_json_len(&rp);
+           + ngx_http_dynamo_rl_store_json_len(&rp) + 1;
 
     p = ngx_pnalloc(r->pool, size);
     if (p == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    last = ngx_http_dynamo_rl_status_json(r, &rp, index, p, p + size);
+    last = ngx_http_dynamo_rl_status_json(r, &rp, index, p, p + size - 1);
 
     if (last == NULL) {
         ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
@@ -809,6 +809,11 @@ ngx_http_dynamo_rl_status_handler(ngx_http_request_t *r)
     if (html) {
         return ngx_http_dynamo_rl_status_html(r, &json);
     }
+
+    /* a JSON answer ends with a newline, as a text file does */
+
+    *last++ = LF;
+    json.len++;
 
     ngx_str_set(&type, "application/json");
 
