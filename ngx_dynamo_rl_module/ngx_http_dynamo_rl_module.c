@@ -973,7 +973,7 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     ngx_conf_merge_ptr_value(conf->admin_routes, prev->admin_routes, NULL);
-    ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
+    ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_WARN);
     ngx_conf_merge_value(conf->ledger, prev->ledger, 1);
     ngx_conf_merge_msec_value(conf->attempt_ttl, prev->attempt_ttl, 600000);
     ngx_conf_merge_value(conf->gate, prev->gate, 1);
