@@ -2,7 +2,8 @@
 #
 #   make            build build/ngx_http_dynamo_rl_module.so
 #   make run        the gateway in front of the bundled fake Dynamo;
-#                   REPLICAS=2: two gateways sharing a local redis-server
+#                   REPLICAS=2: two gateways sharing a local redis-server;
+#                   RUN_PORTS="8080:9090 8081:9091": rollout:trusted ports
 #   make test       unit tests, fuzz smoke, the example alerting rules,
 #                   the whole prove suite and test-filters
 #   make test-filters  the request plane's tests against build/nofast,
@@ -195,8 +196,16 @@ cppcheck: $(NGX_BUILD)/objs/Makefile
 
 check: lint cppcheck test
 
-run: run-deps build
-	REPLICAS='$(REPLICAS)' util/run-gateway
+# the build's output goes to build/run-build.log, shown only when it
+# fails; Ctrl-C (130) is how make run ends, not an error of make's
+run: run-deps
+	@mkdir -p $(BUILD)
+	@$(MAKE) --no-print-directory build > $(BUILD)/run-build.log 2>&1 \
+	    || { tail -40 $(BUILD)/run-build.log; \
+	         echo "make run: the build failed, $(BUILD)/run-build.log" >&2; \
+	         exit 1; }
+	@REPLICAS='$(REPLICAS)' RUN_PORTS='$(RUN_PORTS)' util/run-gateway \
+	    || [ $$? -eq 130 ]
 
 deb:
 	util/build-deb
