@@ -188,6 +188,7 @@ valgrind: test-deps build
 lint:
 	util/check-style
 	util/check-layers
+	util/check-directives
 
 cppcheck: $(NGX_BUILD)/objs/Makefile
 	cppcheck -q --enable=warning,portability,performance \
