@@ -10,6 +10,7 @@
 #                   the module without its fast filter pair
 #   make check      lint, cppcheck and test
 #   make deb        build/libnginx-mod-http-dynamo-rl_<version>_<arch>.deb
+#   make image      the gateway's image of the Containerfile (buildah)
 #
 # Never export CFLAGS: nginx's own -Werror comes from its configure.
 
@@ -42,7 +43,8 @@ FUZZ_SMOKE_TIME ?= 30
 .PHONY: all build deps run-deps unit-tests valgrind deb bench nginx-tests soak \
         bench-deps bench-request bench-store \
         bench-snapshot bench-body bench-body-e2e bench-admin test-deps run test unit fuzz fuzz-smoke lint \
-        cppcheck check asan clean rules build-nofast test-filters
+        cppcheck check asan clean rules build-nofast test-filters image \
+        image-name
 
 all: build
 
@@ -210,6 +212,23 @@ run: run-deps
 
 deb:
 	util/build-deb
+
+# the gateway's image (Containerfile): Debian 12, Debian's nginx and this
+# module's package; examples/k8s/deployment.yaml names it.  IMAGE_OPTS
+# for buildah bud, e.g. "--isolation chroot --pull=never" where no OCI
+# runtime can start containers (util/image-smoke builds and runs it so)
+
+VERSION    = $(shell sed -n 's/^\#define NGX_HTTP_DYNAMO_RL_VERSION  *"\(.*\)"$$/\1/p' \
+             $(SRCDIR)/ngx_http_dynamo_rl_common.h)
+IMAGE      ?= registry.example.com/dynamo-rl-gateway:$(VERSION)-debian12
+IMAGE_OPTS ?=
+
+image:
+	@util/apt-ensure buildah
+	buildah bud --layers $(IMAGE_OPTS) -t $(IMAGE) -f Containerfile .
+
+image-name:
+	@echo $(IMAGE)
 
 # benchmarks: see bench/README.md; make test runs only their smoke
 # (t/dynamo_rl_bench.t), never a measured series

@@ -51,7 +51,7 @@ if ($yaml_error) {
 
 my $t = Test::DynamoRL->new();
 
-plan(tests => 134);
+plan(tests => 138);
 
 ###############################################################################
 
@@ -137,6 +137,25 @@ ok(subset($dep->{spec}{selector}{matchLabels}, \%labels),
 	'deployment: selector matches the pod labels');
 is(scalar @{$spec->{containers} // []}, 1, 'deployment: one container');
 like($c->{image} // '', qr/debian/i, 'deployment: a Debian-based image');
+
+# the image of "make image" (the Containerfile): its name, its user, the
+# state directory it makes, and the command that the deployment repeats
+
+my $image = `make -s --no-print-directory -C '$REPO' image-name 2>&1`;
+chomp $image;
+
+is($c->{image}, $image, 'deployment: the image "make image" builds');
+
+my $cf = slurp("$REPO/Containerfile");
+my ($cf_user) = $cf =~ /^USER\s+(\S+)\s*$/m;
+my ($cf_state) = $cf =~ /install -d -o www-data -g www-data -m 0750 (\S+)/;
+
+is(join(' ', $cf_user // '-', (getpwnam($cf_user // 'www-data'))[2] // '-'),
+	'www-data ' . ($spec->{securityContext}{runAsUser} // '-'),
+	'Containerfile: the image\'s user is the deployment\'s uid');
+is(join(' ', map { $_->{mountPath} } grep { $_->{name} eq 'state' }
+	@{$c->{volumeMounts} // []}), $cf_state // '-',
+	'deployment: the state volume on the image\'s state directory');
 
 my %cport = map { ($_->{name} // '') => $_->{containerPort} }
 	@{$c->{ports} // []};
@@ -371,6 +390,9 @@ is_deeply($rnp->{spec}{egress}, [], 'store networkpolicy: no egress');
 
 my $conf = $cm->{data}{'nginx.conf'} // '';
 (my $bare = $conf) =~ s/#.*//g;
+
+like($bare, qr{\bstate=\Q${\($cf_state // '-')}\E/[\w.]+;},
+	'nginx.conf: the state file in the image\'s state directory');
 
 like($bare, qr{^load_module\s+/usr/lib/nginx/modules/
 	ngx_http_dynamo_rl_module\.so;}mx, 'nginx.conf: the module is loaded');
