@@ -2,13 +2,15 @@
 #
 #   make            build build/ngx_http_dynamo_rl_module.so
 #   make run        the gateway in front of the bundled fake Dynamo;
-#                   REPLICAS=2: two gateways sharing a local redis-server
+#                   REPLICAS=2: two gateways sharing a local redis-server;
+#                   RUN_PORTS="8080:9090 8081:9091": rollout:trusted ports
 #   make test       unit tests, fuzz smoke, the example alerting rules,
 #                   the whole prove suite and test-filters
 #   make test-filters  the request plane's tests against build/nofast,
 #                   the module without its fast filter pair
 #   make check      lint, cppcheck and test
 #   make deb        build/libnginx-mod-http-dynamo-rl_<version>_<arch>.deb
+#   make image      the gateway's image of the Containerfile (buildah)
 #
 # Never export CFLAGS: nginx's own -Werror comes from its configure.
 
@@ -41,7 +43,8 @@ FUZZ_SMOKE_TIME ?= 30
 .PHONY: all build deps run-deps unit-tests valgrind deb bench nginx-tests soak \
         bench-deps bench-request bench-store \
         bench-snapshot bench-body bench-body-e2e bench-admin test-deps run test unit fuzz fuzz-smoke lint \
-        cppcheck check asan clean rules build-nofast test-filters
+        cppcheck check asan clean rules build-nofast test-filters image \
+        image-name
 
 all: build
 
@@ -187,6 +190,7 @@ valgrind: test-deps build
 lint:
 	util/check-style
 	util/check-layers
+	util/check-directives
 
 cppcheck: $(NGX_BUILD)/objs/Makefile
 	cppcheck -q --enable=warning,portability,performance \
@@ -195,11 +199,36 @@ cppcheck: $(NGX_BUILD)/objs/Makefile
 
 check: lint cppcheck test
 
-run: run-deps build
-	REPLICAS='$(REPLICAS)' util/run-gateway
+# the build's output goes to build/run-build.log, shown only when it
+# fails; Ctrl-C (130) is how make run ends, not an error of make's
+run: run-deps
+	@mkdir -p $(BUILD)
+	@$(MAKE) --no-print-directory build > $(BUILD)/run-build.log 2>&1 \
+	    || { tail -40 $(BUILD)/run-build.log; \
+	         echo "make run: the build failed, $(BUILD)/run-build.log" >&2; \
+	         exit 1; }
+	@REPLICAS='$(REPLICAS)' RUN_PORTS='$(RUN_PORTS)' util/run-gateway \
+	    || [ $$? -eq 130 ]
 
 deb:
 	util/build-deb
+
+# the gateway's image (Containerfile): Debian 12, Debian's nginx and this
+# module's package; examples/k8s/deployment.yaml names it.  IMAGE_OPTS
+# for buildah bud, e.g. "--isolation chroot --pull=never" where no OCI
+# runtime can start containers (util/image-smoke builds and runs it so)
+
+VERSION    = $(shell sed -n 's/^\#define NGX_HTTP_DYNAMO_RL_VERSION  *"\(.*\)"$$/\1/p' \
+             $(SRCDIR)/ngx_http_dynamo_rl_common.h)
+IMAGE      ?= registry.example.com/dynamo-rl-gateway:$(VERSION)-debian12
+IMAGE_OPTS ?=
+
+image:
+	@util/apt-ensure buildah
+	buildah bud --layers $(IMAGE_OPTS) -t $(IMAGE) -f Containerfile .
+
+image-name:
+	@echo $(IMAGE)
 
 # benchmarks: see bench/README.md; make test runs only their smoke
 # (t/dynamo_rl_bench.t), never a measured series

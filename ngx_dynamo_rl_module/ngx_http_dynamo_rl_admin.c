@@ -363,7 +363,7 @@ ngx_http_dynamo_rl_admin_header_filter(ngx_http_request_t *r)
 
     static u_char  body[] = "{\"error\":\"upgrade_refused\",\"message\":"
                             "\"the worker answered 101 Switching Protocols; "
-                            "the admin plane never upgrades\"}";
+                            "the admin plane never upgrades\"}\n";
 
     if (r != r->main) {
         return ngx_http_next_header_filter(r);

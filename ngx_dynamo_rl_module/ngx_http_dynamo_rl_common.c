@@ -210,15 +210,28 @@ ngx_http_dynamo_rl_iso_time(u_char *p, uint64_t ms)
 }
 
 
+/* a JSON answer of the module's own, ended with a newline as text is */
+
 ngx_int_t
 ngx_http_dynamo_rl_send_json(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *body)
 {
-    ngx_str_t  type;
+    u_char     *p;
+    ngx_str_t   type, json;
+
+    p = ngx_pnalloc(r->pool, body->len + 1);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    json.data = p;
+    p = ngx_cpymem(p, body->data, body->len);
+    *p++ = LF;
+    json.len = p - json.data;
 
     ngx_str_set(&type, "application/json");
 
-    return ngx_http_dynamo_rl_send(r, status, &type, body);
+    return ngx_http_dynamo_rl_send(r, status, &type, &json);
 }
 
 

@@ -2005,7 +2005,7 @@ ngx_http_dynamo_rl_discovery_invalid(ngx_http_request_t *r,
         ngx_str_set(&ctx->deny_reason, "discovery_invalid");
     }
 
-    len = sizeof("{\"error\":\"discovery_invalid\",\"message\":\"\"}") - 1
+    len = sizeof("{\"error\":\"discovery_invalid\",\"message\":\"\"}\n") - 1
           + reason->len + ngx_escape_json(NULL, reason->data, reason->len);
 
     body = ngx_pnalloc(r->pool, len);
@@ -2019,6 +2019,7 @@ ngx_http_dynamo_rl_discovery_invalid(ngx_http_request_t *r,
     p = (u_char *) ngx_escape_json(p, reason->data, reason->len);
     *p++ = '"';
     *p++ = '}';
+    *p++ = LF;
 
     ngx_str_set(&r->headers_out.content_type, "application/json");
     r->headers_out.content_type_len = r->headers_out.content_type.len;

@@ -656,7 +656,7 @@ ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
 
     ngx_http_dynamo_rl_status_type(r->headers_out.status, &type);
 
-    len = sizeof("{\"error\":{\"message\":\"\",\"type\":\"\",\"code\":}}")
+    len = sizeof("{\"error\":{\"message\":\"\",\"type\":\"\",\"code\":}}\n")
           - 1 + 2 * type.len + NGX_INT_T_LEN;
 
     p = ngx_pnalloc(r->pool, len);
@@ -678,6 +678,8 @@ ngx_http_dynamo_rl_flat_error(ngx_http_request_t *r,
     if (ngx_http_dynamo_rl_route_generate(r) == NGX_OK) {
         *p++ = '}';
     }
+
+    *p++ = LF;
 
     ctx->error.len = p - ctx->error.data;
 
@@ -1021,7 +1023,7 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     ngx_conf_merge_ptr_value(conf->admin_routes, prev->admin_routes, NULL);
-    ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
+    ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_WARN);
     ngx_conf_merge_value(conf->ledger, prev->ledger, 1);
     ngx_conf_merge_msec_value(conf->attempt_ttl, prev->attempt_ttl, 600000);
     ngx_conf_merge_value(conf->gate, prev->gate, 1);

@@ -270,16 +270,21 @@ static char  ngx_http_dynamo_rl_html_style[] =
 "<div><h2>In flight</h2>\n"
 "<div class=\"card\"><svg id=\"c-fly\" height=\"130\"></svg>\n"
 "<div class=\"legend\" id=\"l-fly\"></div></div></div>\n"
-"<div><h2>Time to first token, ms</h2>\n"
+"<div><h2>Upstream header time, ms</h2>\n"
 "<div class=\"card\"><svg id=\"c-ttft\" height=\"130\"></svg>\n"
-"<div class=\"legend\" id=\"l-ttft\"></div></div></div>\n"
+"<div class=\"legend\" id=\"l-ttft\"></div>\n"
+"<div class=\"muted\" id=\"n-ttft\">time to the frontend's response header "
+"(a stream's comes with its first event), as the upper bound of its "
+"histogram bucket: 5, 10, 25, 50, 100 ms, ...</div></div></div>\n"
 "</div>\n"
 "<div class=\"row\">\n"
 "<div><h2>Fleet</h2><div class=\"card\"><table id=\"fleet\"><thead><tr>\n"
 "<th>instance id</th><th>namespace</th><th>model</th><th>routes</th>\n"
 "<th>admin</th></tr></thead><tbody></tbody></table></div></div>\n"
-"<div><h2>Recent denials</h2><div class=\"card\"><table id=\"recent\"><thead>\n"
-"<tr><th>time</th><th>plane</th><th>reason</th><th>status</th></tr></thead>\n"
+"<div><h2>Recent denials, grouped</h2><div class=\"card\">\n"
+"<table id=\"recent\"><thead>\n"
+"<tr><th>last</th><th>plane</th><th>reason</th><th>status</th>\n"
+"<th class=\"num\">count</th></tr></thead>\n"
 "<tbody></tbody></table></div></div>\n"
 "</div>\n"
 "</main>\n"
@@ -375,9 +380,11 @@ static char  ngx_http_dynamo_rl_html_tail[] =
 "var fb=$('fleet').tBodies[0];clear(fb);(s.fleet||[]).forEach(function(w){\n"
 "row(fb,[[w.instance_id],[w.namespace],[w.model||''],[w.routes,'num'],\n"
 "[w.admin,w.admin=='eligible'?'ok':'deny']])});\n"
-"var rb=$('recent').tBodies[0];clear(rb);d.recent_denials.forEach(\n"
-"function(x){row(rb,[[x.time],[x.plane],[x.reason,'deny'],\n"
-"[x.status,'num']])});draw()}\n"
+"var rb=$('recent').tBodies[0],rg=[],rk={};clear(rb);\n"
+"d.recent_denials.forEach(function(x){var k=x.plane+' '+x.reason+' '+\n"
+"x.status;if(rk[k])rk[k].n++;else rg.push(rk[k]={x:x,n:1})});\n"
+"rg.forEach(function(e){row(rb,[[e.x.time],[e.x.plane],\n"
+"[e.x.reason,'deny'],[e.x.status,'num'],[e.n,'num']])});draw()}\n"
 "function store(d){var s=d.store,e=$('store'),f;if(!s){e.hidden=true;\n"
 "return}e.hidden=false;e.className='card '+(s.up?'up':'down');clear(e);\n"
 "e.appendChild(el('b',null,'store '+(s.up?'UP':'DOWN')+(s.fallback?\n"
@@ -847,14 +854,14 @@ ngx_http_dynamo_rl_status_handler(ngx_http_request_t *r)
              * NGX_HTTP_DYNAMO_RL_HIST_JSON
            + ngx_http_dynamo_rl_gate_json_len(&rp.gate)
            + ngx_http_dynamo_rl_fleet_len(index)
-           + ngx_http_dynamo_rl_store_json_len(&rp);
+           + ngx_http_dynamo_rl_store_json_len(&rp) + 1;
 
     p = ngx_pnalloc(r->pool, size);
     if (p == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    last = ngx_http_dynamo_rl_status_json(r, &rp, index, p, p + size);
+    last = ngx_http_dynamo_rl_status_json(r, &rp, index, p, p + size - 1);
 
     if (last == NULL) {
         ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
@@ -870,6 +877,11 @@ ngx_http_dynamo_rl_status_handler(ngx_http_request_t *r)
     if (html) {
         return ngx_http_dynamo_rl_status_html(r, &json);
     }
+
+    /* a JSON answer ends with a newline, as a text file does */
+
+    *last++ = LF;
+    json.len++;
 
     ngx_str_set(&type, "application/json");
 

@@ -248,9 +248,9 @@ for my $h2 (0, 1) {
 	}
 }
 
-is(scalar $t->log_lines('error.log', qr/\[error\] .*cross-origin "POST"/
+is(scalar $t->log_lines('error.log', qr/\[warn\] .*cross-origin "POST"/
 	. qr/ refused, origin "http:\/\/evil.example"/), 2 * (@TYPES + 1),
-	'cross-origin: one error line each');
+	'cross-origin: one line each, at warn (dynamo_rl_log_level)');
 
 my ($denied) = get('/metrics')->{body}
 	=~ /^dynamo_rl_denials_total\{plane="admin",reason="cross_origin"\} (\d+)/m;

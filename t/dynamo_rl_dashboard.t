@@ -44,7 +44,7 @@ use Time::HiRes qw/ time sleep /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ call raw read_until rl_test slurp /;
+use Test::DynamoRL::Fixture qw/ attempt call raw read_until rl_test slurp /;
 use Test::DynamoRL::Redis qw/ gate_post gen replica_conf wait_status /;
 
 ###############################################################################
@@ -55,7 +55,7 @@ my ($CHROMIUM) = grep { -x } map { "$_/chromium" }
 die "chromium is missing: install Debian's chromium (make test-deps)\n"
 	unless defined $CHROMIUM;
 
-my $t = rl_test(Test::DynamoRL::scale(300), 32 + 18 + 2, <<'EOF');
+my $t = rl_test(Test::DynamoRL::scale(300), 32 + 18 + 2 + 8, <<'EOF');
 
 %%RL_MAIN%%
 
@@ -115,6 +115,15 @@ $t->run_daemon(\&traffic, $STOP);
 ok(Test::DynamoRL::wait_for(sub { requests() >= 5 }, 10),
 	'traffic: generations running');
 
+# the same denial four times, and another once: two rows, counted
+
+for my $n (1 .. 4) {
+	is(attempt('bad id!', $BODY)->{status}, 400, "a bad attempt id ($n)");
+}
+
+is(call('PUT', '/v1/completions', body => $BODY)->{status}, 405,
+	'a method');
+
 my $run = chromium('live', $PAGE, 12000);
 
 my %svg = map { $_ => svg_attr($run->{dom}, $_) } qw/ c-out c-den c-fly
@@ -133,6 +142,20 @@ cmp_ok($last // 0, '>', $first // 0,
 	'live: the figures change between polls');
 
 like($run->{dom}, qr/<span id="conn"[^>]*>live/, 'live: connected');
+
+my ($recent) = $run->{dom} =~ m{<table id="recent">.*?<tbody>(.*?)</tbody>}s;
+my @rows = map { [ m{<td[^>]*>([^<]*)</td>}g ] }
+	($recent // '') =~ m{<tr>(.*?)</tr>}gs;
+
+is(join(' | ', map { join(' ', @$_[1 .. 4]) } @rows),
+	'request method 405 1 | request bad_attempt_id 400 4',
+	'live: recent denials grouped, each with its count');
+like($run->{dom}, qr{<h2>Upstream header time, ms</h2>}, 'live: the '
+	. 'header time is called so');
+my $NOTE = "response header (a stream's comes with its first event), "
+	. 'as the upper bound of its histogram bucket';
+
+like($run->{dom}, qr/\Q$NOTE\E/, 'live: and says what it is');
 is(join("\n", csp_violations($run->{log})), '', 'live: no CSP violation');
 is(join("\n", grep { /Uncaught|TypeError|ReferenceError/ }
 	console($run->{log})), '', 'live: no script error');

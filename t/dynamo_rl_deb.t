@@ -46,7 +46,7 @@ my $SNIPPET = '/usr/share/nginx/modules-available/mod-http-dynamo-rl.conf';
 my $ENABLED = '/etc/nginx/modules-enabled/50-mod-http-dynamo-rl.conf';
 my $STATE_DIR = '/var/lib/nginx/dynamo-rl';
 
-plan(tests => 37);
+plan(tests => 43);
 
 # one run at a time on this machine: the package is system-wide state
 
@@ -78,7 +78,8 @@ END {
 # earlier commit would test old code
 
 my @sources = (glob("$REPO/ngx_dynamo_rl_module/*"), "$REPO/config",
-	glob("$REPO/debian/*"));
+	glob("$REPO/debian/*"), "$REPO/examples/rl-refresh",
+	glob("$REPO/examples/{grafana,prometheus}/*"));
 
 if (!-f $deb || grep { -M $_ < -M $deb } @sources) {
 	my ($code, $out) = run("$REPO/util/build-deb");
@@ -92,6 +93,8 @@ ok(-f $deb, "${PKG}_${version}_$arch.deb") or finish();
 
 is(field($deb, 'Package'), $PKG, 'deb: Package');
 is(field($deb, 'Version'), $version, 'deb: Version is the module\'s');
+like(field($deb, 'Recommends') // '', qr/^nginx(?:,|$)/,
+	'deb: Recommends nginx');
 
 is(status(), 'not-installed', 'not installed before the test')
 	or finish("the test purges $PKG at the end and cannot restore it:"
@@ -135,6 +138,26 @@ my %files = map { $_ => 1 } split /\n/, (run('dpkg', '-L', $PKG))[1];
 ok($files{$SO}, "dpkg -L: $SO");
 ok($files{$SNIPPET}, "dpkg -L: $SNIPPET");
 ok($files{"/usr/share/doc/$PKG/copyright"}, 'dpkg -L: copyright');
+
+# what a platform engineer needs beside the module, where Debian puts a
+# package's data: the refresh client, the dashboard, the alerting rules
+
+my $SHARE = "/usr/share/$PKG";
+
+is(join(' ', grep { m!^\Q$SHARE\E/.*\.\w+$|^\Q$SHARE\E/rl-refresh$! }
+	sort keys %files), "$SHARE/grafana/dynamo-rl-dashboard.json "
+	. "$SHARE/prometheus/dynamo-rl-alerts.test.yml "
+	. "$SHARE/prometheus/dynamo-rl-alerts.yml $SHARE/rl-refresh",
+	"dpkg -L: rl-refresh, the dashboard and the rules in $SHARE");
+ok(-x "$SHARE/rl-refresh", 'rl-refresh is executable');
+like((run("$SHARE/rl-refresh", '--help'))[1], qr/--verify-url/,
+	'rl-refresh --help runs');
+is(slurp("$SHARE/grafana/dynamo-rl-dashboard.json"),
+	slurp("$REPO/examples/grafana/dynamo-rl-dashboard.json"),
+	'the dashboard as in examples/');
+is(slurp("$SHARE/prometheus/dynamo-rl-alerts.yml"),
+	slurp("$REPO/examples/prometheus/dynamo-rl-alerts.yml"),
+	'the alerting rules as in examples/');
 is(scalar(grep { m!^/etc/! } keys %files), 0, 'dpkg -L: nothing under /etc');
 
 ok(-f $SO, 'the module is installed');

@@ -40,7 +40,7 @@ time_limit(120);
 
 my $REPO = abs_path(dirname(__FILE__) . '/..');
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(78);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(84);
 
 $t->write_file('nginx.conf', example());
 $t->run_fake_dynamo()->run();
@@ -72,6 +72,20 @@ is($r->{status}, 409, 'again: 409');
 is($r->{headers}{'x-dynamo-rl-reason'}, 'duplicate_attempt',
 	'again: duplicate_attempt');
 is($r->{headers}{'x-should-retry'}, 'false', 'again: not to retry');
+
+# SGLang's /generate: its rid is the attempt id, used once
+
+$r = post($ROLLOUT, '/generate', '{"text":"Hi","rid":"example-gen-1"}');
+
+is($r->{status}, 200, 'generate: 200');
+is($r->{headers}{'x-dynamo-attempt-id'}, 'example-gen-1',
+	'generate: the rid is the attempt id');
+
+$r = post($ROLLOUT, '/generate', '{"text":"Hi","rid":"example-gen-1"}');
+
+is($r->{status}, 409, 'generate again: 409');
+is(ref json($r)->{error} eq 'HASH' && json($r)->{error}{code}, 409,
+	'generate again: nested as SGLang nests its errors');
 
 # nginx's own errors before a location is chosen: flat JSON
 
@@ -155,6 +169,12 @@ is($r->{status}, 403, 'admin, a route not advertised: 403');
 is(json($r)->{error}, 'route_not_advertised',
 	'admin, a route not advertised: reason');
 
+# a refusal is the module at work, not a failure: below nginx's "error"
+
+is(join(' ', map { /\[(\w+)\]/ } $t->log_lines('error.log',
+	qr/dynamo rl admin: denied, route_not_advertised/)), 'warn',
+	'admin, a route not advertised: one line at warn');
+
 $r = post($TRUSTED, '/v1/rl/workers/1/engine/' . $route, '{}');
 is($r->{status}, 404, 'admin, an unknown worker: 404');
 
@@ -188,6 +208,33 @@ like($r->{body}, qr/^dynamo_rl_gate_state\{state="open"\} 1$/m,
 $r = get($TRUSTED, '/rl/attempts/example-1');
 is($r->{status}, 200, 'attempts: 200');
 is(json($r)->{state}, 'succeeded', 'attempts: example-1 succeeded');
+
+# every JSON answer of the module's own ends with a newline, so that a
+# shell prompt or the next answer starts on a line of its own
+
+my @nl;
+
+for my $c (
+	[ 'a refusal', post($ROLLOUT, '/v1/completions', '{}',
+		'X-Dynamo-Attempt-Id: example-1') ],
+	[ 'a /generate refusal', post($ROLLOUT, '/generate',
+		'{"text":"Hi","rid":"example-gen-1"}') ],
+	[ 'an admin refusal', post($TRUSTED,
+		"/v1/rl/workers/$id/engine/not_advertised", '{}') ],
+	[ 'the gate', get($TRUSTED, '/rl/gate') ],
+	[ 'a gate change', post($TRUSTED, '/rl/gate', '{"action":"renew"}') ],
+	[ 'the attempts API', get($TRUSTED, '/rl/attempts/example-1') ],
+	[ 'status', get($TRUSTED, '/rl/status') ])
+{
+	my ($name, $r) = @$c;
+
+	push @nl, $name unless ($r->{headers}{'content-type'} // '')
+		eq 'application/json' && $r->{body} =~ /\}
+\z/
+		&& eval { decode_json($r->{body}) };
+}
+
+is(join(', ', @nl), '', 'JSON answers end with a newline');
 
 # the rollout listener serves generation only
 
@@ -264,7 +311,7 @@ is(join(' ', map { $j[2]{$_} // '' } qw/ state epoch replica /),
 	"closed " . ($j[1]{epoch} // '-') . ' b',
 	'replicas, shown: b answers the same gate');
 is($j[2]{fleet} && $j[2]{fleet}{replicas}, 2, 'replicas, shown: two in the fleet');
-like($shown[6][0] // '', qr/:$RUN[3]\/rl\/gate -d \{"action":"open","epoch":(\d+)\}$/,
+like($shown[6][0] // '', qr/:$RUN[3]\/rl\/gate -d '\{"action":"open","epoch":(\d+)\}'$/,
 	'replicas, shown: opened through b with the epoch');
 is(join(' ', map { $j[3]{$_} // '' } qw/ state epoch /),
 	'open ' . (($j[1]{epoch} // 0) + 1), 'replicas, shown: open');

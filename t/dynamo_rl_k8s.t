@@ -51,7 +51,7 @@ if ($yaml_error) {
 
 my $t = Test::DynamoRL->new();
 
-plan(tests => 131);
+plan(tests => 154);
 
 ###############################################################################
 
@@ -66,7 +66,15 @@ my %API = (
 	Deployment => 'apps/v1',
 	NetworkPolicy => 'networking.k8s.io/v1',
 	StatefulSet => 'apps/v1',
+	Namespace => 'v1',
+	Ingress => 'networking.k8s.io/v1',
 );
+
+# the Ingress controller that ingress.yaml is written for, as
+# networkpolicy.yaml admits it
+
+my %CONTROLLER_NS = ('kubernetes.io/metadata.name' => 'ingress-nginx');
+my %CONTROLLER = ('app.kubernetes.io/name' => 'ingress-nginx');
 
 # every document of every file
 
@@ -74,8 +82,9 @@ my @files = sort glob("$K8S/*.yaml");
 my (@docs, %by_file);
 
 is_deeply([ map { s{.*/}{}r } @files ], [ qw/ configmap.yaml
-	deployment.yaml networkpolicy.yaml redis.yaml service-admin.yaml
-	service-rollout.yaml / ], 'the manifests');
+	deployment.yaml ingress.yaml namespace.yaml networkpolicy.yaml
+	redis.yaml service-admin.yaml service-rollout.yaml / ],
+	'the manifests');
 
 for my $file (@files) {
 	(my $name = $file) =~ s{.*/}{};
@@ -109,13 +118,22 @@ my @wrong = grep { ref $_ eq 'HASH' && defined $_->{kind}
 is(join(', ', map { "$_->{kind} $_->{apiVersion}" } @wrong), '',
 	'apiVersions served by Kubernetes 1.28+');
 
-my %ns = map { ($_->{metadata}{namespace} // '') => 1 } @docs;
+my %ns = map { ($_->{metadata}{namespace} // '') => 1 }
+	grep { ($_->{kind} // '') ne 'Namespace' } @docs;
 is(join(' ', sort keys %ns), 'dynamo', 'one namespace');
+
+# which namespace.yaml creates, first
+
+my ($nsdoc) = kind('namespace.yaml', 'Namespace');
+is($nsdoc->{metadata}{name}, 'dynamo', 'namespace.yaml: creates it');
+like(slurp("$K8S/README.md"), qr{^kubectl apply -f examples/k8s/namespace\.yaml
+kubectl apply -f examples/k8s/$}m, 'README.md: the namespace first');
 
 my ($cm) = kind('configmap.yaml', 'ConfigMap');
 my ($dep) = kind('deployment.yaml', 'Deployment');
 my ($np) = kind('networkpolicy.yaml', 'NetworkPolicy');
 my ($rollout) = kind('service-rollout.yaml', 'Service');
+my ($ing) = kind('ingress.yaml', 'Ingress');
 my ($admin) = kind('service-admin.yaml', 'Service');
 my ($rcm) = kind('redis.yaml', 'ConfigMap');
 my ($rsvc) = kind('redis.yaml', 'Service');
@@ -137,6 +155,25 @@ ok(subset($dep->{spec}{selector}{matchLabels}, \%labels),
 	'deployment: selector matches the pod labels');
 is(scalar @{$spec->{containers} // []}, 1, 'deployment: one container');
 like($c->{image} // '', qr/debian/i, 'deployment: a Debian-based image');
+
+# the image of "make image" (the Containerfile): its name, its user, the
+# state directory it makes, and the command that the deployment repeats
+
+my $image = `make -s --no-print-directory -C '$REPO' image-name 2>&1`;
+chomp $image;
+
+is($c->{image}, $image, 'deployment: the image "make image" builds');
+
+my $cf = slurp("$REPO/Containerfile");
+my ($cf_user) = $cf =~ /^USER\s+(\S+)\s*$/m;
+my ($cf_state) = $cf =~ /install -d -o www-data -g www-data -m 0750 (\S+)/;
+
+is(join(' ', $cf_user // '-', (getpwnam($cf_user // 'www-data'))[2] // '-'),
+	'www-data ' . ($spec->{securityContext}{runAsUser} // '-'),
+	'Containerfile: the image\'s user is the deployment\'s uid');
+is(join(' ', map { $_->{mountPath} } grep { $_->{name} eq 'state' }
+	@{$c->{volumeMounts} // []}), $cf_state // '-',
+	'deployment: the state volume on the image\'s state directory');
 
 my %cport = map { ($_->{name} // '') => $_->{containerPort} }
 	@{$c->{ports} // []};
@@ -247,13 +284,56 @@ is(join(' ', sort { $a <=> $b } grep { /^\d+$/ } @in_ports), '8080 9090',
 for my $port (8080, 9090) {
 	my @rules = grep { my $r = $_; grep { $_ eq $port } rule_ports($r) } @in;
 	my @peers = map { @{$_->{from} // []} } @rules;
-	my $want = $port == 9090 ? \%ORCHESTRATOR : \%ROLLOUT_CLIENT;
-	my $who = $port == 9090 ? 'orchestrator' : 'rollout client';
 
-	is(scalar @peers, 1, "networkpolicy: $port from one peer");
-	ok((grep { only_pods($_, $want) } @peers) == @peers && @peers,
-		"networkpolicy: $port only from the $who selector");
+	if ($port == 9090) {
+		is(scalar @peers, 1, "networkpolicy: $port from one peer");
+		ok((grep { only_pods($_, \%ORCHESTRATOR) } @peers) == @peers
+			&& @peers,
+			"networkpolicy: $port only from the orchestrator selector");
+		next;
+	}
+
+	# the rollout port: trainers, and the Ingress controller's pods
+
+	is(scalar @peers, 2, "networkpolicy: $port from two peers");
+	ok(scalar(grep { only_pods($_, \%ROLLOUT_CLIENT) } @peers) == 1,
+		"networkpolicy: $port from the rollout client selector");
+	ok(scalar(grep { controller($_) } @peers) == 1,
+		"networkpolicy: $port from the Ingress controller's pods");
 }
+
+###############################################################################
+
+# the Ingress: the rollout plane only, as the controller must pass it
+
+my @paths = map { @{$_->{http}{paths} // []} } @{$ing->{spec}{rules} // []};
+my %a = %{$ing->{metadata}{annotations} // {}};
+
+is(join(' ', map { "$_->{backend}{service}{name}:"
+	. ($_->{backend}{service}{port}{name}
+		// $_->{backend}{service}{port}{number} // '') } @paths),
+	"$rollout->{metadata}{name}:rollout", 'ingress: the rollout Service only');
+is(scalar(grep { $_->{backend}{service}{name} eq $admin->{metadata}{name} }
+	@paths), 0, 'ingress: never the trusted listener');
+is(join(' ', map { ($_->{targetPort} // '') . ':' . ($_->{port} // '') }
+	grep { $_->{name} eq 'rollout' } @{$rollout->{spec}{ports} // []}),
+	'rollout:8080', 'ingress: the port named rollout is 8080');
+is($ing->{spec}{ingressClassName}, 'nginx', 'ingress: ingress-nginx\'s class');
+ok(@{$ing->{spec}{tls} // []}, 'ingress: TLS');
+
+my ($body_limit) = ($cm->{data}{'nginx.conf'} // '')
+	=~ /^\s*client_max_body_size\s+(\S+);/m;
+
+is($a{'nginx.ingress.kubernetes.io/proxy-body-size'}, $body_limit,
+	'ingress: the bodies the gateway takes');
+is(join(' ', map { $a{"nginx.ingress.kubernetes.io/$_"} // '-' }
+	qw/ proxy-buffering proxy-request-buffering /), 'off off',
+	'ingress: SSE and bodies unbuffered');
+cmp_ok($a{'nginx.ingress.kubernetes.io/proxy-read-timeout'} // 0, '>=', 3600,
+	'ingress: an hour for a stream');
+is(join(' ', map { $a{"nginx.ingress.kubernetes.io/$_"} // '-' }
+	qw/ proxy-next-upstream proxy-next-upstream-tries /), 'error timeout 1',
+	'ingress: a POST never sent twice');
 
 ok(!grep({ $_->{namedPort} } map { @{$_->{ports} // []} } @in),
 	'networkpolicy: numeric ports');
@@ -375,6 +455,9 @@ is_deeply($rnp->{spec}{egress}, [], 'store networkpolicy: no egress');
 my $conf = $cm->{data}{'nginx.conf'} // '';
 (my $bare = $conf) =~ s/#.*//g;
 
+like($bare, qr{\bstate=\Q${\($cf_state // '-')}\E/[\w.]+;},
+	'nginx.conf: the state file in the image\'s state directory');
+
 like($bare, qr{^load_module\s+/usr/lib/nginx/modules/
 	ngx_http_dynamo_rl_module\.so;}mx, 'nginx.conf: the module is loaded');
 
@@ -388,6 +471,13 @@ like($servers{8080} // '', qr/dynamo_rl_plane\s+request;/,
 	'nginx.conf: 8080 has the request plane');
 like($servers{8080} // '', qr/proxy_buffering\s+off;/,
 	'nginx.conf: 8080 does not buffer SSE');
+like($servers{8080} // '', qr{location\s+=\s+/generate\s*\{\s*dynamo_rl_plane\s+request;},
+	'nginx.conf: 8080 routes SGLang\'s /generate on the request plane');
+like($servers{9090} // '', qr{location\s+=\s+/verify/v1/completions\s*\{\s*dynamo_rl_plane\s+request;\s*dynamo_rl_gate\s+off;},
+	'nginx.conf: 9090 has rl-refresh\'s default generation check, gate off');
+like(slurp("$REPO/examples/rl-refresh"),
+	qr{^VERIFY_PATH = '/verify/v1/completions'$}m,
+	'rl-refresh: its default generation check is that location');
 unlike($bare, qr/proxy_ignore_client_abort\s+on/,
 	'nginx.conf: client aborts reach Dynamo');
 
@@ -662,6 +752,20 @@ sub service {
 sub rule_ports {
 	my ($rule) = @_;
 	return map { $_->{port} // 'any' } @{$rule->{ports} // []};
+}
+
+# a peer of the Ingress controller's pods in its namespace
+
+sub controller {
+	my ($peer) = @_;
+
+	return 0 if grep { !/^(?:podSelector|namespaceSelector)$/ } keys %$peer;
+
+	my $ns = $peer->{namespaceSelector}{matchLabels} // {};
+	my $pods = $peer->{podSelector}{matchLabels} // {};
+
+	return join(',', %$ns) eq join(',', %CONTROLLER_NS)
+		&& join(',', %$pods) eq join(',', %CONTROLLER);
 }
 
 sub only_pods {

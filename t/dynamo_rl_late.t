@@ -216,8 +216,8 @@ sub id_ok {
 # body and ends the stream with RST_STREAM NO_ERROR, as RFC 9113 8.1
 # allows, and curl 7.88 then often fails with exit 92 without the answer;
 # nghttp -v shows the answer: its header fields one a line, and a body of
-# one line (as the flat error is) at the start of the line of the frame
-# that carried it
+# one line (as the flat error is) just before the line of the frame that
+# carried it
 
 sub h2 {
 	my ($headers, $body) = @_;
@@ -243,7 +243,9 @@ sub h2 {
 		add_header($r{headers}, $name, $value);
 	}
 
-	($r{body}) = $out =~ /^(.*?)\[\s*[\d.]+\] recv DATA frame/m;
+	# the body, ended by its newline or not, before the frame's line
+
+	($r{body}) = $out =~ /^([^\[\n][^\n]*\n?)\[\s*[\d.]+\] recv DATA frame/m;
 
 	diag("nghttp: $out") unless defined $r{status};
 

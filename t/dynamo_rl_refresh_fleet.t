@@ -51,9 +51,14 @@ http {
 
         %%RL_APIS gate%%
 
-        # the generation check while the gate is closed
+        # examples/dynamo-rl.conf's /verify/v1/: rl-refresh's default
+        # generation check while the gates are closed
 
-        %%RL_REQUEST_PLANE ungated%%
+        location /verify/v1/ {
+            dynamo_rl_plane request;
+            dynamo_rl_gate off;
+            proxy_pass http://frontend/v1/;
+        }
     }
 }
 
@@ -115,8 +120,8 @@ my $body = @gen ? eval { decode_json($gen[0]{body}) } // {} : {};
 
 is(scalar @gen, 1, 'generation: on by default');
 is($body->{model}, 'Qwen/Qwen3-0.6B', 'generation: the model of discovery');
-like($res->{out}, qr/^\[8\/9 generation\] +\Q$G\E\/v1\/completions  ok, HTTP 200/m,
-	'generation: through the gateway');
+like($res->{out}, qr/^\[8\/9 generation\] +\Q$G\E\/verify\/v1\/completions  ok, HTTP 200/m,
+	'generation: through the gateway\'s /verify/v1/');
 like($res->{out}, qr/^\[9\/9 members\] +replica \Q$G\E  the same 3 worker\(s\)/m,
 	'members: checked before reopening');
 is(gate()->{state}, 'open', 'spellings: gate open');

@@ -309,7 +309,14 @@ sub nginx_conf {
             $api
         }
 
-        %%RL_REQUEST_PLANE ungated%%
+        # examples/dynamo-rl.conf's /verify/v1/: rl-refresh's default
+        # generation check while the gates are closed
+
+        location /verify/v1/ {
+            dynamo_rl_plane request;
+            dynamo_rl_gate off;
+            proxy_pass http://frontend/v1/;
+        }
 
         %%RL_NOT_FOUND%%
     }

@@ -275,8 +275,8 @@ is(join(' ', $r->{status}, $r->{headers}{'content-type'},
 is(http_json('/rl/gate')->{json}{epoch}, $epoch,
 	'read_only: the gate did not change');
 is(scalar(grep { /gate: POST refused, this gate API is read_only/ }
-	$t->log_lines('error.log', qr/\[error\]/)), 1,
-	'read_only: one log line');
+	$t->log_lines('error.log', qr/\[warn\]/)), 1,
+	'read_only: one log line, at warn');
 
 $r = parse_response(http("PUT /rl/gate/view HTTP/1.1\r\nHost: localhost\r\n"
 	. "Connection: close\r\nContent-Length: 0\r\n\r\n"));
