@@ -59,9 +59,14 @@ http {
 
         %%RL_APIS gate%%
 
-        # rl-refresh's check that generation works, the gate still closed
+        # rl-refresh's check that generation works, the gate still closed:
+        # examples/dynamo-rl.conf's /verify/v1/, rl-refresh's default
 
-        %%RL_REQUEST_PLANE ungated%%
+        location /verify/v1/ {
+            dynamo_rl_plane request;
+            dynamo_rl_gate off;
+            proxy_pass http://frontend/v1/;
+        }
     }
 }
 
