@@ -459,8 +459,16 @@ ngx_http_dynamo_rl_plane_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     /* the module's own body filter acts only on an error page of nginx's */
 
     if (in == NULL) {
-        return ctx->error_body ? ngx_http_dynamo_rl_body_filter(r, in)
-                               : ngx_http_next_body_filter(r, in);
+        rc = ctx->error_body ? ngx_http_dynamo_rl_body_filter(r, in)
+                             : ngx_http_next_body_filter(r, in);
+
+        /* a flush of what the client did not take at once */
+
+        if (ctx->complete) {
+            ngx_http_dynamo_rl_ledger_sent(r, ctx, rc);
+        }
+
+        return rc;
     }
 
     ngx_http_dynamo_rl_status_body(ctx, in);

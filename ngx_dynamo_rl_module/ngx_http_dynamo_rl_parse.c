@@ -44,6 +44,23 @@ static ngx_int_t ngx_http_dynamo_rl_state_hex(ngx_str_t *tok, u_char *dst,
     ((c) == ' ' || (c) == '\t' || (c) == '\r' || (c) == '\n')
 
 
+ngx_http_dynamo_rl_attempt_reason_t
+    ngx_http_dynamo_rl_attempt_reasons[NGX_HTTP_DYNAMO_RL_ATTEMPT_REASONS] =
+{
+    { ngx_null_string, "" },
+    { ngx_string("worker_exited"), "we" },
+    { ngx_string("not_forwarded"), "nf" },
+    { ngx_string("send_timeout"), "st" },
+    { ngx_string("gateway_shutdown"), "gs" },
+    { ngx_string("client_closed"), "cc" },
+    { ngx_string("upstream_status"), "us" },
+    { ngx_string("upstream_incomplete"), "ui" },
+    { ngx_string("in_stream_error"), "ie" },
+    { ngx_string("aborted"), "ab" },
+    { ngx_string("undelivered"), "ud" }
+};
+
+
 /*
  * an attempt id is 1..128 bytes of [A-Za-z0-9._:-]; anything else,
  * including CR, LF, spaces, controls and non-ASCII bytes, is refused

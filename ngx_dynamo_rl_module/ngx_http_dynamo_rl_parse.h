@@ -53,9 +53,27 @@
 #define NGX_HTTP_DYNAMO_RL_FAILED          4
 #define NGX_HTTP_DYNAMO_RL_CANCELED        5
 
-/* why a record ended as it did, when its state alone does not say */
-#define NGX_HTTP_DYNAMO_RL_WORKER_EXITED   1
-#define NGX_HTTP_DYNAMO_RL_NOT_FORWARDED   2
+/*
+ * why a record ended as it did (its "reason"): the index of
+ * ngx_http_dynamo_rl_attempt_reasons[], which also gives the two-letter
+ * code the store keeps; 0 is none (succeeded)
+ */
+#define NGX_HTTP_DYNAMO_RL_WORKER_EXITED        1
+#define NGX_HTTP_DYNAMO_RL_NOT_FORWARDED        2
+#define NGX_HTTP_DYNAMO_RL_SEND_TIMEOUT         3
+#define NGX_HTTP_DYNAMO_RL_GATEWAY_SHUTDOWN     4
+#define NGX_HTTP_DYNAMO_RL_CLIENT_CLOSED        5
+#define NGX_HTTP_DYNAMO_RL_UPSTREAM_STATUS      6
+#define NGX_HTTP_DYNAMO_RL_UPSTREAM_INCOMPLETE  7
+#define NGX_HTTP_DYNAMO_RL_IN_STREAM_ERROR      8
+#define NGX_HTTP_DYNAMO_RL_ABORTED              9
+#define NGX_HTTP_DYNAMO_RL_UNDELIVERED          10
+#define NGX_HTTP_DYNAMO_RL_ATTEMPT_REASONS      11
+
+typedef struct {
+    ngx_str_t                      name;
+    char                          *code;
+} ngx_http_dynamo_rl_attempt_reason_t;
 
 
 /* a worker element of a discovery document, as byte positions in it */
@@ -104,6 +122,7 @@ typedef struct {
     size_t                         len;
     unsigned                       done:1;
     unsigned                       error:1;
+    unsigned                       aborted:1;   /* with error */
     unsigned                       cr:1;
 } ngx_http_dynamo_rl_sse_t;
 
@@ -143,6 +162,9 @@ typedef struct {
     ngx_uint_t                     in_flight;
 } ngx_http_dynamo_rl_state_record_t;
 
+
+extern ngx_http_dynamo_rl_attempt_reason_t
+    ngx_http_dynamo_rl_attempt_reasons[];
 
 ngx_int_t ngx_http_dynamo_rl_attempt_id_valid(u_char *p, size_t len);
 void ngx_http_dynamo_rl_sse_scan(ngx_http_dynamo_rl_sse_t *sse, u_char *p,

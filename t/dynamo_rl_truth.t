@@ -1,0 +1,697 @@
+#!/usr/bin/perl
+
+# (C) ngx_dynamo_rl_module developers
+
+# The attempts API tells the truth (issue 29): for each way a response can
+# end, with proxy_buffering on and off, over HTTP/1.1 and HTTP/2, what the
+# client received, how many times the upstream saw the request, and what
+# the attempts API says afterwards.  The upstream is a small server of the
+# test's own (16 MiB answers, SSE or JSON, errors in every form Dynamo
+# sends, a 500 and a reset from a first server of two); the clients are
+# raw sockets: one that stops reading (a 4k receive buffer, send_timeout
+# 1s), and an HTTP/2 one that grants a 1000-byte window and never more.
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use IO::Select;
+use IO::Socket::INET;
+use JSON::PP;
+use Socket qw/ :all /;
+use Time::HiRes qw/ time /;
+
+use lib 't/lib';
+use Test::DynamoRL qw/ port /;
+use Test::DynamoRL::Fixture qw/ api call fork_server json_lines rl_test /;
+
+###############################################################################
+
+my $t = rl_test(600, undef, <<'EOF', has => [qw/ http proxy http_v2 /]);
+
+%%RL_MAIN workers=1%%
+
+worker_shutdown_timeout 1s;
+
+http {
+    %%RL_HTTP 4m%%
+
+    %%RL_LOG_FORMAT rl attempt outcome status body_bytes uri%%
+
+    upstream up {
+        server 127.0.0.1:8081;
+    }
+
+    # the first server resets or answers 500; nginx would try the second
+
+    upstream two {
+        server 127.0.0.1:8082;
+        server 127.0.0.1:8081;
+    }
+
+    server {
+        listen 127.0.0.1:8080 sndbuf=32k;
+        listen 127.0.0.1:8071 http2 sndbuf=32k;
+        server_name localhost;
+
+        access_log %%TESTDIR%%/rl.log rl;
+
+        send_timeout 1s;
+
+        location /on/ {
+            dynamo_rl_plane request;
+            proxy_buffering on;
+            proxy_pass http://up/;
+        }
+
+        location /off/ {
+            dynamo_rl_plane request;
+            proxy_buffering off;
+            proxy_pass http://up/;
+        }
+
+        location /two/ {
+            dynamo_rl_plane request;
+            dynamo_rl_methods POST PUT GET HEAD;
+            proxy_next_upstream error timeout http_500 non_idempotent;
+            proxy_pass http://two/;
+        }
+    }
+
+    server {
+        listen 127.0.0.1:8070;
+        server_name localhost;
+
+        location /rl/attempts/ {
+            dynamo_rl_attempts_api;
+        }
+    }
+}
+
+EOF
+
+my $d = $t->testdir();
+my $uplog = "$d/upstream.log";
+
+$t->run_daemon(\&upstream, port(8081), 'good', $uplog);
+$t->run_daemon(\&upstream, port(8082), 'bad', $uplog);
+$t->waitforsocket('127.0.0.1:' . port(8081));
+$t->waitforsocket('127.0.0.1:' . port(8082));
+
+$t->run();
+
+my $BIG = 16 * 1024 * 1024;
+my $n = 0;
+
+###############################################################################
+
+# a client that stops reading: 16 MiB does not fit in the socket buffers,
+# send_timeout ends the response with most of it still in nginx
+
+for my $proto (qw/ h1 h2 /) {
+	for my $buf (qw/ on off /) {
+		for my $kind (qw/ sse json /) {
+			my $cell = "$proto $buf $kind stalled";
+			my $id = 'stall-' . ++$n;
+
+			my $got = $proto eq 'h1'
+				? stall_h1("/$buf/v1/completions", $id, $kind, $BIG)
+				: stall_h2("/$buf/v1/completions", $id, $kind, $BIG);
+
+			my $a = settled($id);
+
+			ok($got > 0 && $got < $BIG, "$cell: client got part")
+				or diag("got $got");
+			is(seen($id), 1, "$cell: upstream once");
+			is($a->{state}, 'failed', "$cell: failed");
+			is($a->{reason}, 'send_timeout', "$cell: send_timeout");
+		}
+	}
+}
+
+# the same answers, read whole: succeeded
+
+for my $proto (qw/ h1 h2 /) {
+	for my $buf (qw/ on off /) {
+		for my $kind (qw/ sse json /) {
+			my $cell = "$proto $buf $kind complete";
+			my $id = 'whole-' . ++$n;
+			my $size = 1024 * 1024;
+
+			my ($status, $body) = $proto eq 'h1'
+				? whole_h1("/$buf/v1/completions", $id, $kind, $size)
+				: whole_h2("/$buf/v1/completions", $id, $kind, $size);
+
+			my $a = settled($id);
+
+			ok($status == 200 && length($body) >= $size
+				&& ($kind ne 'sse' || $body =~ /data: \[DONE\]\n\n\z/),
+				"$cell: client got all");
+			is(seen($id), 1, "$cell: upstream once");
+			is($a->{state}, 'succeeded', "$cell: succeeded");
+			ok(!exists $a->{reason}, "$cell: no reason");
+		}
+	}
+}
+
+# the client goes away mid-stream (HTTP/1.1: closes; HTTP/2: RST_STREAM,
+# or closes the connection): canceled/client_closed
+
+for my $how (qw/ h1-close h2-rst h2-close /) {
+	for my $buf (qw/ on off /) {
+		my $cell = "$how $buf client abort";
+		my $id = 'abort-' . ++$n;
+		my ($s, $h, $sid);
+
+		if ($how eq 'h1-close') {
+			$s = IO::Socket::INET->new(
+				PeerAddr => '127.0.0.1:' . port(8080))
+				or die "connect: $!\n";
+			syswrite($s, request("/$buf/v1/completions", $id, 'hang', 0));
+
+		} else {
+			$h = H2->new('127.0.0.1:' . port(8071)) or die "h2: $!\n";
+			$sid = $h->request("/$buf/v1/completions", '{"prompt":"p"}',
+				'x-dynamo-attempt-id' => $id, 'x-up' => 'hang',
+				'x-up-size' => 0);
+		}
+
+		ok(Test::DynamoRL::wait_for(sub {
+			(api($id)->{json}{state} // '') eq 'streaming' }, 10),
+			"$cell: streaming");
+
+		if ($s) {
+			close $s;
+
+		} elsif ($how eq 'h2-rst') {
+			$h->frame(3, 0, $sid, pack('N', 8));
+
+		} else {
+			CORE::close($h->{s});
+		}
+
+		my $a = settled($id);
+
+		is($a->{state}, 'canceled', "$cell: canceled");
+		is($a->{reason}, 'client_closed', "$cell: client_closed");
+		is(seen($id), 1, "$cell: upstream once");
+
+		$h->finish() if $h && $how eq 'h2-rst';
+	}
+}
+
+# a reload whose worker_shutdown_timeout cuts a stream that is still
+# running: the gateway cut it, failed/gateway_shutdown, not canceled
+
+for my $proto (qw/ h1 h2 /) {
+	for my $buf (qw/ on off /) {
+		my $cell = "$proto $buf reload, worker_shutdown_timeout";
+		my $id = 'shut-' . ++$n;
+		my ($s, $h, $sid, $got);
+
+		if ($proto eq 'h1') {
+			$s = IO::Socket::INET->new(
+				PeerAddr => '127.0.0.1:' . port(8080))
+				or die "connect: $!\n";
+			syswrite($s, request("/$buf/v1/completions", $id, 'hang', 0));
+
+			$got = '';
+			my $sel = IO::Select->new($s);
+
+			while ($buf eq 'off' && $got !~ /data: /) {
+				last unless $sel->can_read(10);
+				sysread($s, $got, 65536, length $got) or last;
+			}
+
+		} else {
+			$h = H2->new('127.0.0.1:' . port(8071)) or die "h2: $!\n";
+			$sid = $h->request("/$buf/v1/completions", '{"prompt":"p"}',
+				'x-dynamo-attempt-id' => $id, 'x-up' => 'hang',
+				'x-up-size' => 0);
+			$h->pump(sub { $h->data($sid) =~ /data: / }, 10)
+				if $buf eq 'off';
+			$got = $h->data($sid);
+		}
+
+		# proxy_buffering on holds the header and the first event back
+
+		like($got, qr/data: /, "$cell: client got the first event")
+			if $buf eq 'off';
+
+		ok(Test::DynamoRL::wait_for(sub {
+			(api($id)->{json}{state} // '') eq 'streaming' }, 10),
+			"$cell: streaming");
+
+		$t->reload();
+
+		my $a = settled($id);
+
+		is($a->{state}, 'failed', "$cell: failed");
+		is($a->{reason}, 'gateway_shutdown', "$cell: gateway_shutdown");
+		is(seen($id), 1, "$cell: upstream once");
+
+		close $s if $s;
+		$h->finish() if $h;
+	}
+}
+
+done_testing();
+
+###############################################################################
+
+# the attempts API's record once it is terminal
+
+sub settled {
+	my ($id) = @_;
+
+	my $last = {};
+
+	Test::DynamoRL::wait_for(sub {
+		$last = api($id)->{json};
+		return ($last->{state} // 'accepted')
+			!~ /^(?:accepted|streaming)$/;
+	}, 30);
+
+	return $last;
+}
+
+# how many requests with this attempt id the upstream servers saw
+
+sub seen {
+	my ($id) = @_;
+
+	return scalar grep { ($_->{id} // '') eq $id } json_lines($uplog);
+}
+
+sub request {
+	my ($path, $id, $kind, $size, %o) = @_;
+
+	my $body = $o{body} // '{"prompt":"p"}';
+	my $method = $o{method} // 'POST';
+
+	return "$method $path HTTP/1.1\r\nHost: localhost\r\n"
+		. "Connection: close\r\nContent-Type: application/json\r\n"
+		. "X-Dynamo-Attempt-Id: $id\r\nX-Up: $kind\r\n"
+		. "X-Up-Size: $size\r\n"
+		. join('', map { "$_\r\n" } @{$o{headers} // []})
+		. 'Content-Length: ' . length($body) . "\r\n\r\n$body";
+}
+
+# HTTP/1.1 with a 4k receive buffer: reads the header and 64k, then
+# nothing until the attempt is terminal; returns the bytes it read
+
+sub stall_h1 {
+	my ($path, $id, $kind, $size) = @_;
+
+	socket(my $s, PF_INET, SOCK_STREAM, 0) or die "socket: $!\n";
+	setsockopt($s, SOL_SOCKET, SO_RCVBUF, pack('i', 4096));
+	connect($s, pack_sockaddr_in(port(8080), inet_aton('127.0.0.1')))
+		or die "connect: $!\n";
+	binmode $s;
+
+	syswrite($s, request($path, $id, $kind, $size));
+
+	my ($buf, $sel) = ('', IO::Select->new($s));
+
+	while (length $buf < 65536 && $sel->can_read(10)) {
+		sysread($s, $buf, 65536, length $buf) or last;
+	}
+
+	settled($id);
+	close $s;
+
+	my $head = index($buf, "\r\n\r\n");
+	return $head < 0 ? 0 : length($buf) - $head - 4;
+}
+
+sub whole_h1 {
+	my ($path, $id, $kind, $size, %o) = @_;
+
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080))
+		or die "connect: $!\n";
+	binmode $s;
+
+	syswrite($s, request($path, $id, $kind, $size, %o));
+
+	my ($buf, $sel) = ('', IO::Select->new($s));
+
+	while ($sel->can_read(10)) {
+		sysread($s, $buf, 1 << 20, length $buf) or last;
+	}
+
+	my $r = Test::DynamoRL::parse_response($buf) // { status => 0 };
+
+	return ($r->{status}, $r->{body} // '', $r);
+}
+
+# HTTP/2 with a 1000-byte stream window that is never given back
+
+sub stall_h2 {
+	my ($path, $id, $kind, $size) = @_;
+
+	my $h = H2->new('127.0.0.1:' . port(8071), window => 1000)
+		or die "h2: $!\n";
+
+	my $sid = $h->request($path, '{"prompt":"p"}',
+		'x-dynamo-attempt-id' => $id, 'x-up' => $kind,
+		'x-up-size' => $size);
+
+	$h->pump(sub { length $h->data($sid) >= 1000 }, 10);
+
+	settled($id);
+	$h->pump(sub { $h->ended($sid) }, 1);
+
+	my $got = length $h->data($sid);
+	$h->finish();
+
+	return $got;
+}
+
+sub whole_h2 {
+	my ($path, $id, $kind, $size) = @_;
+
+	my $h = H2->new('127.0.0.1:' . port(8071)) or die "h2: $!\n";
+
+	my $sid = $h->request($path, '{"prompt":"p"}',
+		'x-dynamo-attempt-id' => $id, 'x-up' => $kind,
+		'x-up-size' => $size);
+
+	$h->pump(sub { $h->ended($sid) }, 20);
+
+	my @r = ($h->status($sid) // 0, $h->data($sid));
+	$h->finish();
+
+	return @r;
+}
+
+###############################################################################
+
+# the upstream: one process per connection, every request recorded (the
+# attempt id it carried, its method, its Accept-Encoding) before it is
+# answered as X-Up says; the "bad" server answers X-Bad (reset or 500)
+
+sub upstream {
+	my ($port, $name, $log) = @_;
+
+	fork_server($port, $name, sub { up_conn($_[0], $name, $log) });
+}
+
+sub up_conn {
+	my ($c, $name, $log) = @_;
+
+	binmode $c;
+	local $SIG{PIPE} = 'IGNORE';
+
+	my $buf = '';
+	my $sel = IO::Select->new($c);
+
+	until ($buf =~ /\r\n\r\n/) {
+		return unless $sel->can_read(10);
+		return unless sysread($c, $buf, 65536, length $buf);
+	}
+
+	my ($head, $rest) = split /\r\n\r\n/, $buf, 2;
+	my ($line, @lines) = split /\r\n/, $head;
+	my %h;
+
+	for (@lines) {
+		my ($k, $v) = /^([^:]*):[ \t]*(.*)$/ or next;
+		$h{lc $k} = $v;
+	}
+
+	my $len = $h{'content-length'} // 0;
+
+	while (length $rest < $len) {
+		last unless $sel->can_read(10);
+		last unless sysread($c, $rest, 65536, length $rest);
+	}
+
+	my ($method, $uri) = split / /, $line;
+
+	open my $fh, '>>', $log or return;
+	syswrite($fh, JSON::PP->new->canonical->encode({ server => $name,
+		method => $method, uri => $uri,
+		id => $h{'x-dynamo-attempt-id'}, rid => $h{'request-id'},
+		ae => $h{'accept-encoding'} }) . "\n");
+	close $fh;
+
+	if ($name eq 'bad') {
+		if (($h{'x-bad'} // 'reset') eq 'reset') {
+			setsockopt($c, SOL_SOCKET, SO_LINGER, pack('ii', 1, 0));
+			close $c;
+			return;
+		}
+
+		return up_send($c, 500, 'application/json',
+			'{"message":"boom","type":"Internal Server Error",'
+			. '"code":500}');
+	}
+
+	my $kind = $h{'x-up'} // 'sse';
+	my $size = $h{'x-up-size'} // 1024;
+
+	if ($kind eq 'hang') {
+
+		# a stream's header and first event, then nothing until nginx
+		# closes the connection
+
+		syswrite($c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream"
+			. "\r\nConnection: close\r\n\r\n"
+			. 'data: {"id":"cmpl-1","choices":[{"index":0,"text":"a",'
+			. '"finish_reason":null}]}' . "\n\n");
+		1 while $sel->can_read(30) && sysread($c, my $x, 65536);
+		return;
+	}
+
+	if ($kind eq 'json') {
+		my $text = 'a' x $size;
+		return up_send($c, 200, 'application/json',
+			'{"id":"cmpl-1","object":"text_completion","choices":'
+			. '[{"index":0,"text":"' . $text . '",'
+			. '"finish_reason":"stop"}]}');
+	}
+
+	if ($kind eq 'raw') {
+		my $body = pack('H*', $h{'x-up-body'} // '');
+		return up_send($c, 200, $h{'x-up-type'} // 'text/event-stream',
+			$body);
+	}
+
+	my $event = 'data: {"id":"cmpl-1","object":"text_completion",'
+		. '"choices":[{"index":0,"text":"' . ('a' x 900)
+		. '","finish_reason":null}]}' . "\n\n";
+	my $body = $event x (int($size / length $event) + 1)
+		. "data: [DONE]\n\n";
+
+	return up_send($c, 200, 'text/event-stream', $body);
+}
+
+sub up_send {
+	my ($c, $status, $type, $body) = @_;
+
+	my $data = "HTTP/1.1 $status X\r\nContent-Type: $type\r\n"
+		. 'Content-Length: ' . length($body) . "\r\n"
+		. "Connection: close\r\n\r\n$body";
+
+	my $off = 0;
+
+	while ($off < length $data) {
+		my $w = syswrite($c, $data, length($data) - $off, $off);
+		return unless $w;
+		$off += $w;
+	}
+}
+
+###############################################################################
+
+# A minimal HTTP/2 client with prior knowledge (as in dynamo_rl_http2.t):
+# literal header fields out, only :status decoded in; "window" sets
+# SETTINGS_INITIAL_WINDOW_SIZE and then no WINDOW_UPDATE is ever sent
+
+package H2;
+
+use IO::Select;
+use IO::Socket::INET;
+use Time::HiRes qw/ time /;
+
+sub new {
+	my ($class, $addr, %o) = @_;
+
+	my $s = IO::Socket::INET->new(Proto => 'tcp', PeerAddr => $addr,
+		Timeout => 5) or return undef;
+	binmode $s;
+
+	my $self = bless { s => $s, buf => '', next => 1, streams => {},
+		window => $o{window} }, $class;
+
+	$self->put("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+	$self->frame(4, 0, 0, defined $o{window}
+		? pack('nN', 4, $o{window}) : '');
+
+	return $self;
+}
+
+sub put {
+	my ($self, $data) = @_;
+
+	local $SIG{PIPE} = 'IGNORE';
+
+	while (length $data) {
+		my $n = syswrite($self->{s}, $data) or return;
+		substr($data, 0, $n, '');
+	}
+}
+
+sub frame {
+	my ($self, $type, $flags, $sid, $payload) = @_;
+
+	$self->put(pack('NCN', length($payload) << 8 | $type, $flags, $sid)
+		. $payload);
+}
+
+sub int_enc {
+	my ($v, $bits, $first) = @_;
+
+	my $max = (1 << $bits) - 1;
+	return chr($first | $v) if $v < $max;
+
+	my $out = chr($first | $max);
+	$v -= $max;
+
+	while ($v >= 128) {
+		$out .= chr(($v & 0x7f) | 0x80);
+		$v >>= 7;
+	}
+
+	return $out . chr($v);
+}
+
+sub hpack {
+	my (@h) = @_;
+
+	my $out = '';
+
+	while (my ($n, $v) = splice(@h, 0, 2)) {
+		$out .= "\x00" . int_enc(length $n, 7, 0) . $n
+			. int_enc(length $v, 7, 0) . $v;
+	}
+
+	return $out;
+}
+
+sub request {
+	my ($self, $path, $body, @headers) = @_;
+
+	my $sid = $self->{next};
+	$self->{next} += 2;
+	$self->{streams}{$sid} = { data => '', ended => 0 };
+
+	$self->frame(1, 0x4, $sid, hpack(':method' => 'POST',
+		':scheme' => 'http', ':path' => $path,
+		':authority' => 'localhost',
+		'content-type' => 'application/json',
+		'content-length' => length $body, @headers));
+	$self->frame(0, 0x1, $sid, $body);
+
+	return $sid;
+}
+
+sub finish {
+	my ($self) = @_;
+
+	$self->frame(7, 0, 0, pack('NN', $self->{next} - 2, 0));
+	CORE::close($self->{s});
+}
+
+sub data { $_[0]{streams}{$_[1]}{data} }
+sub status { $_[0]{streams}{$_[1]}{status} }
+sub ended { $_[0]{streams}{$_[1]}{ended} }
+
+sub pump {
+	my ($self, $cond, $seconds) = @_;
+
+	my $sel = IO::Select->new($self->{s});
+	my $deadline = time() + $seconds;
+
+	for (;;) {
+		return 1 if $cond->();
+
+		my $left = $deadline - time();
+		return 0 if $left <= 0 || !$sel->can_read($left);
+
+		my $n = sysread($self->{s}, $self->{buf}, 65536,
+			length $self->{buf});
+		return $cond->() ? 1 : 0 unless $n;
+
+		$self->parse();
+	}
+}
+
+sub parse {
+	my ($self) = @_;
+
+	while (length $self->{buf} >= 9) {
+		my ($lt, $flags, $sid) = unpack('NCN', $self->{buf});
+		my ($len, $type) = ($lt >> 8, $lt & 0xff);
+		$sid &= 0x7fffffff;
+
+		last if length $self->{buf} < 9 + $len;
+
+		my $p = substr($self->{buf}, 9, $len);
+		substr($self->{buf}, 0, 9 + $len, '');
+
+		my $st = $self->{streams}{$sid};
+
+		if ($type == 4 && !($flags & 0x1)) {
+			$self->frame(4, 0x1, 0, '');
+
+		} elsif ($type == 6 && !($flags & 0x1)) {
+			$self->frame(6, 0x1, 0, $p);
+
+		} elsif ($type == 0 && $st) {
+			$p = substr($p, 1, length($p) - 1 - ord $p) if $flags & 0x8;
+			$st->{data} .= $p;
+			$st->{ended} = 1 if $flags & 0x1;
+
+			if ($len && !defined $self->{window}) {
+				$self->frame(8, 0, $sid, pack('N', $len));
+				$self->frame(8, 0, 0, pack('N', $len));
+			}
+
+		} elsif ($type == 1 && $st) {
+			my $block = $p;
+			$block = substr($block, 1, length($block) - 1 - ord $block)
+				if $flags & 0x8;
+			$block = substr($block, 5) if $flags & 0x20;
+
+			$st->{status} //= status_of($block);
+			$st->{ended} = 1 if $flags & 0x1;
+
+		} elsif ($type == 3 && $st) {
+			$st->{ended} = 1;
+			$st->{rst} = unpack('N', $p);
+		}
+	}
+}
+
+sub status_of {
+	my ($block) = @_;
+
+	my %static = (8 => 200, 9 => 204, 10 => 206, 11 => 304, 12 => 400,
+		13 => 404, 14 => 500);
+
+	my $b = ord $block;
+
+	return $static{$b & 0x7f} if $b & 0x80;
+
+	return $1 + 0 if $block =~ /\A[\x48\x08\x18]\x03(\d{3})/;
+
+	return undef;
+}
+
+1;
+
+###############################################################################
