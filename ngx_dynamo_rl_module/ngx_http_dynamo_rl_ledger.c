@@ -797,7 +797,8 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
      * may be sent again
      */
 
-    if (r->upstream == NULL || !r->upstream->request_sent) {
+    if (!ctx->written && (r->upstream == NULL || !r->upstream->request_sent))
+    {
         reason = NGX_HTTP_DYNAMO_RL_NOT_FORWARDED;
     }
 

@@ -1082,6 +1082,15 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
             ucf->next_upstream &= ~NGX_HTTP_UPSTREAM_FT_NON_IDEMPOTENT;
         }
+
+        /* a request that reached one upstream is not sent to another */
+
+        if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+            && ngx_http_dynamo_rl_request_upstream(cf, drmcf, ucf->upstream)
+               != NGX_CONF_OK)
+        {
+            return NGX_CONF_ERROR;
+        }
     }
 
     return NGX_CONF_OK;

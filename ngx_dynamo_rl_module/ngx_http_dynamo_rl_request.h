@@ -20,6 +20,9 @@ ngx_http_dynamo_rl_ctx_t *ngx_http_dynamo_rl_request_late(
     ngx_http_request_t *r, ngx_http_dynamo_rl_loc_conf_t *drlcf);
 uint64_t ngx_http_dynamo_rl_request_lens(
     ngx_http_dynamo_rl_loc_conf_t *drlcf);
+char *ngx_http_dynamo_rl_request_upstream(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_main_conf_t *drmcf,
+    ngx_http_upstream_srv_conf_t *uscf);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_REQUEST_H_INCLUDED_ */

@@ -48,8 +48,22 @@ http {
     # the first server resets or answers 500; nginx would try the second
 
     upstream two {
-        server 127.0.0.1:8082;
-        server 127.0.0.1:8081;
+        server 127.0.0.1:8082 max_fails=0;
+        server 127.0.0.1:8081 backup;
+    }
+
+    # the first server is not listening: nothing written, a retry is fine
+
+    upstream down {
+        server 127.0.0.1:8083 max_fails=0;
+        server 127.0.0.1:8081 backup;
+    }
+
+    # a re-send would find no server: nginx resets request_sent
+
+    upstream gone {
+        server 127.0.0.1:8082 max_fails=0;
+        server 127.0.0.1:8083 backup;
     }
 
     server {
@@ -78,6 +92,20 @@ http {
             dynamo_rl_methods POST PUT GET HEAD;
             proxy_next_upstream error timeout http_500 non_idempotent;
             proxy_pass http://two/;
+        }
+
+        location /gone/ {
+            dynamo_rl_plane request;
+            dynamo_rl_methods POST PUT GET HEAD;
+            proxy_next_upstream error timeout http_500;
+            proxy_pass http://gone/;
+        }
+
+        location /down/ {
+            dynamo_rl_plane request;
+            dynamo_rl_methods POST PUT GET HEAD;
+            proxy_next_upstream error timeout http_500;
+            proxy_pass http://down/;
         }
     }
 
@@ -201,6 +229,72 @@ for my $how (qw/ h1-close h2-rst h2-close /) {
 
 		$h->finish() if $h && $how eq 'h2-rst';
 	}
+}
+
+# a request whose bytes reached the first of two servers (it resets the
+# connection, or answers 500) is never sent to the second, whatever its
+# method and proxy_next_upstream; its id is used up
+
+for my $method (qw/ POST PUT GET /) {
+	for my $bad (qw/ reset 500 /) {
+		my $cell = "$method, first server $bad";
+		my $id = 'two-' . ++$n;
+
+		my ($status) = whole_h1('/two/v1/completions', $id, 'sse', 100,
+			method => $method, headers => [ "X-Bad: $bad" ]);
+
+		is($status, $bad eq 'reset' ? 502 : 500, "$cell: client status");
+		is(seen($id), 1, "$cell: upstream once");
+		is(scalar(grep { ($_->{id} // '') eq $id && $_->{server} eq 'good' }
+			json_lines($uplog)), 0, "$cell: never the second server");
+
+		my $a = settled($id);
+
+		is($a->{state}, 'failed', "$cell: failed");
+		isnt($a->{reason} // '', 'not_forwarded', "$cell: id used up");
+
+		($status) = whole_h1('/two/v1/completions', $id, 'sse', 100,
+			method => $method);
+		is($status, 409, "$cell: the id again: 409");
+	}
+}
+
+# the first server resets, and a re-send would find no server: the id
+# reached an upstream and stays used up
+
+for my $method (qw/ POST PUT /) {
+	my $cell = "$method, first server reset, second down";
+	my $id = 'gone-' . ++$n;
+
+	my ($status) = whole_h1('/gone/v1/completions', $id, 'sse', 100,
+		method => $method, headers => [ 'X-Bad: reset' ]);
+
+	is($status, 502, "$cell: 502");
+	is(seen($id), 1, "$cell: upstream once");
+
+	my $a = settled($id);
+
+	is($a->{state}, 'failed', "$cell: failed");
+	is($a->{reason}, 'upstream_status', "$cell: upstream_status (502)");
+
+	($status) = whole_h1('/gone/v1/completions', $id, 'sse', 100,
+		method => $method);
+	is($status, 409, "$cell: the id again: 409");
+}
+
+# nothing written to the first server (not listening): the second one
+# gets the request, once
+
+for my $method (qw/ POST PUT /) {
+	my $cell = "$method, first server down";
+	my $id = 'down-' . ++$n;
+
+	my ($status) = whole_h1('/down/v1/completions', $id, 'sse', 100,
+		method => $method);
+
+	is($status, 200, "$cell: 200");
+	is(seen($id), 1, "$cell: upstream once");
+	is(settled($id)->{state}, 'succeeded', "$cell: succeeded");
 }
 
 # a reload whose worker_shutdown_timeout cuts a stream that is still
