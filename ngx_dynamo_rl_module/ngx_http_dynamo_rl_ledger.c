@@ -1570,6 +1570,7 @@ ngx_http_dynamo_rl_attempts_api(ngx_conf_t *cf, ngx_command_t *cmd,
 static ngx_int_t
 ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
 {
+    u_char                          *p;
     ngx_int_t                        rc;
     ngx_str_t                        id;
     ngx_http_core_loc_conf_t        *clcf;
@@ -1596,6 +1597,19 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
                                         "bad_attempt_id",
                                         "an attempt id is 1 to 128 bytes of "
                                         "[A-Za-z0-9._:-]");
+    }
+
+    /* a UUID is looked up in its lower-case form, as it was recorded */
+
+    if (id.len == NGX_HTTP_DYNAMO_RL_UUID_LEN) {
+        p = ngx_pnalloc(r->pool, id.len);
+        if (p == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        id.data = ngx_cpymem(p, id.data, id.len) - id.len;
+
+        (void) ngx_http_dynamo_rl_attempt_id_canonical(id.data, id.len);
     }
 
     drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);

@@ -1982,6 +1982,30 @@ ngx_http_dynamo_rl_reason_find(u_char *p, size_t len, ngx_uint_t plane)
 }
 
 
+/*
+ * an attempt id in the UUID grammar names one UUID whatever the case of
+ * its hex digits, as Dynamo's request-id does: it is compared, stored and
+ * sent in its canonical lower-case form, made here in place; NGX_OK when
+ * the id is a UUID, NGX_DECLINED (and the id as it was) otherwise
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_attempt_id_canonical(u_char *p, size_t len)
+{
+    size_t  i;
+
+    if (ngx_http_dynamo_rl_uuid_valid(p, len) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; i < len; i++) {
+        p[i] = ngx_tolower(p[i]);
+    }
+
+    return NGX_OK;
+}
+
+
 /* a UUID in its canonical text form, 8-4-4-4-12 hex digits */
 
 ngx_int_t

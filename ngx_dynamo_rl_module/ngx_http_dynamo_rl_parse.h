@@ -167,6 +167,7 @@ extern ngx_http_dynamo_rl_attempt_reason_t
     ngx_http_dynamo_rl_attempt_reasons[];
 
 ngx_int_t ngx_http_dynamo_rl_attempt_id_valid(u_char *p, size_t len);
+ngx_int_t ngx_http_dynamo_rl_attempt_id_canonical(u_char *p, size_t len);
 void ngx_http_dynamo_rl_sse_scan(ngx_http_dynamo_rl_sse_t *sse, u_char *p,
     size_t len, ngx_uint_t last);
 u_char *ngx_http_dynamo_rl_uuid7(u_char *dst, uint64_t ms, u_char *rnd);

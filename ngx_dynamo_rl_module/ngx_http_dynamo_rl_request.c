@@ -506,7 +506,7 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
         ctx->client_id = 1;
 
         if (ctx->request_id.len == 0) {
-            ctx->request_id = id->value;
+            ctx->request_id = ctx->attempt_id;
         }
 
     } else {
@@ -543,11 +543,40 @@ static ngx_int_t
 ngx_http_dynamo_rl_attempt_id(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_table_elt_t *id, ngx_uint_t n)
 {
+    u_char  *p;
+    size_t   i, len;
+
     if (n == 1
         && ngx_http_dynamo_rl_attempt_id_valid(id->value.data, id->value.len)
            == NGX_OK)
     {
         ctx->attempt_id = id->value;
+
+        /*
+         * a UUID in its lower-case form, also in the header the upstream
+         * sees; ctx->id is a minted id's room only
+         */
+
+        p = id->value.data;
+        len = id->value.len;
+
+        for (i = 0; i < len && !(p[i] >= 'A' && p[i] <= 'F'); i++) {
+            /* void */
+        }
+
+        if (i < len && ngx_http_dynamo_rl_uuid_valid(p, len) == NGX_OK) {
+            p = ngx_pnalloc(r->pool, len);
+            if (p == NULL) {
+                return NGX_ERROR;
+            }
+
+            ngx_memcpy(p, id->value.data, len);
+            (void) ngx_http_dynamo_rl_attempt_id_canonical(p, len);
+
+            ctx->attempt_id.data = p;
+            id->value.data = p;
+        }
+
         return NGX_OK;
     }
 

@@ -297,6 +297,47 @@ for my $method (qw/ POST PUT /) {
 	is(settled($id)->{state}, 'succeeded', "$cell: succeeded");
 }
 
+# one UUID, one attempt: an id in the UUID grammar is compared, stored
+# and sent as request-id in its lower-case form
+
+{
+	my $upper = '55367DC5-8F2B-4C1E-9D3A-0A1B2C3D4E5F';
+	my $lower = lc $upper;
+
+	my ($status, undef, $r) = whole_h1('/off/v1/completions', $upper,
+		'sse', 100);
+
+	is($status, 200, 'UUID upper case: forwarded');
+	is($r->{headers}{'x-dynamo-attempt-id'}, $lower,
+		'UUID upper case: the lower-case id in the answer');
+
+	my ($rec) = grep { lc($_->{id} // '') eq $lower } json_lines($uplog);
+	is($rec->{id}, $lower, 'UUID upper case: lower case upstream');
+	is($rec->{rid}, $lower, 'UUID upper case: request-id lower case');
+
+	($status) = whole_h1('/off/v1/completions', $lower, 'sse', 100);
+	is($status, 409, 'UUID lower case after upper case: 409');
+
+	($status) = whole_h1('/off/v1/completions',
+		'55367dc5-8F2B-4c1e-9D3A-0a1b2c3d4e5f', 'sse', 100);
+	is($status, 409, 'UUID mixed case: 409');
+
+	is(scalar(grep { lc($_->{id} // '') eq $lower } json_lines($uplog)), 1,
+		'UUID: Dynamo saw the request id once');
+
+	is(api($upper)->{json}{state}, 'succeeded',
+		'UUID: attempts API by the upper-case id');
+	is(api($lower)->{json}{attempt_id}, $lower,
+		'UUID: attempts API names the lower-case id');
+
+	# not a UUID: case matters, as before
+
+	($status) = whole_h1('/off/v1/completions', 'Run-ABC', 'sse', 100);
+	is($status, 200, 'not a UUID: Run-ABC forwarded');
+	($status) = whole_h1('/off/v1/completions', 'run-abc', 'sse', 100);
+	is($status, 200, 'not a UUID: run-abc is another attempt');
+}
+
 # a reload whose worker_shutdown_timeout cuts a stream that is still
 # running: the gateway cut it, failed/gateway_shutdown, not canceled
 
