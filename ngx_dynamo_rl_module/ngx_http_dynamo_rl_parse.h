@@ -115,11 +115,26 @@ typedef struct {
 } ngx_http_dynamo_rl_reason_t;
 
 
-/* incremental SSE terminal detection over any split of the stream */
+/*
+ * incremental SSE terminal detection over any split of the stream: each
+ * event's data (its data lines, joined) goes through a JSON tokenizer
+ * that keeps only the few members it judges, see ngx_http_dynamo_rl_sse_scan()
+ */
+
+#define NGX_HTTP_DYNAMO_RL_SSE_DEPTH  8
 
 typedef struct {
-    u_char                         line[16];
+    u_char                         line[24];    /* a line's first bytes */
     size_t                         len;
+    u_char                         buf[24];     /* a key or a string */
+    u_char                         kind[NGX_HTTP_DYNAMO_RL_SSE_DEPTH];
+    u_char                         depth;
+    u_char                         json;        /* the tokenizer's state */
+    u_char                         key;         /* the member's, judged */
+    u_char                         blen;
+    unsigned                       field:2;     /* of the current line */
+    unsigned                       value:1;     /* past the field's ':' */
+    unsigned                       esc:1;
     unsigned                       done:1;
     unsigned                       error:1;
     unsigned                       aborted:1;   /* with error */

@@ -338,6 +338,86 @@ for my $method (qw/ POST PUT /) {
 	is($status, 200, 'not a UUID: run-abc is another attempt');
 }
 
+# in-stream errors in every form Dynamo sends, each followed by
+# [DONE], through both buffering modes and both protocols: the client
+# gets the whole stream, the attempt is failed with its reason
+
+my $CHUNK = 'data: {"id":"c-1","choices":[{"index":0,"text":"a",'
+	. '"finish_reason":null}]}' . "\n\n";
+my $DONE = "data: [DONE]\n\n";
+
+my @STREAMS = (
+	[ 'error member', 'in_stream_error', $CHUNK
+		. 'data: {"error":{"message":"m","type":"internal","code":500}}'
+		. "\n\n" . $DONE ],
+	[ 'error member, spaced', 'in_stream_error', $CHUNK
+		. 'data: { "error" : { "message": "m" } }' . "\n\n" . $DONE ],
+	[ 'error member after others', 'in_stream_error', $CHUNK
+		. 'data: {"id":"c-1","object":"chunk","error":{"message":"m"}}'
+		. "\n\n" . $DONE ],
+	[ 'error member over two data lines', 'in_stream_error', $CHUNK
+		. "data: {\"id\":\"c-1\",\ndata: \"error\":{\"message\":\"m\"}}"
+		. "\n\n" . $DONE ],
+	[ 'event: error', 'in_stream_error', $CHUNK
+		. "event: error\n: backend failed\n\n" ],
+	[ 'response.failed', 'in_stream_error',
+		"event: response.created\ndata: {\"type\":\"response.created\"}"
+		. "\n\nevent: response.failed\ndata: {\"type\":"
+		. "\"response.failed\",\"response\":{\"status\":\"failed\"}}\n\n"
+		. $DONE ],
+	[ 'finish_reason abort', 'aborted', $CHUNK
+		. 'data: {"id":"c-1","choices":[{"index":0,"text":"",'
+		. '"finish_reason":"abort"}]}' . "\n\n" . $DONE ],
+	[ 'nvext cancelled', 'aborted', $CHUNK
+		. 'data: {"id":"c-1","choices":[{"index":0,"text":"",'
+		. '"finish_reason":"stop"}],"nvext":{"detailed_finish_reason":'
+		. '"cancelled"}}' . "\n\n" . $DONE ],
+	[ 'generate abort', 'aborted',
+		'data: {"text":"a","output_ids":[1],"meta_info":{"id":"r",'
+		. '"finish_reason":{"type":"abort","message":"paused"}}}'
+		. "\n\n" . $DONE ],
+	[ 'stop, not cancelled', undef, $CHUNK
+		. 'data: {"id":"c-1","choices":[{"index":0,"text":"",'
+		. '"finish_reason":"stop"}],"nvext":{"detailed_finish_reason":'
+		. '"stop"}}' . "\n\n" . $DONE ],
+);
+
+for my $proto (qw/ h1 h2 /) {
+	for my $buf (qw/ on off /) {
+		for my $st (@STREAMS) {
+			my ($name, $reason, $body) = @$st;
+			my $cell = "$proto $buf $name";
+			my $id = 'ise-' . ++$n;
+			my $hex = unpack('H*', $body);
+			my ($status, $got);
+
+			if ($proto eq 'h1') {
+				($status, $got) = whole_h1("/$buf/v1/completions", $id,
+					'raw', 0, headers => [ "X-Up-Body: $hex" ]);
+
+			} else {
+				my $h = H2->new('127.0.0.1:' . port(8071))
+					or die "h2: $!\n";
+				my $sid = $h->request("/$buf/v1/completions",
+					'{"prompt":"p"}', 'x-dynamo-attempt-id' => $id,
+					'x-up' => 'raw', 'x-up-body' => $hex);
+				$h->pump(sub { $h->ended($sid) }, 10);
+				($status, $got) = ($h->status($sid), $h->data($sid));
+				$h->finish();
+			}
+
+			is($got, $body, "$cell: client got the whole stream");
+			is(seen($id), 1, "$cell: upstream once");
+
+			my $a = settled($id);
+
+			is($a->{state}, $reason ? 'failed' : 'succeeded',
+				"$cell: state");
+			is($a->{reason}, $reason, "$cell: reason");
+		}
+	}
+}
+
 # a reload whose worker_shutdown_timeout cuts a stream that is still
 # running: the gateway cut it, failed/gateway_shutdown, not canceled
 
