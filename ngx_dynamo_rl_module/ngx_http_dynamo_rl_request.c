@@ -32,6 +32,9 @@ static ngx_table_elt_t *ngx_http_dynamo_rl_push_header(ngx_list_t *list,
     ngx_str_t *name, u_char *lowcase, ngx_uint_t hash, ngx_str_t *value);
 
 
+#if (NGX_HTTP_GZIP || NGX_HTTP_HEADERS)
+static ngx_int_t ngx_http_dynamo_rl_identity(ngx_http_request_t *r);
+#endif
 static ngx_int_t ngx_http_dynamo_rl_peer_init(ngx_http_request_t *r,
     ngx_http_upstream_srv_conf_t *us);
 static ngx_int_t ngx_http_dynamo_rl_peer_get(ngx_peer_connection_t *pc,
@@ -464,6 +467,16 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
         }
     }
 
+#if (NGX_HTTP_GZIP || NGX_HTTP_HEADERS)
+
+    if (r->headers_in.accept_encoding != NULL
+        && ngx_http_dynamo_rl_identity(r) != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+#endif
+
     rc = ngx_http_dynamo_rl_attempt_id(r, ctx, id, n);
 
     if (rc == NGX_ERROR) {
@@ -871,6 +884,48 @@ ngx_http_dynamo_rl_push_header(ngx_list_t *list, ngx_str_t *name,
 
     return h;
 }
+
+
+#if (NGX_HTTP_GZIP || NGX_HTTP_HEADERS)
+
+/*
+ * the ledger reads the answer as it passes: the upstream is asked for
+ * it uncompressed ("Accept-Encoding: identity" instead of the client's
+ * codings); the client's own header stays what nginx's filters toward
+ * the client (gzip) see
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_identity(ngx_http_request_t *r)
+{
+    ngx_table_elt_t                 *h, *copy;
+    ngx_http_dynamo_rl_list_iter_t   it;
+
+    copy = ngx_palloc(r->pool, sizeof(ngx_table_elt_t));
+    if (copy == NULL) {
+        return NGX_ERROR;
+    }
+
+    *copy = *r->headers_in.accept_encoding;
+    r->headers_in.accept_encoding = copy;
+
+    for (h = ngx_http_dynamo_rl_list_first(&r->headers_in.headers, &it);
+         h != NULL;
+         h = ngx_http_dynamo_rl_list_next(&it))
+    {
+        if (h->key.len == sizeof("Accept-Encoding") - 1
+            && ngx_strncasecmp(h->key.data, (u_char *) "Accept-Encoding",
+                               sizeof("Accept-Encoding") - 1)
+               == 0)
+        {
+            ngx_str_set(&h->value, "identity");
+        }
+    }
+
+    return NGX_OK;
+}
+
+#endif
 
 
 /*

@@ -418,6 +418,27 @@ for my $proto (qw/ h1 h2 /) {
 	}
 }
 
+# a client that accepts gzip: the frontend is asked for identity, the
+# stream is read as it is and ends in [DONE]; the client's gzip is still
+# nginx's to use toward it
+
+for my $buf (qw/ on off /) {
+	my $cell = "Accept-Encoding gzip, $buf";
+	my $id = 'gzip-' . ++$n;
+
+	my ($status, $body, $r) = whole_h1("/$buf/v1/completions", $id, 'gzip',
+		0, headers => [ 'Accept-Encoding: gzip, deflate, br' ]);
+
+	is($status, 200, "$cell: 200");
+	like($body, qr/data: \[DONE\]\n\n\z/, "$cell: plain stream to the client");
+	ok(!defined $r->{headers}{'content-encoding'},
+		"$cell: no Content-Encoding");
+
+	my ($rec) = grep { ($_->{id} // '') eq $id } json_lines($uplog);
+	is($rec->{ae}, 'identity', "$cell: the frontend was asked identity");
+	is(settled($id)->{state}, 'succeeded', "$cell: succeeded");
+}
+
 # a reload whose worker_shutdown_timeout cuts a stream that is still
 # running: the gateway cut it, failed/gateway_shutdown, not canceled
 
@@ -687,6 +708,24 @@ sub up_conn {
 			'{"id":"cmpl-1","object":"text_completion","choices":'
 			. '[{"index":0,"text":"' . $text . '",'
 			. '"finish_reason":"stop"}]}');
+	}
+
+	if ($kind eq 'gzip') {
+
+		# a gzip-capable frontend: compresses whenever it may
+
+		my $body = 'data: {"id":"c-1","choices":[{"index":0,"text":"a",'
+			. '"finish_reason":"stop"}]}' . "\n\ndata: [DONE]\n\n";
+
+		return up_send($c, 200, 'text/event-stream', $body)
+			unless ($h{'accept-encoding'} // '') =~ /gzip/;
+
+		require IO::Compress::Gzip;
+		my $gz;
+		IO::Compress::Gzip::gzip(\$body => \$gz);
+
+		return up_send($c, 200, "text/event-stream\r\n"
+			. 'Content-Encoding: gzip', $gz);
 	}
 
 	if ($kind eq 'raw') {
