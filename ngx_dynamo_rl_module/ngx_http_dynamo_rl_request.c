@@ -369,9 +369,15 @@ admitted:
         rc = ngx_http_dynamo_rl_body_start(r, ctx, drlcf);
     }
 
-    /* the attempt is recorded last: nothing refused before is recorded */
+    /*
+     * the attempt is recorded last: nothing refused before is recorded;
+     * a GET or HEAD (/v1/models) generates nothing and is no attempt: its
+     * id is not claimed, and a generation may use it later
+     */
 
-    if (rc == NGX_OK && drlcf->ledger) {
+    if (rc == NGX_OK && drlcf->ledger
+        && !(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)))
+    {
         rc = ngx_http_dynamo_rl_ledger_add(r, ctx);
     }
 
