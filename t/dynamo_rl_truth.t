@@ -87,6 +87,20 @@ http {
             proxy_pass http://up/;
         }
 
+        location /ton/ {
+            dynamo_rl_plane request;
+            proxy_buffering on;
+            proxy_read_timeout 1s;
+            proxy_pass http://up/;
+        }
+
+        location /toff/ {
+            dynamo_rl_plane request;
+            proxy_buffering off;
+            proxy_read_timeout 1s;
+            proxy_pass http://up/;
+        }
+
         location /two/ {
             dynamo_rl_plane request;
             dynamo_rl_methods POST PUT GET HEAD;
@@ -247,6 +261,13 @@ for my $method (qw/ POST PUT GET /) {
 		is(seen($id), 1, "$cell: upstream once");
 		is(scalar(grep { ($_->{id} // '') eq $id && $_->{server} eq 'good' }
 			json_lines($uplog)), 0, "$cell: never the second server");
+
+		# a GET is no attempt (item 9): nothing recorded, the id free
+
+		if ($method eq 'GET') {
+			is(api($id)->{status}, 404, "$cell: not recorded");
+			next;
+		}
 
 		my $a = settled($id);
 
@@ -414,6 +435,34 @@ for my $proto (qw/ h1 h2 /) {
 			is($a->{state}, $reason ? 'failed' : 'succeeded',
 				"$cell: state");
 			is($a->{reason}, $reason, "$cell: reason");
+		}
+	}
+}
+
+# the upstream ends the answer: closes short of its length, resets,
+# closes a close-delimited stream before [DONE], or says nothing until
+# proxy_read_timeout; failed, upstream_incomplete
+
+for my $proto (qw/ h1 h2 /) {
+	for my $buf (qw/ on off /) {
+		for my $kind (qw/ trunc rst eof timeout /) {
+			my $cell = "$proto $buf upstream $kind";
+			my $id = 'up-' . ++$n;
+			my $path = "/t$buf/v1/completions";
+			my $up = $kind eq 'timeout' ? 'hang' : $kind;
+
+			my ($status, $got) = $proto eq 'h1'
+				? whole_h1($path, $id, $up, 0)
+				: whole_h2($path, $id, $up, 0);
+
+			unlike($got // '', qr/\[DONE\]/, "$cell: no [DONE] to the client");
+			is(seen($id), 1, "$cell: upstream once");
+
+			my $a = settled($id);
+
+			is($a->{state}, 'failed', "$cell: failed");
+			is($a->{reason}, $status && $status == 504 ? 'upstream_status'
+				: 'upstream_incomplete', "$cell: reason");
 		}
 	}
 }
@@ -708,6 +757,28 @@ sub up_conn {
 			'{"id":"cmpl-1","object":"text_completion","choices":'
 			. '[{"index":0,"text":"' . $text . '",'
 			. '"finish_reason":"stop"}]}');
+	}
+
+	if ($kind =~ /^(?:trunc|rst|eof)$/) {
+
+		# two events, then the upstream ends without [DONE]: closes
+		# short of its Content-Length, resets, or closes a stream
+		# delimited by the close
+
+		my $events = ('data: {"id":"c-1","choices":[{"index":0,'
+			. '"text":"a","finish_reason":null}]}' . "\n\n") x 2;
+
+		syswrite($c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream"
+			. "\r\n" . ($kind eq 'eof' ? ''
+				: 'Content-Length: ' . (length($events) + 100) . "\r\n")
+			. "Connection: close\r\n\r\n$events");
+
+		if ($kind eq 'rst') {
+			setsockopt($c, SOL_SOCKET, SO_LINGER, pack('ii', 1, 0));
+		}
+
+		close $c;
+		return;
 	}
 
 	if ($kind eq 'gzip') {
