@@ -26,11 +26,15 @@ use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL qw/ port /;
-use Test::DynamoRL::Fixture qw/ api call fork_server json_lines rl_test /;
+use Test::DynamoRL::Fixture qw/ api call fork_server json_lines rl_conf
+	rl_test /;
+use Test::DynamoRL::Redis;
 
 ###############################################################################
 
-my $t = rl_test(600, undef, <<'EOF', has => [qw/ http proxy http_v2 /]);
+# the plan: the cells below, and two checks of the store's gateway
+
+my $t = rl_test(600, 424 + 2, <<'EOF', has => [qw/ http proxy http_v2 /]);
 
 %%RL_MAIN workers=1%%
 
@@ -543,19 +547,122 @@ for my $proto (qw/ h1 h2 /) {
 	}
 }
 
-done_testing();
+###############################################################################
+
+# the store's cells: a second gateway whose ledger is in Redis; the
+# reasons go through the store's records
+
+my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
+my $ts = Test::DynamoRL->new()->check_at_end();
+
+$ts->write_file_expand('nginx.conf', rl_conf(<<'EOF'));
+
+%%RL_MAIN workers=1%%
+
+http {
+    %%RL_HTTP 4m%%
+
+    dynamo_rl_store redis://127.0.0.1:8379 replica=T timeout=2s;
+
+    upstream up {
+        server 127.0.0.1:8081;
+    }
+
+    server {
+        listen 127.0.0.1:8090 sndbuf=32k;
+        server_name localhost;
+
+        send_timeout 1s;
+
+        location /on/ {
+            dynamo_rl_plane request;
+            proxy_buffering on;
+            proxy_pass http://up/;
+        }
+
+        location /off/ {
+            dynamo_rl_plane request;
+            proxy_buffering off;
+            proxy_pass http://up/;
+        }
+    }
+
+    server {
+        listen 127.0.0.1:8092;
+        server_name localhost;
+
+        location /rl/attempts/ {
+            dynamo_rl_attempts_api;
+        }
+    }
+}
+
+EOF
+
+$ts->run();
+
+for my $buf (qw/ on off /) {
+	my $cell = "store $buf";
+	my $id = 'store-stall-' . ++$n;
+
+	my $got = stall_h1("/$buf/v1/completions", $id, 'sse', $BIG,
+		port => 8090, api => 8092);
+	my $a = settled($id, port => 8092);
+
+	ok($got > 0 && $got < $BIG, "$cell stalled: client got part");
+	is(seen($id), 1, "$cell stalled: upstream once");
+	is($a->{state}, 'failed', "$cell stalled: failed");
+	is($a->{reason}, 'send_timeout', "$cell stalled: send_timeout");
+	is($a->{replica}, 'T', "$cell stalled: the store's record");
+
+	$id = 'store-ise-' . ++$n;
+
+	my ($status, $body) = whole_h1("/$buf/v1/completions", $id, 'raw', 0,
+		port => 8090, headers => [ 'X-Up-Body: ' . unpack('H*',
+			$STREAMS[7][2]) ]);
+	$a = settled($id, port => 8092);
+
+	is($body, $STREAMS[7][2], "$cell $STREAMS[7][0]: the whole stream");
+	is($a->{state}, 'failed', "$cell $STREAMS[7][0]: failed");
+	is($a->{reason}, 'aborted', "$cell $STREAMS[7][0]: aborted");
+
+	$id = 'store-ok-' . ++$n;
+
+	($status) = whole_h1("/$buf/v1/completions", $id, 'sse', 1 << 20,
+		port => 8090);
+	$a = settled($id, port => 8092);
+
+	is($status, 200, "$cell complete: 200");
+	is($a->{state}, 'succeeded', "$cell complete: succeeded");
+	ok(!exists $a->{reason}, "$cell complete: no reason");
+}
+
+{
+	my $upper = '0190A1B2-C3D4-7E5F-8A9B-0C1D2E3F4A5B';
+
+	my ($status) = whole_h1('/off/v1/completions', $upper, 'sse', 100,
+		port => 8090);
+	is($status, 200, 'store UUID upper case: forwarded');
+
+	($status) = whole_h1('/off/v1/completions', lc $upper, 'sse', 100,
+		port => 8090);
+	is($status, 409, 'store UUID lower case: 409 across the store');
+	is(api($upper, port => 8092)->{json}{attempt_id}, lc $upper,
+		'store UUID: found by either spelling');
+}
+
 
 ###############################################################################
 
 # the attempts API's record once it is terminal
 
 sub settled {
-	my ($id) = @_;
+	my ($id, %o) = @_;
 
 	my $last = {};
 
 	Test::DynamoRL::wait_for(sub {
-		$last = api($id)->{json};
+		$last = api($id, %o)->{json};
 		return ($last->{state} // 'accepted')
 			!~ /^(?:accepted|streaming)$/;
 	}, 30);
@@ -589,11 +696,12 @@ sub request {
 # nothing until the attempt is terminal; returns the bytes it read
 
 sub stall_h1 {
-	my ($path, $id, $kind, $size) = @_;
+	my ($path, $id, $kind, $size, %o) = @_;
 
 	socket(my $s, PF_INET, SOCK_STREAM, 0) or die "socket: $!\n";
 	setsockopt($s, SOL_SOCKET, SO_RCVBUF, pack('i', 4096));
-	connect($s, pack_sockaddr_in(port(8080), inet_aton('127.0.0.1')))
+	connect($s, pack_sockaddr_in(port($o{port} // 8080),
+		inet_aton('127.0.0.1')))
 		or die "connect: $!\n";
 	binmode $s;
 
@@ -605,7 +713,7 @@ sub stall_h1 {
 		sysread($s, $buf, 65536, length $buf) or last;
 	}
 
-	settled($id);
+	settled($id, port => $o{api} // 8070);
 	close $s;
 
 	my $head = index($buf, "\r\n\r\n");
@@ -615,7 +723,8 @@ sub stall_h1 {
 sub whole_h1 {
 	my ($path, $id, $kind, $size, %o) = @_;
 
-	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080))
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:'
+		. port($o{port} // 8080))
 		or die "connect: $!\n";
 	binmode $s;
 
