@@ -574,14 +574,19 @@ http {
 
         send_timeout 1s;
 
+        # the gate is not tested here: it would refuse attempts until
+        # the store's gate record is first read
+
         location /on/ {
             dynamo_rl_plane request;
+            dynamo_rl_gate off;
             proxy_buffering on;
             proxy_pass http://up/;
         }
 
         location /off/ {
             dynamo_rl_plane request;
+            dynamo_rl_gate off;
             proxy_buffering off;
             proxy_pass http://up/;
         }
@@ -600,6 +605,12 @@ http {
 EOF
 
 $ts->run();
+
+# the worker process connects to the store after it starts: until then
+# attempts are refused (503 store_unavailable), not what is tested here
+
+Test::DynamoRL::wait_for(sub {
+	api('store-probe', port => 8092)->{status} == 404 }, 10);
 
 for my $buf (qw/ on off /) {
 	my $cell = "store $buf";
