@@ -147,7 +147,8 @@ test: test-deps bench-deps build $(UNITS) $(FUZZERS) $(BUILD)/snapshot-bench
 NOFAST_BUILD := $(CURDIR)/build/nofast
 FILTER_TESTS := $(addprefix t/dynamo_rl_, filters.t request.t \
                 request_id.t ledger.t verdict_attack.t body.t \
-                body_attack.t http2.t compose.t store_attack.t sdk.t)
+                body_attack.t http2.t compose.t store_attack.t sdk.t \
+                truth.t)
 
 build-nofast:
 	$(MAKE) BUILD=$(NOFAST_BUILD) \

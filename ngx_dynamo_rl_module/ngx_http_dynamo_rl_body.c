@@ -525,6 +525,10 @@ ngx_http_dynamo_rl_body_rid(ngx_http_request_t *r,
         return NGX_OK;
     }
 
+    /* the id it names: a UUID's lower-case form (the body stays as it is) */
+
+    (void) ngx_http_dynamo_rl_attempt_id_canonical(rid, last - rid);
+
     if (ctx->client_id) {
         if ((size_t) (last - rid) != ctx->attempt_id.len
             || ngx_strncmp(rid, ctx->attempt_id.data, ctx->attempt_id.len)

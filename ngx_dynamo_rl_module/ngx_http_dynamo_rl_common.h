@@ -76,6 +76,9 @@ typedef struct {
 
     /* dynamo_rl_store: the ledger and the gate in Redis or Valkey */
     ngx_http_dynamo_rl_store_t     *store;
+
+    /* the upstream groups of request planes and their own peer.init */
+    ngx_array_t                    *peer_inits;
 } ngx_http_dynamo_rl_main_conf_t;
 
 
@@ -269,6 +272,17 @@ typedef struct {
     unsigned                        store_wait:1;
     unsigned                        store_done:1;
     unsigned                        store_claimed:1;
+
+    /*
+     * request plane: the upstream peer's own free and get, and the bytes
+     * its connection had sent before this request (a cached keepalive
+     * connection); "written" once a byte of the request went upstream
+     */
+    ngx_event_free_peer_pt          peer_free;
+    ngx_event_get_peer_pt           peer_get;
+    off_t                           peer_sent;
+    unsigned                        peer_wrapped:1;
+    unsigned                        written:1;
 
     u_char                          id[NGX_HTTP_DYNAMO_RL_UUID_LEN];
     u_char                          request_uuid[NGX_HTTP_DYNAMO_RL_UUID_LEN];

@@ -50,6 +50,10 @@ static ngx_int_t ngx_http_dynamo_rl_ledger_defer(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 static void ngx_http_dynamo_rl_ledger_stream(ngx_event_t *ev);
 static void ngx_http_dynamo_rl_ledger_undefer(ngx_http_dynamo_rl_ctx_t *ctx);
+static ngx_uint_t ngx_http_dynamo_rl_ledger_verdict(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_uint_t status, ngx_uint_t upstream,
+    ngx_uint_t *reason);
+static ngx_uint_t ngx_http_dynamo_rl_ledger_shutdown(ngx_http_request_t *r);
 static void ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
     ngx_uint_t state, ngx_uint_t status, off_t sent, ngx_uint_t reason);
 static ngx_int_t ngx_http_dynamo_rl_attempts_store(ngx_http_request_t *r,
@@ -81,13 +85,6 @@ ngx_str_t  ngx_http_dynamo_rl_ledger_states[] = {
     ngx_string("succeeded"),
     ngx_string("failed"),
     ngx_string("canceled")
-};
-
-
-static ngx_str_t  ngx_http_dynamo_rl_ledger_reasons[] = {
-    ngx_null_string,
-    ngx_string("worker_exited"),
-    ngx_string("not_forwarded")
 };
 
 
@@ -796,23 +793,8 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
         }
     }
 
-    if (ctx->sse.error) {
-        state = NGX_HTTP_DYNAMO_RL_FAILED;
-
-    } else if (ctx->complete && !c->error) {
-        state = (status >= NGX_HTTP_OK && status < NGX_HTTP_SPECIAL_RESPONSE
-                 && upstream >= NGX_HTTP_OK
-                 && upstream < NGX_HTTP_SPECIAL_RESPONSE
-                 && (!ctx->sse_on || ctx->sse.done))
-                ? NGX_HTTP_DYNAMO_RL_SUCCEEDED : NGX_HTTP_DYNAMO_RL_FAILED;
-
-    } else if (c->error || status == NGX_HTTP_CLIENT_CLOSED_REQUEST) {
-        state = NGX_HTTP_DYNAMO_RL_CANCELED;
-
-    } else {
-        /* the upstream closed early, or nginx gave up mid-response */
-        state = NGX_HTTP_DYNAMO_RL_FAILED;
-    }
+    state = ngx_http_dynamo_rl_ledger_verdict(r, ctx, status, upstream,
+                                              &reason);
 
     ctx->outcome = ngx_http_dynamo_rl_ledger_states[state];
 
@@ -836,8 +818,10 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
      * may be sent again
      */
 
-    reason = (r->upstream != NULL && r->upstream->request_sent)
-             ? 0 : NGX_HTTP_DYNAMO_RL_NOT_FORWARDED;
+    if (!ctx->written && (r->upstream == NULL || !r->upstream->request_sent))
+    {
+        reason = NGX_HTTP_DYNAMO_RL_NOT_FORWARDED;
+    }
 
     if (ctx->store_claimed) {
         ngx_http_dynamo_rl_ledger_store_end(ctx, state, status, sent, reason);
@@ -866,6 +850,111 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, c->log, 0,
                    "dynamo rl ledger: \"%V\" %V, status %ui",
                    &ctx->attempt_id, &ctx->outcome, status);
+}
+
+
+/*
+ * an attempt's terminal state and its reason, at its end: succeeded only
+ * when nginx handed the last byte of a whole 2xx answer (for SSE, one that
+ * ended with [DONE] and carried no error) to the client connection; the
+ * log phase comes after send_timeout (c->timedout) and after a
+ * worker_shutdown_timeout, which both end a response that was whole
+ * upstream with its bytes still buffered in nginx
+ */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_ledger_verdict(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_uint_t status, ngx_uint_t upstream,
+    ngx_uint_t *reason)
+{
+    ngx_connection_t  *c;
+
+    c = r->connection;
+
+    if (ctx->sse.error) {
+        *reason = ctx->sse.aborted ? NGX_HTTP_DYNAMO_RL_ABORTED
+                                   : NGX_HTTP_DYNAMO_RL_IN_STREAM_ERROR;
+        return NGX_HTTP_DYNAMO_RL_FAILED;
+    }
+
+    if (ngx_http_dynamo_rl_ledger_shutdown(r)) {
+        *reason = NGX_HTTP_DYNAMO_RL_GATEWAY_SHUTDOWN;
+        return NGX_HTTP_DYNAMO_RL_FAILED;
+    }
+
+    if (c->timedout || c->write->timedout
+#if (NGX_HTTP_V2)
+        || (r->stream && r->stream->connection->connection->timedout)
+#endif
+       )
+    {
+        *reason = NGX_HTTP_DYNAMO_RL_SEND_TIMEOUT;
+        return NGX_HTTP_DYNAMO_RL_FAILED;
+    }
+
+    if (c->error || status == NGX_HTTP_CLIENT_CLOSED_REQUEST) {
+        *reason = NGX_HTTP_DYNAMO_RL_CLIENT_CLOSED;
+        return NGX_HTTP_DYNAMO_RL_CANCELED;
+    }
+
+    if (!ctx->complete) {
+        /* the upstream closed early, or nginx gave up mid-response */
+        *reason = NGX_HTTP_DYNAMO_RL_UPSTREAM_INCOMPLETE;
+        return NGX_HTTP_DYNAMO_RL_FAILED;
+    }
+
+    if (r->out || r->buffered || r->postponed || c->buffered) {
+        *reason = NGX_HTTP_DYNAMO_RL_UNDELIVERED;
+        return NGX_HTTP_DYNAMO_RL_FAILED;
+    }
+
+    if (status < NGX_HTTP_OK || status >= NGX_HTTP_SPECIAL_RESPONSE
+        || upstream < NGX_HTTP_OK || upstream >= NGX_HTTP_SPECIAL_RESPONSE)
+    {
+        *reason = NGX_HTTP_DYNAMO_RL_UPSTREAM_STATUS;
+        return NGX_HTTP_DYNAMO_RL_FAILED;
+    }
+
+    if (ctx->sse_on && !ctx->sse.done) {
+        *reason = NGX_HTTP_DYNAMO_RL_UPSTREAM_INCOMPLETE;
+        return NGX_HTTP_DYNAMO_RL_FAILED;
+    }
+
+    *reason = 0;
+
+    return NGX_HTTP_DYNAMO_RL_SUCCEEDED;
+}
+
+
+/*
+ * worker_shutdown_timeout closed the connection: the shutdown timer sets
+ * "close" and "error" on every connection of an exiting worker process;
+ * an HTTP/1.x request sees them on its own connection, an HTTP/2 stream
+ * on the connection it is multiplexed on, where "close" is reset at once:
+ * there, an error that no read or write of the client's caused
+ */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_ledger_shutdown(ngx_http_request_t *r)
+{
+    ngx_connection_t  *c;
+
+    if (!ngx_exiting) {
+        return 0;
+    }
+
+    c = r->connection;
+
+#if (NGX_HTTP_V2)
+    if (r->stream) {
+        c = r->stream->connection->connection;
+
+        return c->error && !c->timedout && !c->read->eof && !c->read->error
+               && !c->write->error;
+    }
+#endif
+
+    return c->close && c->error;
 }
 
 
@@ -927,12 +1016,8 @@ ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
                                                : 0));
     argv[6].len = p - argv[6].data;
 
-    if (reason == NGX_HTTP_DYNAMO_RL_NOT_FORWARDED) {
-        ngx_str_set(&argv[7], "nf");
-
-    } else {
-        ngx_str_set(&argv[7], "");
-    }
+    argv[7].data = (u_char *) ngx_http_dynamo_rl_attempt_reasons[reason].code;
+    argv[7].len = reason ? 2 : 0;
 
     (void) ngx_http_dynamo_rl_store_batch(ctx->store,
                                           NGX_HTTP_DYNAMO_RL_SCRIPT_END, 0,
@@ -1359,7 +1444,7 @@ ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     ngx_int_t                  rc;
     ngx_http_dynamo_rl_ctx_t  *ctx;
 
-    if (r != r->main || in == NULL) {
+    if (r != r->main) {
         return ngx_http_next_body_filter(r, in);
     }
 
@@ -1367,6 +1452,18 @@ ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     if (ctx == NULL) {
         return ngx_http_next_body_filter(r, in);
+    }
+
+    if (in == NULL) {
+        /* a flush of what the client did not take at once */
+
+        rc = ngx_http_next_body_filter(r, in);
+
+        if (ctx->complete) {
+            ngx_http_dynamo_rl_ledger_sent(r, ctx, rc);
+        }
+
+        return rc;
     }
 
     rc = ngx_http_dynamo_rl_ledger_body(r, ctx, in);
@@ -1428,16 +1525,18 @@ ngx_http_dynamo_rl_ledger_body(ngx_http_request_t *r,
 
 /*
  * after the next filter: settled as soon as the whole response is
- * written, not at the log phase, which a lingering close can hold back
- * for seconds
+ * written (with the last buffer or with a later flush of what the client
+ * did not take at once), not at the log phase, which a lingering close
+ * can hold back for seconds
  */
 
 void
 ngx_http_dynamo_rl_ledger_sent(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_int_t rc)
 {
-    if (ctx->complete && rc == NGX_OK && !r->buffered && !r->postponed
-        && !r->connection->buffered && !r->connection->error)
+    if (ctx->complete && rc == NGX_OK && !r->out && !r->buffered
+        && !r->postponed && !r->connection->buffered
+        && !r->connection->error)
     {
         ngx_http_dynamo_rl_ledger_finish(r, ctx);
     }
@@ -1492,6 +1591,7 @@ ngx_http_dynamo_rl_attempts_api(ngx_conf_t *cf, ngx_command_t *cmd,
 static ngx_int_t
 ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
 {
+    u_char                          *p;
     ngx_int_t                        rc;
     ngx_str_t                        id;
     ngx_http_core_loc_conf_t        *clcf;
@@ -1518,6 +1618,19 @@ ngx_http_dynamo_rl_attempts_handler(ngx_http_request_t *r)
                                         "bad_attempt_id",
                                         "an attempt id is 1 to 128 bytes of "
                                         "[A-Za-z0-9._:-]");
+    }
+
+    /* a UUID is looked up in its lower-case form, as it was recorded */
+
+    if (id.len == NGX_HTTP_DYNAMO_RL_UUID_LEN) {
+        p = ngx_pnalloc(r->pool, id.len);
+        if (p == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        id.data = ngx_cpymem(p, id.data, id.len) - id.len;
+
+        (void) ngx_http_dynamo_rl_attempt_id_canonical(id.data, id.len);
     }
 
     drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
@@ -1774,7 +1887,7 @@ ngx_http_dynamo_rl_attempt_send(ngx_http_request_t *r, ngx_str_t *id,
     len = sizeof("{\"attempt_id\":\"\",\"state\":\"\",\"status\":,"
                  "\"stream\":false,\"bytes_sent\":,\"started\":\"\","
                  "\"ended\":\"\",\"duration_ms\":}") - 1
-          + sizeof(",\"reason\":\"not_forwarded\"")
+          + sizeof(",\"reason\":\"upstream_incomplete\"")
           + sizeof(",\"request_id\":\"\"") + NGX_HTTP_DYNAMO_RL_UUID_LEN
           + sizeof(",\"replica\":\"\"") + rec->replica.len
           + ngx_escape_json(NULL, rec->replica.data, rec->replica.len)
@@ -1835,11 +1948,10 @@ ngx_http_dynamo_rl_attempt_send(ngx_http_request_t *r, ngx_str_t *id,
 
     /* only when there is one: the fields of a plain record stay as they were */
 
-    if (rec->reason == NGX_HTTP_DYNAMO_RL_WORKER_EXITED
-        || rec->reason == NGX_HTTP_DYNAMO_RL_NOT_FORWARDED)
-    {
+    if (rec->reason && rec->reason < NGX_HTTP_DYNAMO_RL_ATTEMPT_REASONS) {
         p = ngx_sprintf(p, ",\"reason\":\"%V\"",
-                        &ngx_http_dynamo_rl_ledger_reasons[rec->reason]);
+                        &ngx_http_dynamo_rl_attempt_reasons[rec->reason]
+                             .name);
     }
 
     /* the tenant the gateway assigned, from variables: escaped */

@@ -494,8 +494,16 @@ ngx_http_dynamo_rl_plane_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     /* the module's own body filter acts only on an error page of nginx's */
 
     if (in == NULL) {
-        return ctx->error_body ? ngx_http_dynamo_rl_body_filter(r, in)
-                               : ngx_http_next_body_filter(r, in);
+        rc = ctx->error_body ? ngx_http_dynamo_rl_body_filter(r, in)
+                             : ngx_http_next_body_filter(r, in);
+
+        /* a flush of what the client did not take at once */
+
+        if (ctx->complete) {
+            ngx_http_dynamo_rl_ledger_sent(r, ctx, rc);
+        }
+
+        return rc;
     }
 
     ngx_http_dynamo_rl_status_body(ctx, in);
@@ -1137,6 +1145,15 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                                "ignored in a dynamo_rl plane location");
 
             ucf->next_upstream &= ~NGX_HTTP_UPSTREAM_FT_NON_IDEMPOTENT;
+        }
+
+        /* a request that reached one upstream is not sent to another */
+
+        if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+            && ngx_http_dynamo_rl_request_upstream(cf, drmcf, ucf->upstream)
+               != NGX_CONF_OK)
+        {
+            return NGX_CONF_ERROR;
         }
     }
 

@@ -14,6 +14,16 @@ static ngx_int_t ngx_http_dynamo_rl_host_valid(u_char *p, u_char *last);
 static u_char *ngx_http_dynamo_rl_url_scheme(u_char *p, size_t len);
 static u_char *ngx_http_dynamo_rl_url_host_end(u_char *p, u_char *last);
 static void ngx_http_dynamo_rl_sse_line(ngx_http_dynamo_rl_sse_t *sse);
+static void ngx_http_dynamo_rl_sse_field(ngx_http_dynamo_rl_sse_t *sse);
+static void ngx_http_dynamo_rl_sse_json(ngx_http_dynamo_rl_sse_t *sse,
+    u_char c);
+static void ngx_http_dynamo_rl_sse_close(ngx_http_dynamo_rl_sse_t *sse);
+static ngx_uint_t ngx_http_dynamo_rl_sse_in_array(
+    ngx_http_dynamo_rl_sse_t *sse);
+static ngx_uint_t ngx_http_dynamo_rl_sse_kind(ngx_http_dynamo_rl_sse_t *sse,
+    u_char c);
+static void ngx_http_dynamo_rl_sse_key(ngx_http_dynamo_rl_sse_t *sse);
+static void ngx_http_dynamo_rl_sse_string(ngx_http_dynamo_rl_sse_t *sse);
 static ngx_inline uint64_t ngx_http_dynamo_rl_le64(u_char *p);
 static ngx_inline uint64_t ngx_http_dynamo_rl_siphash_cd(u_char *key, u_char *p,
     size_t len, ngx_uint_t c, ngx_uint_t d);
@@ -49,6 +59,23 @@ static u_char *ngx_http_dynamo_rl_rewrite_cut(u_char *start, u_char *end,
 /* words of a caller's scope: a map's value may span lines */
 #define NGX_HTTP_DYNAMO_RL_SPACE(c)                                          \
     ((c) == ' ' || (c) == '\t' || (c) == '\r' || (c) == '\n')
+
+
+ngx_http_dynamo_rl_attempt_reason_t
+    ngx_http_dynamo_rl_attempt_reasons[NGX_HTTP_DYNAMO_RL_ATTEMPT_REASONS] =
+{
+    { ngx_null_string, "" },
+    { ngx_string("worker_exited"), "we" },
+    { ngx_string("not_forwarded"), "nf" },
+    { ngx_string("send_timeout"), "st" },
+    { ngx_string("gateway_shutdown"), "gs" },
+    { ngx_string("client_closed"), "cc" },
+    { ngx_string("upstream_status"), "us" },
+    { ngx_string("upstream_incomplete"), "ui" },
+    { ngx_string("in_stream_error"), "ie" },
+    { ngx_string("aborted"), "ab" },
+    { ngx_string("undelivered"), "ud" }
+};
 
 
 /*
@@ -955,7 +982,77 @@ ngx_http_dynamo_rl_rewrite_cut(u_char *start, u_char *end, u_char *key,
  * came, and failed if a "data: {"error"..." frame (Dynamo's newest
  * adapter) or an "event: error" line (older ones) came.  Lines end with
  * LF, CR or CRLF; only the first bytes of a line are kept.
+ * SSE terminal detection for the ledger, one pass over any split of the
+ * stream: done once a "data: [DONE]" line came; error (and aborted) once
+ * an event said that the generation failed.  How Dynamo says so, per
+ * route (ai-dynamo/dynamo, lib/llm/src/http/service/):
+ *
+ *   - every route, an error after the 200 was committed: an event whose
+ *     data is a JSON object with a top-level "error" member (newer
+ *     adapters, then "data: [DONE]"), or an "event: error" line (older
+ *     ones, disconnect.rs), any order of members, any spacing, the
+ *     object split over several data lines;
+ *   - /v1/responses: an event of type "response.failed" or "error" (its
+ *     data's top-level "type", or an "event:" line naming it);
+ *   - /v1/chat/completions, /v1/completions: a choice's "finish_reason"
+ *     "abort", or "nvext": {"detailed_finish_reason": "cancelled"}, which
+ *     is how a cancelled generation is told apart from a stop
+ *     (finish_reason is "stop" then: the client asks for the detail with
+ *     nvext.extra_fields);
+ *   - /generate (SGLang's native stream): "meta_info": {"finish_reason":
+ *     {"type": "abort"}}, SGLang's own; a cancellation Dynamo sees
+ *     itself comes as an "error" member.
+ *
+ * Lines end with LF, CR or CRLF; an empty line ends an event.  The
+ * tokenizer reads an event's data without building it: nesting is
+ * followed to NGX_HTTP_DYNAMO_RL_SSE_DEPTH levels, only the names of the
+ * objects above and only string values of the members above are kept (24
+ * bytes), escapes are skipped, not decoded; data that is not a JSON
+ * object is not judged.
  */
+
+#define NGX_HTTP_DYNAMO_RL_SSE_FIELD_NAME   0
+#define NGX_HTTP_DYNAMO_RL_SSE_FIELD_DATA   1
+#define NGX_HTTP_DYNAMO_RL_SSE_FIELD_EVENT  2
+#define NGX_HTTP_DYNAMO_RL_SSE_FIELD_OTHER  3
+
+/* the tokenizer's states */
+#define NGX_HTTP_DYNAMO_RL_SSE_START    0   /* before the event's data */
+#define NGX_HTTP_DYNAMO_RL_SSE_OFF      1   /* not a JSON object */
+#define NGX_HTTP_DYNAMO_RL_SSE_KEY      2   /* a member's name or '}' */
+#define NGX_HTTP_DYNAMO_RL_SSE_IN_KEY   3
+#define NGX_HTTP_DYNAMO_RL_SSE_COLON    4
+#define NGX_HTTP_DYNAMO_RL_SSE_VALUE    5   /* a value, or ']' */
+#define NGX_HTTP_DYNAMO_RL_SSE_STRING   6
+#define NGX_HTTP_DYNAMO_RL_SSE_SCALAR   7
+#define NGX_HTTP_DYNAMO_RL_SSE_NEXT     8   /* ',' or the container's end */
+
+/* what a container is: an object or array the verdict looks into */
+#define NGX_HTTP_DYNAMO_RL_SSE_OBJECT   0   /* any other object */
+#define NGX_HTTP_DYNAMO_RL_SSE_ARRAY    1   /* any other array */
+#define NGX_HTTP_DYNAMO_RL_SSE_TOP      2
+#define NGX_HTTP_DYNAMO_RL_SSE_CHOICES  3   /* top.choices */
+#define NGX_HTTP_DYNAMO_RL_SSE_CHOICE   4   /* top.choices[i] */
+#define NGX_HTTP_DYNAMO_RL_SSE_NVEXT    5   /* top.nvext */
+#define NGX_HTTP_DYNAMO_RL_SSE_META     6   /* top.meta_info */
+#define NGX_HTTP_DYNAMO_RL_SSE_META_FR  7   /* top.meta_info.finish_reason */
+
+/* a member's name, judged in its object */
+#define NGX_HTTP_DYNAMO_RL_SSE_K_OTHER     0
+#define NGX_HTTP_DYNAMO_RL_SSE_K_ERROR     1   /* top.error */
+#define NGX_HTTP_DYNAMO_RL_SSE_K_TYPE      2   /* top.type */
+#define NGX_HTTP_DYNAMO_RL_SSE_K_CHOICES   3
+#define NGX_HTTP_DYNAMO_RL_SSE_K_NVEXT     4
+#define NGX_HTTP_DYNAMO_RL_SSE_K_META      5
+#define NGX_HTTP_DYNAMO_RL_SSE_K_FINISH    6   /* choice.finish_reason */
+#define NGX_HTTP_DYNAMO_RL_SSE_K_DETAILED  7   /* nvext.detailed_... */
+#define NGX_HTTP_DYNAMO_RL_SSE_K_META_FR   8   /* meta_info.finish_reason */
+#define NGX_HTTP_DYNAMO_RL_SSE_K_FR_TYPE   9   /* ....finish_reason.type */
+
+#define ngx_http_dynamo_rl_sse_is(sse, s)                                    \
+    ((sse)->blen == sizeof(s) - 1                                            \
+     && ngx_strncmp((sse)->buf, s, sizeof(s) - 1) == 0)
+
 
 void
 ngx_http_dynamo_rl_sse_scan(ngx_http_dynamo_rl_sse_t *sse, u_char *p,
@@ -963,7 +1060,11 @@ ngx_http_dynamo_rl_sse_scan(ngx_http_dynamo_rl_sse_t *sse, u_char *p,
 {
     u_char  c, *end;
 
-    for (end = p + len; p < end; p++) {
+    /* the end of the stream comes as (NULL, 0, 1) */
+
+    end = len ? p + len : p;
+
+    for ( /* void */ ; p < end; p++) {
         c = *p;
 
         if (c == '\n' || c == '\r') {
@@ -984,6 +1085,32 @@ ngx_http_dynamo_rl_sse_scan(ngx_http_dynamo_rl_sse_t *sse, u_char *p,
         }
 
         sse->len++;
+
+        if (sse->field == NGX_HTTP_DYNAMO_RL_SSE_FIELD_NAME) {
+            if (c == ':') {
+                ngx_http_dynamo_rl_sse_field(sse);
+            }
+
+            continue;
+        }
+
+        if (sse->field != NGX_HTTP_DYNAMO_RL_SSE_FIELD_DATA) {
+            continue;
+        }
+
+        /* one space after the colon is not the value's */
+
+        if (!sse->value) {
+            sse->value = 1;
+
+            if (c == ' ') {
+                continue;
+            }
+        }
+
+        if (sse->json != NGX_HTTP_DYNAMO_RL_SSE_OFF) {
+            ngx_http_dynamo_rl_sse_json(sse, c);
+        }
     }
 
     if (last && sse->len) {
@@ -992,18 +1119,47 @@ ngx_http_dynamo_rl_sse_scan(ngx_http_dynamo_rl_sse_t *sse, u_char *p,
 }
 
 
+/* the line's field name ends at its first colon */
+
+static void
+ngx_http_dynamo_rl_sse_field(ngx_http_dynamo_rl_sse_t *sse)
+{
+    if (sse->len == 5 && ngx_strncmp(sse->line, "data:", 5) == 0) {
+        sse->field = NGX_HTTP_DYNAMO_RL_SSE_FIELD_DATA;
+        sse->value = 0;
+
+    } else if (sse->len == 6 && ngx_strncmp(sse->line, "event:", 6) == 0) {
+        sse->field = NGX_HTTP_DYNAMO_RL_SSE_FIELD_EVENT;
+
+    } else {
+        sse->field = NGX_HTTP_DYNAMO_RL_SSE_FIELD_OTHER;
+    }
+}
+
+
 static void
 ngx_http_dynamo_rl_sse_line(ngx_http_dynamo_rl_sse_t *sse)
 {
-    u_char  *v;
-    size_t   n, len;
+    u_char     *v;
+    size_t      n, len;
+    ngx_uint_t  field;
 
     len = sse->len;
     n = ngx_min(len, sizeof(sse->line));
+    field = sse->field;
 
     sse->len = 0;
+    sse->field = NGX_HTTP_DYNAMO_RL_SSE_FIELD_NAME;
 
-    if (n >= 5 && ngx_strncmp(sse->line, "data:", 5) == 0) {
+    if (len == 0) {
+        /* the event ends: the next one's data starts afresh */
+
+        sse->json = NGX_HTTP_DYNAMO_RL_SSE_START;
+        sse->depth = 0;
+        return;
+    }
+
+    if (field == NGX_HTTP_DYNAMO_RL_SSE_FIELD_DATA) {
         v = sse->line + 5;
         n -= 5;
         len -= 5;
@@ -1016,26 +1172,354 @@ ngx_http_dynamo_rl_sse_line(ngx_http_dynamo_rl_sse_t *sse)
 
         if (len == 6 && ngx_strncmp(v, "[DONE]", 6) == 0) {
             sse->done = 1;
+            sse->json = NGX_HTTP_DYNAMO_RL_SSE_OFF;
             return;
         }
 
-        while (n && (*v == ' ' || *v == '\t')) {
-            v++;
-            n--;
-        }
+        /* the data lines of one event are joined with LF */
 
-        if (n >= 8 && ngx_strncmp(v, "{\"error\"", 8) == 0) {
-            sse->error = 1;
+        if (sse->json != NGX_HTTP_DYNAMO_RL_SSE_OFF) {
+            ngx_http_dynamo_rl_sse_json(sse, '\n');
         }
 
         return;
     }
 
-    if ((len == 12 && ngx_strncmp(sse->line, "event: error", 12) == 0)
-        || (len == 11 && ngx_strncmp(sse->line, "event:error", 11) == 0))
-    {
-        sse->error = 1;
+    if (field == NGX_HTTP_DYNAMO_RL_SSE_FIELD_EVENT) {
+        v = sse->line + 6;
+        n -= 6;
+        len -= 6;
+
+        if (n && *v == ' ') {
+            v++;
+            n--;
+            len--;
+        }
+
+        if ((len == 5 && ngx_strncmp(v, "error", 5) == 0)
+            || (len == 15 && n == 15
+                && ngx_strncmp(v, "response.failed", 15) == 0))
+        {
+            sse->error = 1;
+        }
     }
+}
+
+
+/* one byte of an event's data */
+
+static void
+ngx_http_dynamo_rl_sse_json(ngx_http_dynamo_rl_sse_t *sse, u_char c)
+{
+    ngx_uint_t  kind;
+
+    switch (sse->json) {
+
+    case NGX_HTTP_DYNAMO_RL_SSE_START:
+        if (c == ' ' || c == '\t' || c == '\n') {
+            return;
+        }
+
+        if (c != '{') {
+            sse->json = NGX_HTTP_DYNAMO_RL_SSE_OFF;
+            return;
+        }
+
+        sse->depth = 1;
+        sse->kind[0] = NGX_HTTP_DYNAMO_RL_SSE_TOP;
+        sse->json = NGX_HTTP_DYNAMO_RL_SSE_KEY;
+        return;
+
+    case NGX_HTTP_DYNAMO_RL_SSE_KEY:
+        if (c == '"') {
+            sse->blen = 0;
+            sse->esc = 0;
+            sse->json = NGX_HTTP_DYNAMO_RL_SSE_IN_KEY;
+
+        } else if (c == '}') {
+            ngx_http_dynamo_rl_sse_close(sse);
+        }
+
+        return;
+
+    case NGX_HTTP_DYNAMO_RL_SSE_IN_KEY:
+    case NGX_HTTP_DYNAMO_RL_SSE_STRING:
+        if (sse->esc) {
+            sse->esc = 0;
+            c = 0;
+
+        } else if (c == '\\') {
+            sse->esc = 1;
+
+        } else if (c == '"') {
+            if (sse->json == NGX_HTTP_DYNAMO_RL_SSE_IN_KEY) {
+                ngx_http_dynamo_rl_sse_key(sse);
+                sse->json = NGX_HTTP_DYNAMO_RL_SSE_COLON;
+
+            } else {
+                ngx_http_dynamo_rl_sse_string(sse);
+                sse->json = NGX_HTTP_DYNAMO_RL_SSE_NEXT;
+            }
+
+            return;
+        }
+
+        /* an escaped byte never matches: the names judged have none */
+
+        if (sse->blen < sizeof(sse->buf)) {
+            sse->buf[sse->blen] = c;
+        }
+
+        if (sse->blen < 255) {
+            sse->blen++;
+        }
+
+        return;
+
+    case NGX_HTTP_DYNAMO_RL_SSE_COLON:
+        if (c == ':') {
+            sse->json = NGX_HTTP_DYNAMO_RL_SSE_VALUE;
+        }
+
+        return;
+
+    case NGX_HTTP_DYNAMO_RL_SSE_VALUE:
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+            return;
+        }
+
+        if (sse->key == NGX_HTTP_DYNAMO_RL_SSE_K_ERROR && c != 'n') {
+            /* a top-level "error" member that is not null */
+            sse->error = 1;
+        }
+
+        if (c == '"') {
+            sse->blen = 0;
+            sse->esc = 0;
+            sse->json = NGX_HTTP_DYNAMO_RL_SSE_STRING;
+            return;
+        }
+
+        if (c == '{' || c == '[') {
+            kind = ngx_http_dynamo_rl_sse_kind(sse, c);
+
+            if (sse->depth < NGX_HTTP_DYNAMO_RL_SSE_DEPTH) {
+                sse->kind[sse->depth] = (u_char) kind;
+            }
+
+            if (sse->depth == 255) {
+                sse->json = NGX_HTTP_DYNAMO_RL_SSE_OFF;
+                return;
+            }
+
+            sse->depth++;
+            sse->key = NGX_HTTP_DYNAMO_RL_SSE_K_OTHER;
+            sse->json = (c == '{') ? NGX_HTTP_DYNAMO_RL_SSE_KEY
+                                   : NGX_HTTP_DYNAMO_RL_SSE_VALUE;
+            return;
+        }
+
+        if (c == ']') {
+            ngx_http_dynamo_rl_sse_close(sse);
+            return;
+        }
+
+        sse->json = NGX_HTTP_DYNAMO_RL_SSE_SCALAR;
+        return;
+
+    case NGX_HTTP_DYNAMO_RL_SSE_SCALAR:
+    case NGX_HTTP_DYNAMO_RL_SSE_NEXT:
+        if (c == ',') {
+            sse->json = ngx_http_dynamo_rl_sse_in_array(sse)
+                        ? NGX_HTTP_DYNAMO_RL_SSE_VALUE
+                        : NGX_HTTP_DYNAMO_RL_SSE_KEY;
+            sse->key = NGX_HTTP_DYNAMO_RL_SSE_K_OTHER;
+
+        } else if (c == '}' || c == ']') {
+            ngx_http_dynamo_rl_sse_close(sse);
+        }
+
+        return;
+
+    default: /* NGX_HTTP_DYNAMO_RL_SSE_OFF */
+        return;
+    }
+}
+
+
+/* the end of a container: the event's object ends the judging */
+
+static void
+ngx_http_dynamo_rl_sse_close(ngx_http_dynamo_rl_sse_t *sse)
+{
+    sse->depth--;
+    sse->key = NGX_HTTP_DYNAMO_RL_SSE_K_OTHER;
+
+    sse->json = (sse->depth == 0) ? NGX_HTTP_DYNAMO_RL_SSE_OFF
+                                  : NGX_HTTP_DYNAMO_RL_SSE_NEXT;
+}
+
+
+static ngx_uint_t
+ngx_http_dynamo_rl_sse_in_array(ngx_http_dynamo_rl_sse_t *sse)
+{
+    ngx_uint_t  kind;
+
+    if (sse->depth > NGX_HTTP_DYNAMO_RL_SSE_DEPTH) {
+        /* too deep to know: as an object, whose names are not judged */
+        return 0;
+    }
+
+    kind = sse->kind[sse->depth - 1];
+
+    return kind == NGX_HTTP_DYNAMO_RL_SSE_ARRAY
+           || kind == NGX_HTTP_DYNAMO_RL_SSE_CHOICES;
+}
+
+
+/* the container a value opens, from the member or the array it is in */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_sse_kind(ngx_http_dynamo_rl_sse_t *sse, u_char c)
+{
+    ngx_uint_t  parent;
+
+    parent = (sse->depth <= NGX_HTTP_DYNAMO_RL_SSE_DEPTH)
+             ? sse->kind[sse->depth - 1] : NGX_HTTP_DYNAMO_RL_SSE_OBJECT;
+
+    if (c == '[') {
+        return (sse->key == NGX_HTTP_DYNAMO_RL_SSE_K_CHOICES)
+               ? NGX_HTTP_DYNAMO_RL_SSE_CHOICES : NGX_HTTP_DYNAMO_RL_SSE_ARRAY;
+    }
+
+    if (parent == NGX_HTTP_DYNAMO_RL_SSE_CHOICES) {
+        return NGX_HTTP_DYNAMO_RL_SSE_CHOICE;
+    }
+
+    switch (sse->key) {
+
+    case NGX_HTTP_DYNAMO_RL_SSE_K_NVEXT:
+        return NGX_HTTP_DYNAMO_RL_SSE_NVEXT;
+
+    case NGX_HTTP_DYNAMO_RL_SSE_K_META:
+        return NGX_HTTP_DYNAMO_RL_SSE_META;
+
+    case NGX_HTTP_DYNAMO_RL_SSE_K_META_FR:
+        return NGX_HTTP_DYNAMO_RL_SSE_META_FR;
+
+    default:
+        return NGX_HTTP_DYNAMO_RL_SSE_OBJECT;
+    }
+}
+
+
+/* a member's name, in the object it is in */
+
+static void
+ngx_http_dynamo_rl_sse_key(ngx_http_dynamo_rl_sse_t *sse)
+{
+    ngx_uint_t  kind;
+
+    sse->key = NGX_HTTP_DYNAMO_RL_SSE_K_OTHER;
+
+    if (sse->depth > NGX_HTTP_DYNAMO_RL_SSE_DEPTH) {
+        return;
+    }
+
+    kind = sse->kind[sse->depth - 1];
+
+    switch (kind) {
+
+    case NGX_HTTP_DYNAMO_RL_SSE_TOP:
+        if (ngx_http_dynamo_rl_sse_is(sse, "error")) {
+            sse->key = NGX_HTTP_DYNAMO_RL_SSE_K_ERROR;
+
+        } else if (ngx_http_dynamo_rl_sse_is(sse, "type")) {
+            sse->key = NGX_HTTP_DYNAMO_RL_SSE_K_TYPE;
+
+        } else if (ngx_http_dynamo_rl_sse_is(sse, "choices")) {
+            sse->key = NGX_HTTP_DYNAMO_RL_SSE_K_CHOICES;
+
+        } else if (ngx_http_dynamo_rl_sse_is(sse, "nvext")) {
+            sse->key = NGX_HTTP_DYNAMO_RL_SSE_K_NVEXT;
+
+        } else if (ngx_http_dynamo_rl_sse_is(sse, "meta_info")) {
+            sse->key = NGX_HTTP_DYNAMO_RL_SSE_K_META;
+        }
+
+        return;
+
+    case NGX_HTTP_DYNAMO_RL_SSE_CHOICE:
+        if (ngx_http_dynamo_rl_sse_is(sse, "finish_reason")) {
+            sse->key = NGX_HTTP_DYNAMO_RL_SSE_K_FINISH;
+        }
+
+        return;
+
+    case NGX_HTTP_DYNAMO_RL_SSE_NVEXT:
+        if (ngx_http_dynamo_rl_sse_is(sse, "detailed_finish_reason")) {
+            sse->key = NGX_HTTP_DYNAMO_RL_SSE_K_DETAILED;
+        }
+
+        return;
+
+    case NGX_HTTP_DYNAMO_RL_SSE_META:
+        if (ngx_http_dynamo_rl_sse_is(sse, "finish_reason")) {
+            sse->key = NGX_HTTP_DYNAMO_RL_SSE_K_META_FR;
+        }
+
+        return;
+
+    case NGX_HTTP_DYNAMO_RL_SSE_META_FR:
+        if (ngx_http_dynamo_rl_sse_is(sse, "type")) {
+            sse->key = NGX_HTTP_DYNAMO_RL_SSE_K_FR_TYPE;
+        }
+
+        return;
+
+    default:
+        return;
+    }
+}
+
+
+/* a string value of a member the verdict reads */
+
+static void
+ngx_http_dynamo_rl_sse_string(ngx_http_dynamo_rl_sse_t *sse)
+{
+    switch (sse->key) {
+
+    case NGX_HTTP_DYNAMO_RL_SSE_K_TYPE:
+        if (ngx_http_dynamo_rl_sse_is(sse, "response.failed")
+            || ngx_http_dynamo_rl_sse_is(sse, "error"))
+        {
+            sse->error = 1;
+        }
+
+        break;
+
+    case NGX_HTTP_DYNAMO_RL_SSE_K_FINISH:
+    case NGX_HTTP_DYNAMO_RL_SSE_K_FR_TYPE:
+        if (ngx_http_dynamo_rl_sse_is(sse, "abort")) {
+            sse->error = 1;
+            sse->aborted = 1;
+        }
+
+        break;
+
+    case NGX_HTTP_DYNAMO_RL_SSE_K_DETAILED:
+        if (ngx_http_dynamo_rl_sse_is(sse, "cancelled")
+            || ngx_http_dynamo_rl_sse_is(sse, "abort"))
+        {
+            sse->error = 1;
+            sse->aborted = 1;
+        }
+
+        break;
+    }
+
+    sse->key = NGX_HTTP_DYNAMO_RL_SSE_K_OTHER;
 }
 
 
@@ -2294,6 +2778,30 @@ ngx_http_dynamo_rl_reason_find(u_char *p, size_t len, ngx_uint_t plane)
     }
 
     return NGX_HTTP_DYNAMO_RL_REASONS;
+}
+
+
+/*
+ * an attempt id in the UUID grammar names one UUID whatever the case of
+ * its hex digits, as Dynamo's request-id does: it is compared, stored and
+ * sent in its canonical lower-case form, made here in place; NGX_OK when
+ * the id is a UUID, NGX_DECLINED (and the id as it was) otherwise
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_attempt_id_canonical(u_char *p, size_t len)
+{
+    size_t  i;
+
+    if (ngx_http_dynamo_rl_uuid_valid(p, len) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; i < len; i++) {
+        p[i] = ngx_tolower(p[i]);
+    }
+
+    return NGX_OK;
 }
 
 

@@ -56,9 +56,27 @@
 #define NGX_HTTP_DYNAMO_RL_FAILED          4
 #define NGX_HTTP_DYNAMO_RL_CANCELED        5
 
-/* why a record ended as it did, when its state alone does not say */
-#define NGX_HTTP_DYNAMO_RL_WORKER_EXITED   1
-#define NGX_HTTP_DYNAMO_RL_NOT_FORWARDED   2
+/*
+ * why a record ended as it did (its "reason"): the index of
+ * ngx_http_dynamo_rl_attempt_reasons[], which also gives the two-letter
+ * code the store keeps; 0 is none (succeeded)
+ */
+#define NGX_HTTP_DYNAMO_RL_WORKER_EXITED        1
+#define NGX_HTTP_DYNAMO_RL_NOT_FORWARDED        2
+#define NGX_HTTP_DYNAMO_RL_SEND_TIMEOUT         3
+#define NGX_HTTP_DYNAMO_RL_GATEWAY_SHUTDOWN     4
+#define NGX_HTTP_DYNAMO_RL_CLIENT_CLOSED        5
+#define NGX_HTTP_DYNAMO_RL_UPSTREAM_STATUS      6
+#define NGX_HTTP_DYNAMO_RL_UPSTREAM_INCOMPLETE  7
+#define NGX_HTTP_DYNAMO_RL_IN_STREAM_ERROR      8
+#define NGX_HTTP_DYNAMO_RL_ABORTED              9
+#define NGX_HTTP_DYNAMO_RL_UNDELIVERED          10
+#define NGX_HTTP_DYNAMO_RL_ATTEMPT_REASONS      11
+
+typedef struct {
+    ngx_str_t                      name;
+    char                          *code;
+} ngx_http_dynamo_rl_attempt_reason_t;
 
 
 /* a worker element of a discovery document, as byte positions in it */
@@ -108,13 +126,29 @@ typedef struct {
 } ngx_http_dynamo_rl_reason_t;
 
 
-/* incremental SSE terminal detection over any split of the stream */
+/*
+ * incremental SSE terminal detection over any split of the stream: each
+ * event's data (its data lines, joined) goes through a JSON tokenizer
+ * that keeps only the few members it judges, see ngx_http_dynamo_rl_sse_scan()
+ */
+
+#define NGX_HTTP_DYNAMO_RL_SSE_DEPTH  8
 
 typedef struct {
-    u_char                         line[16];
+    u_char                         line[24];    /* a line's first bytes */
     size_t                         len;
+    u_char                         buf[24];     /* a key or a string */
+    u_char                         kind[NGX_HTTP_DYNAMO_RL_SSE_DEPTH];
+    u_char                         depth;
+    u_char                         json;        /* the tokenizer's state */
+    u_char                         key;         /* the member's, judged */
+    u_char                         blen;
+    unsigned                       field:2;     /* of the current line */
+    unsigned                       value:1;     /* past the field's ':' */
+    unsigned                       esc:1;
     unsigned                       done:1;
     unsigned                       error:1;
+    unsigned                       aborted:1;   /* with error */
     unsigned                       cr:1;
 } ngx_http_dynamo_rl_sse_t;
 
@@ -155,7 +189,11 @@ typedef struct {
 } ngx_http_dynamo_rl_state_record_t;
 
 
+extern ngx_http_dynamo_rl_attempt_reason_t
+    ngx_http_dynamo_rl_attempt_reasons[];
+
 ngx_int_t ngx_http_dynamo_rl_attempt_id_valid(u_char *p, size_t len);
+ngx_int_t ngx_http_dynamo_rl_attempt_id_canonical(u_char *p, size_t len);
 void ngx_http_dynamo_rl_sse_scan(ngx_http_dynamo_rl_sse_t *sse, u_char *p,
     size_t len, ngx_uint_t last);
 u_char *ngx_http_dynamo_rl_uuid7(u_char *dst, uint64_t ms, u_char *rnd);

@@ -36,6 +36,25 @@ static ngx_int_t ngx_http_dynamo_rl_assign_one(ngx_http_request_t *r,
     ngx_http_complex_value_t *cv, ngx_str_t *name, ngx_str_t *value);
 
 
+#if (NGX_HTTP_GZIP || NGX_HTTP_HEADERS)
+static ngx_int_t ngx_http_dynamo_rl_identity(ngx_http_request_t *r);
+#endif
+static ngx_int_t ngx_http_dynamo_rl_peer_init(ngx_http_request_t *r,
+    ngx_http_upstream_srv_conf_t *us);
+static ngx_int_t ngx_http_dynamo_rl_peer_get(ngx_peer_connection_t *pc,
+    void *data);
+static void ngx_http_dynamo_rl_peer_free(ngx_peer_connection_t *pc,
+    void *data, ngx_uint_t state);
+static ngx_http_dynamo_rl_ctx_t *ngx_http_dynamo_rl_peer_ctx(
+    ngx_peer_connection_t *pc);
+
+
+typedef struct {
+    ngx_http_upstream_srv_conf_t   *uscf;
+    ngx_http_upstream_init_peer_pt  init;
+} ngx_http_dynamo_rl_peer_init_t;
+
+
 static ngx_str_t  ngx_http_dynamo_rl_request_id = ngx_string("request-id");
 static ngx_str_t  ngx_http_dynamo_rl_tenant_id = ngx_string("x-tenant-id");
 static ngx_str_t  ngx_http_dynamo_rl_priority_name =
@@ -368,9 +387,15 @@ admitted:
         rc = ngx_http_dynamo_rl_body_start(r, ctx, drlcf);
     }
 
-    /* the attempt is recorded last: nothing refused before is recorded */
+    /*
+     * the attempt is recorded last: nothing refused before is recorded;
+     * a GET or HEAD (/v1/models) generates nothing and is no attempt: its
+     * id is not claimed, and a generation may use it later
+     */
 
-    if (rc == NGX_OK && drlcf->ledger) {
+    if (rc == NGX_OK && drlcf->ledger
+        && !(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD)))
+    {
         rc = ngx_http_dynamo_rl_ledger_add(r, ctx);
     }
 
@@ -466,6 +491,16 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
         }
     }
 
+#if (NGX_HTTP_GZIP || NGX_HTTP_HEADERS)
+
+    if (r->headers_in.accept_encoding != NULL
+        && ngx_http_dynamo_rl_identity(r) != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+#endif
+
     rc = ngx_http_dynamo_rl_attempt_id(r, ctx, id, n);
 
     if (rc == NGX_ERROR) {
@@ -508,7 +543,7 @@ ngx_http_dynamo_rl_attempt(ngx_http_request_t *r,
         ctx->client_id = 1;
 
         if (ctx->request_id.len == 0) {
-            ctx->request_id = id->value;
+            ctx->request_id = ctx->attempt_id;
         }
 
     } else {
@@ -545,11 +580,40 @@ static ngx_int_t
 ngx_http_dynamo_rl_attempt_id(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_table_elt_t *id, ngx_uint_t n)
 {
+    u_char  *p;
+    size_t   i, len;
+
     if (n == 1
         && ngx_http_dynamo_rl_attempt_id_valid(id->value.data, id->value.len)
            == NGX_OK)
     {
         ctx->attempt_id = id->value;
+
+        /*
+         * a UUID in its lower-case form, also in the header the upstream
+         * sees; ctx->id is a minted id's room only
+         */
+
+        p = id->value.data;
+        len = id->value.len;
+
+        for (i = 0; i < len && !(p[i] >= 'A' && p[i] <= 'F'); i++) {
+            /* void */
+        }
+
+        if (i < len && ngx_http_dynamo_rl_uuid_valid(p, len) == NGX_OK) {
+            p = ngx_pnalloc(r->pool, len);
+            if (p == NULL) {
+                return NGX_ERROR;
+            }
+
+            ngx_memcpy(p, id->value.data, len);
+            (void) ngx_http_dynamo_rl_attempt_id_canonical(p, len);
+
+            ctx->attempt_id.data = p;
+            id->value.data = p;
+        }
+
         return NGX_OK;
     }
 
@@ -1070,4 +1134,200 @@ ngx_http_dynamo_rl_strip_headers(ngx_conf_t *cf, ngx_command_t *cmd,
     }
 
     return NGX_CONF_OK;
+}
+
+
+#if (NGX_HTTP_GZIP || NGX_HTTP_HEADERS)
+
+/*
+ * the ledger reads the answer as it passes: the upstream is asked for
+ * it uncompressed ("Accept-Encoding: identity" instead of the client's
+ * codings); the client's own header stays what nginx's filters toward
+ * the client (gzip) see
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_identity(ngx_http_request_t *r)
+{
+    ngx_table_elt_t                 *h, *copy;
+    ngx_http_dynamo_rl_list_iter_t   it;
+
+    copy = ngx_palloc(r->pool, sizeof(ngx_table_elt_t));
+    if (copy == NULL) {
+        return NGX_ERROR;
+    }
+
+    *copy = *r->headers_in.accept_encoding;
+    r->headers_in.accept_encoding = copy;
+
+    for (h = ngx_http_dynamo_rl_list_first(&r->headers_in.headers, &it);
+         h != NULL;
+         h = ngx_http_dynamo_rl_list_next(&it))
+    {
+        if (h->key.len == sizeof("Accept-Encoding") - 1
+            && ngx_strncasecmp(h->key.data, (u_char *) "Accept-Encoding",
+                               sizeof("Accept-Encoding") - 1)
+               == 0)
+        {
+            ngx_str_set(&h->value, "identity");
+        }
+    }
+
+    return NGX_OK;
+}
+
+#endif
+
+
+/*
+ * A request whose bytes reached one upstream is never sent to another,
+ * whatever its method and proxy_next_upstream: nginx re-sends a request
+ * after an error, a timeout or a 5xx unless the method is POST, LOCK or
+ * PATCH, and a request-plane body is read whole first, which also turns
+ * off nginx's guard for bodies it has not buffered.  The upstream groups
+ * of request-plane locations get a peer.init that wraps the balancer's
+ * get and free: free, which nginx calls before it decides to try the next
+ * server, ends the tries once the connection wrote a byte of this request.
+ * The flag also says whether the attempt was forwarded: nginx resets
+ * request_sent when a retry finds no server.
+ */
+
+char *
+ngx_http_dynamo_rl_request_upstream(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_main_conf_t *drmcf, ngx_http_upstream_srv_conf_t *uscf)
+{
+    ngx_http_dynamo_rl_peer_init_t  *pi;
+
+    if (uscf == NULL || uscf->peer.init == NULL
+        || uscf->peer.init == ngx_http_dynamo_rl_peer_init)
+    {
+        return NGX_CONF_OK;
+    }
+
+    if (drmcf->peer_inits == NULL) {
+        drmcf->peer_inits = ngx_array_create(cf->pool, 4,
+                                      sizeof(ngx_http_dynamo_rl_peer_init_t));
+        if (drmcf->peer_inits == NULL) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    pi = ngx_array_push(drmcf->peer_inits);
+    if (pi == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    pi->uscf = uscf;
+    pi->init = uscf->peer.init;
+
+    uscf->peer.init = ngx_http_dynamo_rl_peer_init;
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_peer_init(ngx_http_request_t *r,
+    ngx_http_upstream_srv_conf_t *us)
+{
+    ngx_int_t                        rc;
+    ngx_uint_t                       i;
+    ngx_http_upstream_t             *u;
+    ngx_http_dynamo_rl_ctx_t        *ctx;
+    ngx_http_dynamo_rl_peer_init_t  *pi;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    pi = drmcf->peer_inits->elts;
+
+    for (i = 0; pi[i].uscf != us; i++) {
+        if (i + 1 == drmcf->peer_inits->nelts) {
+            return NGX_ERROR;
+        }
+    }
+
+    rc = pi[i].init(r, us);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    ctx = ngx_http_dynamo_rl_get_ctx(r);
+    u = r->upstream;
+
+    /* the proxy module's input filter context is the request */
+
+    if (ctx == NULL || ctx->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
+        || r != r->main || u->input_filter_ctx != r
+        || u->peer.get == NULL || u->peer.free == NULL)
+    {
+        return NGX_OK;
+    }
+
+    ctx->peer_get = u->peer.get;
+    ctx->peer_free = u->peer.free;
+    ctx->peer_wrapped = 1;
+
+    u->peer.get = ngx_http_dynamo_rl_peer_get;
+    u->peer.free = ngx_http_dynamo_rl_peer_free;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_peer_get(ngx_peer_connection_t *pc, void *data)
+{
+    ngx_int_t                  rc;
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    ctx = ngx_http_dynamo_rl_peer_ctx(pc);
+
+    rc = ctx->peer_get(pc, data);
+
+    /* NGX_DONE: a cached connection, with what it sent before */
+
+    ctx->peer_sent = (rc == NGX_DONE && pc->connection != NULL)
+                     ? pc->connection->sent : 0;
+
+    return rc;
+}
+
+
+static void
+ngx_http_dynamo_rl_peer_free(ngx_peer_connection_t *pc, void *data,
+    ngx_uint_t state)
+{
+    ngx_http_dynamo_rl_ctx_t  *ctx;
+
+    ctx = ngx_http_dynamo_rl_peer_ctx(pc);
+
+    /* a keepalive free takes the connection away: look first */
+
+    if (pc->connection != NULL && pc->connection->sent > ctx->peer_sent) {
+        ctx->written = 1;
+    }
+
+    ctx->peer_free(pc, data, state);
+
+    if (ctx->written) {
+        pc->tries = 0;
+    }
+}
+
+
+static ngx_http_dynamo_rl_ctx_t *
+ngx_http_dynamo_rl_peer_ctx(ngx_peer_connection_t *pc)
+{
+    ngx_http_request_t   *r;
+    ngx_http_upstream_t  *u;
+
+    u = (ngx_http_upstream_t *)
+            ((u_char *) pc - offsetof(ngx_http_upstream_t, peer));
+    r = u->input_filter_ctx;
+
+    /* as peer_init found it, after an internal redirect too */
+
+    return ngx_http_dynamo_rl_get_ctx(r);
 }

@@ -24,6 +24,9 @@ char *ngx_http_dynamo_rl_assigned(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_dynamo_rl_strip_headers(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+char *ngx_http_dynamo_rl_request_upstream(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_main_conf_t *drmcf,
+    ngx_http_upstream_srv_conf_t *uscf);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_REQUEST_H_INCLUDED_ */

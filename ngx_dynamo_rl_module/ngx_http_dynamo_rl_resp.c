@@ -16,6 +16,7 @@ static ngx_int_t ngx_http_dynamo_rl_resp_digits(u_char *p, size_t len,
 static ngx_int_t ngx_http_dynamo_rl_resp_str(redisReply *r, ngx_str_t *s);
 static ngx_int_t ngx_http_dynamo_rl_resp_is(redisReply *r, const char *s);
 static ngx_uint_t ngx_http_dynamo_rl_resp_state(u_char c);
+static ngx_int_t ngx_http_dynamo_rl_resp_reason(u_char *code, size_t len);
 static ngx_int_t ngx_http_dynamo_rl_resp_fleet(redisReply *r,
     uint64_t heartbeat, ngx_http_dynamo_rl_gate_reply_t *gr);
 static ngx_int_t ngx_http_dynamo_rl_resp_member(ngx_str_t *value,
@@ -162,11 +163,12 @@ static u_char  ngx_http_dynamo_rl_lua_move[] =
 
 /*
  * end: the terminal moves of a turn, one script for them all; KEYS the
- * records; ARGV, 8 for each: owner, to, ttl, code, sse, b, t1, rs ("",
- * "nf" or "we"); a record that is gone, not ours or already ended is
- * left as it is; the reply is the number of records moved; an owner
- * ending in "*" names every owner it begins: a worker process that
- * settles the records of one that died knows its pid, not its requests
+ * records; ARGV, 8 for each: owner, to, ttl, code, sse, b, t1, rs ("" or
+ * a reason's code, "nf" for not_forwarded); a record that is gone, not
+ * ours or already ended is left as it is; the reply is the number of
+ * records moved; an owner ending in "*" names every owner it begins: a
+ * worker process that settles the records of one that died knows its
+ * pid, not its requests
  */
 
 static u_char  ngx_http_dynamo_rl_lua_end[] =
@@ -629,6 +631,7 @@ ngx_http_dynamo_rl_resp_record(redisReply *reply,
 {
     size_t        i;
     uint64_t      n;
+    ngx_int_t     rs;
     ngx_str_t     s;
     redisReply  **e;
 
@@ -727,22 +730,43 @@ ngx_http_dynamo_rl_resp_record(redisReply *reply,
     /* rs */
 
     if (e[8]->type == REDIS_REPLY_STRING && e[8]->len != 0) {
-        if (ngx_http_dynamo_rl_resp_str(e[8], &s) != NGX_OK || s.len != 2) {
+        if (ngx_http_dynamo_rl_resp_str(e[8], &s) != NGX_OK) {
             return NGX_ERROR;
         }
 
-        if (ngx_strncmp(s.data, "nf", 2) == 0) {
-            rec->reason = NGX_HTTP_DYNAMO_RL_NOT_FORWARDED;
+        rs = ngx_http_dynamo_rl_resp_reason(s.data, s.len);
 
-        } else if (ngx_strncmp(s.data, "we", 2) == 0) {
-            rec->reason = NGX_HTTP_DYNAMO_RL_WORKER_EXITED;
-
-        } else {
+        if (rs == NGX_ERROR) {
             return NGX_ERROR;
         }
+
+        rec->reason = rs;
     }
 
     return NGX_OK;
+}
+
+
+/* a reason's code as the store keeps it: its index, NGX_ERROR if none */
+
+static ngx_int_t
+ngx_http_dynamo_rl_resp_reason(u_char *code, size_t len)
+{
+    ngx_uint_t  i;
+
+    if (len != 2) {
+        return NGX_ERROR;
+    }
+
+    for (i = 1; i < NGX_HTTP_DYNAMO_RL_ATTEMPT_REASONS; i++) {
+        if (ngx_strncmp(code, ngx_http_dynamo_rl_attempt_reasons[i].code, 2)
+            == 0)
+        {
+            return i;
+        }
+    }
+
+    return NGX_ERROR;
 }
 
 

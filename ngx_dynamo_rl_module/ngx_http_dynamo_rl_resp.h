@@ -111,7 +111,7 @@ typedef struct {
     ngx_str_t                       request_id;  /* "" when the id is it */
     ngx_str_t                       replica;
     ngx_str_t                       tenant;      /* "" when none */
-    /* 0, NGX_HTTP_DYNAMO_RL_WORKER_EXITED or _NOT_FORWARDED */
+    /* 0 or an index of ngx_http_dynamo_rl_attempt_reasons[] */
     ngx_uint_t                      reason;
 } ngx_http_dynamo_rl_record_t;
 

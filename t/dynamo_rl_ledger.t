@@ -34,7 +34,7 @@ use Test::DynamoRL::Fixture qw/ api call flat forwarded
 
 ###############################################################################
 
-my $t = rl_test(300, 357, <<'EOF');
+my $t = rl_test(300, 359, <<'EOF');
 
 %%RL_MAIN workers=2 connections=1024%%
 
@@ -243,19 +243,24 @@ finished('buf-frame', $r, 'failed', 200, 1);
 ok(scalar $t->log_lines('error.log', qr/\[warn\] .*an upstream response is/
 	. qr/ buffered to a temporary file/), 'buffered: a temporary file');
 
-# HEAD: a 2xx header is the whole response
+# HEAD and GET generate nothing and are no attempts (issue 29, item 9):
+# forwarded, the id returned, nothing recorded, the id still free
 
 $r = attempt('ok-head', 'HEAD', '/v1/models');
 
 is($r->{status}, 200, 'ok-head: status');
 is($r->{raw_body}, '', 'ok-head: no body');
+is($r->{headers}{'x-dynamo-attempt-id'}, 'ok-head', 'ok-head: id returned');
+is(api('ok-head')->{status}, 404, 'ok-head: not recorded');
 
-$a = wait_done('ok-head');
+$r = attempt('ok-head', 'GET', '/v1/models');
 
-is($a->{state}, 'succeeded', 'ok-head record: state');
+is($r->{status}, 200, 'ok-head GET: status');
+is(api('ok-head')->{status}, 404, 'ok-head GET: not recorded');
 
-is($a->{status}, 200, 'ok-head record: status');
-is($a->{bytes_sent}, 0, 'ok-head record: no body bytes');
+$r = attempt('ok-head', 'POST', '/v1/completions', body => $BODY);
+
+is($r->{status}, 200, 'ok-head: the id is free for a generation');
 
 # the whole response reached a client that keeps its end open: nginx
 # lingers on the connection of a POST, for lingering_timeout

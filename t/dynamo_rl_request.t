@@ -583,15 +583,16 @@ is(records_with('x-request-id', 'no-resend-post'), 1,
 
 ok(flat($r, 502, 'Bad Gateway'), 'no re-send: 502 in the flat shape');
 
-# the same upstream does retry a GET, so the count above can fail
+# nor a GET, which nginx itself would re-send (issue 29; that the same
+# upstream does follow a server that took no byte is in dynamo_rl_truth.t)
 
 $r = call('GET', '/v1/models', port => 8085,
 	headers => [ 'x-fake-scenario' => 'no-response',
 		'X-Dynamo-Attempt-Id' => 'resend-get' ]);
 
-is($r->{status}, 502, 'retry: GET without response 502');
-ok(records_with('x-request-id', 'resend-get') >= 2,
-	'retry: GET was sent to the next server');
+is($r->{status}, 502, 'no re-send: GET without response 502');
+is(records_with('x-request-id', 'resend-get'), 1,
+	'no re-send: GET reached the frontend once');
 
 # ... and an operator's non_idempotent does not re-send generation either
 

@@ -5,8 +5,8 @@
 
 
 /*
- * libFuzzer harness for ngx_http_dynamo_rl_attempt_id_valid() and
- * ngx_http_dynamo_rl_uuid7().
+ * libFuzzer harness for ngx_http_dynamo_rl_attempt_id_valid(),
+ * ngx_http_dynamo_rl_attempt_id_canonical() and ngx_http_dynamo_rl_uuid7().
  *
  * The whole input is an attempt id candidate; the verdict must agree
  * with an independent reference of DESIGN's rule, 1 to 128 bytes of
@@ -28,6 +28,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static ngx_uint_t ngx_http_dynamo_rl_fuzz_id_byte(u_char c);
 static void ngx_http_dynamo_rl_fuzz_uuid7(const uint8_t *data);
+static void ngx_http_dynamo_rl_fuzz_canonical(u_char *p, size_t size);
 
 
 int
@@ -67,6 +68,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
         }
     }
+
+    ngx_http_dynamo_rl_fuzz_canonical(p, size);
 
     if (size >= 18) {
         ngx_http_dynamo_rl_fuzz_uuid7(data);
@@ -126,6 +129,64 @@ ngx_http_dynamo_rl_fuzz_uuid7(const uint8_t *data)
 
     if (ngx_http_dynamo_rl_attempt_id_valid(out, NGX_HTTP_DYNAMO_RL_UUID_LEN)
         != NGX_OK)
+    {
+        abort();
+    }
+}
+
+
+/*
+ * ngx_http_dynamo_rl_attempt_id_canonical(): a UUID comes out lower case,
+ * equal to the input but for case, still valid, and unchanged by a second
+ * pass; any other input comes out byte for byte as it went in
+ */
+
+static void
+ngx_http_dynamo_rl_fuzz_canonical(u_char *p, size_t size)
+{
+    size_t     i;
+    ngx_int_t  rc, uuid;
+    u_char     buf[64], again[64];
+
+    if (size > sizeof(buf)) {
+        return;
+    }
+
+    ngx_memcpy(buf, p, size);
+
+    uuid = ngx_http_dynamo_rl_uuid_valid(p, size) == NGX_OK;
+    rc = ngx_http_dynamo_rl_attempt_id_canonical(buf, size);
+
+    if ((rc == NGX_OK) != uuid || (rc != NGX_OK && rc != NGX_DECLINED)) {
+        abort();
+    }
+
+    if (!uuid) {
+        if (ngx_memcmp(buf, p, size) != 0) {
+            abort();
+        }
+
+        return;
+    }
+
+    for (i = 0; i < size; i++) {
+        if ((buf[i] >= 'A' && buf[i] <= 'Z')
+            || ngx_tolower(p[i]) != buf[i])
+        {
+            abort();
+        }
+    }
+
+    if (ngx_http_dynamo_rl_uuid_valid(buf, size) != NGX_OK
+        || ngx_http_dynamo_rl_attempt_id_valid(buf, size) != NGX_OK)
+    {
+        abort();
+    }
+
+    ngx_memcpy(again, buf, size);
+
+    if (ngx_http_dynamo_rl_attempt_id_canonical(again, size) != NGX_OK
+        || ngx_memcmp(again, buf, size) != 0)
     {
         abort();
     }

@@ -498,6 +498,24 @@ main(void)
        && rec.state == NGX_HTTP_DYNAMO_RL_FAILED
        && rec.reason == NGX_HTTP_DYNAMO_RL_WORKER_EXITED,
        "record: worker exited");
+    ok(record("*10\r\n$1\r\nf\r\n" NIL NIL NIL NIL NIL NIL NIL
+              "$2\r\nst\r\n" NIL, &rec) == NGX_OK
+       && rec.reason == NGX_HTTP_DYNAMO_RL_SEND_TIMEOUT,
+       "record: send_timeout");
+    ok(record("*10\r\n$1\r\nf\r\n" NIL NIL NIL NIL NIL NIL NIL
+              "$2\r\ngs\r\n" NIL, &rec) == NGX_OK
+       && rec.reason == NGX_HTTP_DYNAMO_RL_GATEWAY_SHUTDOWN,
+       "record: gateway_shutdown");
+
+    for (i = 1; i < NGX_HTTP_DYNAMO_RL_ATTEMPT_REASONS; i++) {
+        snprintf(buf, sizeof(buf), "*10\r\n$1\r\nf\r\n" NIL NIL NIL NIL NIL NIL
+                 NIL "$2\r\n%s\r\n" NIL,
+                 ngx_http_dynamo_rl_attempt_reasons[i].code);
+        snprintf(name, sizeof(name), "record: reason %u round trip",
+                 (unsigned) i);
+        ok(record(buf, &rec) == NGX_OK && rec.reason == i, name);
+    }
+
     ok(record("*10\r\n$1\r\ns\r\n" NIL NIL NIL NIL NIL NIL NIL
               "$0\r\n\r\n" NIL, &rec) == NGX_OK
        && rec.state == NGX_HTTP_DYNAMO_RL_STREAMING && rec.reason == 0,

@@ -115,6 +115,7 @@ static void ngx_http_dynamo_rl_test_one(ngx_http_dynamo_rl_tap_t *t,
     size_t len, ngx_int_t expect, char *what);
 static ngx_uint_t ngx_http_dynamo_rl_test_id_byte(u_char c);
 static void ngx_http_dynamo_rl_test_attempt_id(ngx_http_dynamo_rl_tap_t *t);
+static void ngx_http_dynamo_rl_test_canonical(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_uuid7(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_target(ngx_http_dynamo_rl_tap_t *t);
 static void ngx_http_dynamo_rl_test_u64(ngx_http_dynamo_rl_tap_t *t);
@@ -613,6 +614,7 @@ main(void)
     t.failed = 0;
 
     ngx_http_dynamo_rl_test_attempt_id(&t);
+    ngx_http_dynamo_rl_test_canonical(&t);
     ngx_http_dynamo_rl_test_uuid7(&t);
     ngx_http_dynamo_rl_test_target(&t);
     ngx_http_dynamo_rl_test_u64(&t);
@@ -827,6 +829,64 @@ ngx_http_dynamo_rl_test_id_byte(u_char c)
                              "0123456789._:-";
 
     return c != '\0' && ngx_strchr(allowed, c) != NULL;
+}
+
+
+/* an id in the UUID grammar in its lower-case form; any other id as is */
+
+static void
+ngx_http_dynamo_rl_test_canonical(ngx_http_dynamo_rl_tap_t *t)
+{
+    u_char      buf[64];
+    size_t      len;
+    ngx_int_t   rc;
+    ngx_uint_t  i;
+
+    static struct {
+        char       *in;
+        char       *out;
+        ngx_int_t   rc;
+    } cases[] = {
+        { "55367DC5-8F2B-4C1E-9D3A-0A1B2C3D4E5F",
+          "55367dc5-8f2b-4c1e-9d3a-0a1b2c3d4e5f", NGX_OK },
+        { "55367dc5-8f2b-4c1e-9d3a-0a1b2c3d4e5f",
+          "55367dc5-8f2b-4c1e-9d3a-0a1b2c3d4e5f", NGX_OK },
+        { "55367Dc5-8f2B-4C1e-9d3A-0a1B2c3D4e5F",
+          "55367dc5-8f2b-4c1e-9d3a-0a1b2c3d4e5f", NGX_OK },
+        { "ABCDEF", "ABCDEF", NGX_DECLINED },
+        { "Run-7:Sample-ABC", "Run-7:Sample-ABC", NGX_DECLINED },
+        /* 36 bytes, not the grammar: a G, a dash moved, no dashes */
+        { "55367DC5-8F2B-4C1E-9D3A-0A1B2C3D4E5G",
+          "55367DC5-8F2B-4C1E-9D3A-0A1B2C3D4E5G", NGX_DECLINED },
+        { "55367DC58-F2B-4C1E-9D3A-0A1B2C3D4E5F",
+          "55367DC58-F2B-4C1E-9D3A-0A1B2C3D4E5F", NGX_DECLINED },
+        { "55367DC58F2B4C1E9D3A0A1B2C3D4E5F",
+          "55367DC58F2B4C1E9D3A0A1B2C3D4E5F", NGX_DECLINED },
+        /* 37 bytes */
+        { "55367DC5-8F2B-4C1E-9D3A-0A1B2C3D4E5FA",
+          "55367DC5-8F2B-4C1E-9D3A-0A1B2C3D4E5FA", NGX_DECLINED }
+    };
+
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        len = strlen(cases[i].in);
+        ngx_memcpy(buf, cases[i].in, len);
+
+        rc = ngx_http_dynamo_rl_attempt_id_canonical(buf, len);
+
+        ngx_http_dynamo_rl_tap(t, rc == cases[i].rc
+                                  && ngx_memcmp(buf, cases[i].out, len) == 0,
+                               cases[i].in, NULL, NULL);
+    }
+
+    /* idempotent */
+
+    ngx_memcpy(buf, cases[0].in, 36);
+    (void) ngx_http_dynamo_rl_attempt_id_canonical(buf, 36);
+    rc = ngx_http_dynamo_rl_attempt_id_canonical(buf, 36);
+
+    ngx_http_dynamo_rl_tap(t, rc == NGX_OK
+                              && ngx_memcmp(buf, cases[0].out, 36) == 0,
+                           "canonical twice: the same", NULL, NULL);
 }
 
 
