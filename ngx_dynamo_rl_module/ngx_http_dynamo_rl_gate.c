@@ -210,14 +210,20 @@ ngx_http_dynamo_rl_gate_known(ngx_http_request_t *r,
 void
 ngx_http_dynamo_rl_gate_init_process(ngx_http_dynamo_rl_zone_t *zone)
 {
-    ngx_uint_t  slot;
+    ngx_uint_t                       slot;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     slot = ngx_http_dynamo_rl_slot();
+
+    drmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                                ngx_http_dynamo_rl_module);
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     zone->sh->slot_requests[slot] = 0;
     zone->sh->slot_pid[slot] = ngx_pid;
+    zone->sh->slot_boot[slot] = (drmcf->store != NULL)
+                                ? drmcf->store->boot : 0;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }

@@ -29,6 +29,24 @@ static void ngx_http_dynamo_rl_ledger_reaper(ngx_event_t *ev);
 static void ngx_http_dynamo_rl_ledger_reap(ngx_http_dynamo_rl_zone_t *zone);
 static ngx_uint_t ngx_http_dynamo_rl_ledger_settle(
     ngx_http_dynamo_rl_zone_t *zone, ngx_uint_t slot, ngx_pid_t pid);
+
+
+/*
+ * a worker process's own heartbeat in the store, with a store: the lease
+ * of its records renewed, silent processes' records ended (the "live"
+ * script)
+ */
+
+typedef struct {
+    ngx_event_t                     ev;
+    ngx_http_dynamo_rl_store_t     *store;
+    ngx_uint_t                      busy;
+} ngx_http_dynamo_rl_live_t;
+
+
+/* silent this long, at least, a worker process is taken for gone */
+#define NGX_HTTP_DYNAMO_RL_LIVE_SILENCE   3000
+#define NGX_HTTP_DYNAMO_RL_LIVE_BEATS     6
 static ngx_int_t ngx_http_dynamo_rl_ledger_header_filter(
     ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r,
@@ -41,7 +59,15 @@ static ngx_int_t ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
 static void ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
     redisReply *reply);
 static void ngx_http_dynamo_rl_ledger_store_settle(
-    ngx_http_dynamo_rl_node_t *lr, ngx_pid_t pid);
+    ngx_http_dynamo_rl_node_t *lr, ngx_pid_t pid, uint64_t boot);
+static void ngx_http_dynamo_rl_ledger_live(ngx_event_t *ev);
+static void ngx_http_dynamo_rl_ledger_lived(void *data, ngx_int_t rc,
+    redisReply *reply);
+static ngx_msec_t ngx_http_dynamo_rl_ledger_silence(
+    ngx_http_dynamo_rl_store_t *store);
+static ngx_int_t ngx_http_dynamo_rl_ledger_live_send(
+    ngx_http_dynamo_rl_store_t *store, char *action,
+    ngx_http_dynamo_rl_store_pt handler, void *data);
 static void ngx_http_dynamo_rl_ledger_failing(ngx_http_request_t *r,
     redisReply *reply);
 static void ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx,
@@ -87,7 +113,8 @@ ngx_str_t  ngx_http_dynamo_rl_ledger_states[] = {
 static ngx_str_t  ngx_http_dynamo_rl_ledger_reasons[] = {
     ngx_null_string,
     ngx_string("worker_exited"),
-    ngx_string("not_forwarded")
+    ngx_string("not_forwarded"),
+    ngx_string("replica_lost")
 };
 
 
@@ -442,10 +469,12 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
 {
     u_char                         *p;
     ngx_int_t                       rc;
-    ngx_str_t                       keys[2], argv[6];
+    ngx_str_t                       keys[NGX_HTTP_DYNAMO_RL_CLAIM_SHARED + 1];
+    ngx_str_t                       argv[NGX_HTTP_DYNAMO_RL_CLAIM_ARGS];
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
     u_char                          t0[NGX_INT64_LEN];
     u_char                          lease[NGX_INT64_LEN];
+    u_char                          ttl[NGX_INT64_LEN];
 
     if (ctx->store_wait) {
         return NGX_AGAIN;
@@ -462,10 +491,13 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
     ctx->store = store;
     ctx->ttl = drlcf->attempt_ttl;
 
-    /* the record's key, and its owner: this replica, process and request */
+    /*
+     * the record's key, and its owner: this process's identity (drawn
+     * afresh as it started) and the request
+     */
 
     p = ngx_pnalloc(r->pool, store->attempt_key.len + ctx->attempt_id.len
-                             + store->replica.len + 3 * NGX_INT64_LEN + 3);
+                             + store->identity.len + 2 * NGX_INT64_LEN + 2);
     if (p == NULL) {
         return NGX_ERROR;
     }
@@ -476,14 +508,16 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
     ctx->store_key.len = p - ctx->store_key.data;
 
     ctx->store_owner.data = p;
-    p = ngx_sprintf(p, "%V/%P/%uA.%ui", &store->replica, ngx_pid,
+    p = ngx_sprintf(p, "%V/%uA.%ui", &store->identity,
                     r->connection->number, r->connection->requests);
     ctx->store_owner.len = p - ctx->store_owner.data;
 
     /* joined with the other claims of this turn into one script run */
 
     keys[0] = store->gate_key;
-    keys[1] = ctx->store_key;
+    keys[1] = store->live_key;
+    keys[2] = store->records;
+    keys[3] = ctx->store_key;
 
     argv[0] = ctx->store_owner;
 
@@ -514,8 +548,14 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
     argv[5].data = (u_char *) (drlcf->gate ? "1" : "0");
     argv[5].len = 1;
 
+    /* the ttl of the record once ended, for whoever ends it */
+
+    argv[6].data = ttl;
+    argv[6].len = ngx_sprintf(ttl, "%M", drlcf->attempt_ttl) - ttl;
+
     rc = ngx_http_dynamo_rl_store_batch(store, NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM,
-                                        1, keys, 6, argv,
+                                        NGX_HTTP_DYNAMO_RL_CLAIM_SHARED, keys,
+                                        NGX_HTTP_DYNAMO_RL_CLAIM_ARGS, argv,
                                         ngx_http_dynamo_rl_ledger_claimed, r,
                                         &ctx->store_cmd);
 
@@ -691,25 +731,26 @@ ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx, char *from,
     char *to, ngx_msec_t ttl, ngx_str_t *values, ngx_uint_t n)
 {
     ngx_uint_t  i;
-    ngx_str_t   argv[5 + 2];
+    ngx_str_t   argv[6 + 2];
     u_char      buf[NGX_INT64_LEN];
 
     argv[0] = ctx->store_key;
-    argv[1] = ctx->store_owner;
-    argv[2].data = (u_char *) from;
-    argv[2].len = ngx_strlen(from);
-    argv[3].data = (u_char *) to;
-    argv[3].len = ngx_strlen(to);
-    argv[4].data = buf;
-    argv[4].len = ngx_sprintf(buf, "%M", ttl) - buf;
+    argv[1] = ctx->store->proc_key;
+    argv[2] = ctx->store_owner;
+    argv[3].data = (u_char *) from;
+    argv[3].len = ngx_strlen(from);
+    argv[4].data = (u_char *) to;
+    argv[4].len = ngx_strlen(to);
+    argv[5].data = buf;
+    argv[5].len = ngx_sprintf(buf, "%M", ttl) - buf;
 
     for (i = 0; i < n && i < 2; i++) {
-        argv[5 + i] = values[i];
+        argv[6 + i] = values[i];
     }
 
     (void) ngx_http_dynamo_rl_store_eval(ctx->store,
                                          NGX_HTTP_DYNAMO_RL_SCRIPT_MOVE,
-                                         1, 5 + i, argv, NULL, NULL, NULL);
+                                         2, 6 + i, argv, NULL, NULL, NULL);
 }
 
 
@@ -860,7 +901,7 @@ ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
 {
     u_char     *p;
     uint64_t    end;
-    ngx_str_t   argv[NGX_HTTP_DYNAMO_RL_END_ARGS];
+    ngx_str_t   keys[2], argv[NGX_HTTP_DYNAMO_RL_END_ARGS];
     u_char      buf[4 * NGX_INT64_LEN];
 
     static u_char  states[] = "?asufc";
@@ -913,11 +954,13 @@ ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
         ngx_str_set(&argv[7], "");
     }
 
+    keys[0] = ctx->store->proc_key;
+    keys[1] = ctx->store_key;
+
     (void) ngx_http_dynamo_rl_store_batch(ctx->store,
-                                          NGX_HTTP_DYNAMO_RL_SCRIPT_END, 0,
-                                          &ctx->store_key,
-                                          NGX_HTTP_DYNAMO_RL_END_ARGS, argv,
-                                          NULL, NULL, NULL);
+                                          NGX_HTTP_DYNAMO_RL_SCRIPT_END, 1,
+                                          keys, NGX_HTTP_DYNAMO_RL_END_ARGS,
+                                          argv, NULL, NULL, NULL);
 }
 
 
@@ -929,10 +972,11 @@ ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
 
 static void
 ngx_http_dynamo_rl_ledger_store_settle(ngx_http_dynamo_rl_node_t *lr,
-    ngx_pid_t pid)
+    ngx_pid_t pid, uint64_t boot)
 {
     u_char                          *p;
-    ngx_str_t                        key, argv[NGX_HTTP_DYNAMO_RL_END_ARGS];
+    ngx_str_t                        keys[2];
+    ngx_str_t                        argv[NGX_HTTP_DYNAMO_RL_END_ARGS];
     ngx_http_dynamo_rl_store_t      *store;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
     u_char                           k[256], owner[128];
@@ -944,7 +988,7 @@ ngx_http_dynamo_rl_ledger_store_settle(ngx_http_dynamo_rl_node_t *lr,
 
     if (store == NULL
         || store->attempt_key.len + lr->len > sizeof(k)
-        || store->replica.len + NGX_INT64_LEN + 3 > sizeof(owner))
+        || store->replica.len + 2 * NGX_INT64_LEN + 4 > sizeof(owner))
     {
         return;
     }
@@ -952,13 +996,15 @@ ngx_http_dynamo_rl_ledger_store_settle(ngx_http_dynamo_rl_node_t *lr,
     p = ngx_cpymem(k, store->attempt_key.data, store->attempt_key.len);
     p = ngx_cpymem(p, lr->id, lr->len);
 
-    key.data = k;
-    key.len = p - k;
+    keys[0] = store->proc_key;
+    keys[1].data = k;
+    keys[1].len = p - k;
 
     /* owner, to, ttl, code, sse, b, t1, rs */
 
     argv[0].data = owner;
-    argv[0].len = ngx_sprintf(owner, "%V/%P/*", &store->replica, pid)
+    argv[0].len = ngx_sprintf(owner, "%V/%P.%016xL/*", &store->replica, pid,
+                              boot)
                   - owner;
 
     ngx_str_set(&argv[1], "f");
@@ -979,7 +1025,7 @@ ngx_http_dynamo_rl_ledger_store_settle(ngx_http_dynamo_rl_node_t *lr,
     ngx_str_set(&argv[7], "we");
 
     (void) ngx_http_dynamo_rl_store_batch(store, NGX_HTTP_DYNAMO_RL_SCRIPT_END,
-                                          0, &key,
+                                          1, keys,
                                           NGX_HTTP_DYNAMO_RL_END_ARGS, argv,
                                           NULL, NULL, NULL);
 }
@@ -1072,6 +1118,170 @@ ngx_http_dynamo_rl_ledger_init_process(ngx_http_dynamo_rl_zone_t *zone)
 }
 
 
+/*
+ * with a store, every worker process beats for itself each heartbeat
+ * (the "live" script): its records in flight keep their lease while it
+ * lives, and the records of processes fallen silent end
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_ledger_store_init_process(ngx_http_dynamo_rl_store_t *store,
+    ngx_cycle_t *cycle)
+{
+    ngx_http_dynamo_rl_live_t  *lv;
+
+    lv = ngx_pcalloc(cycle->pool, sizeof(ngx_http_dynamo_rl_live_t));
+    if (lv == NULL) {
+        return NGX_ERROR;
+    }
+
+    lv->store = store;
+
+    lv->ev.handler = ngx_http_dynamo_rl_ledger_live;
+    lv->ev.data = lv;
+    lv->ev.log = cycle->log;
+    lv->ev.cancelable = 1;
+
+    ngx_add_timer(&lv->ev, store->heartbeat);
+
+    return NGX_OK;
+}
+
+
+/*
+ * a worker process's last words as it exits, after its records' ends: a
+ * fast shutdown (SIGTERM) ends the records it still had in flight as
+ * failed (worker_exited); sent if the store is there, once, unwaited
+ */
+
+void
+ngx_http_dynamo_rl_ledger_store_exit_process(ngx_http_dynamo_rl_store_t *store)
+{
+    ngx_http_dynamo_rl_store_flush_batches(store);
+
+    (void) ngx_http_dynamo_rl_ledger_live_send(store, "bye", NULL, NULL);
+}
+
+
+/*
+ * how long a worker process may be silent before its records in flight
+ * end: six heartbeats, 3 s at least, but half the lease at most, so that
+ * they end before their lease runs out and the id is taken for unused
+ */
+
+static ngx_msec_t
+ngx_http_dynamo_rl_ledger_silence(ngx_http_dynamo_rl_store_t *store)
+{
+    ngx_msec_t  silence;
+
+    silence = ngx_max(NGX_HTTP_DYNAMO_RL_LIVE_BEATS * store->heartbeat,
+                      NGX_HTTP_DYNAMO_RL_LIVE_SILENCE);
+
+    if (silence > store->lease / 2) {
+        silence = ngx_max(store->lease / 2, 2 * store->heartbeat);
+    }
+
+    return silence;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_ledger_live_send(ngx_http_dynamo_rl_store_t *store,
+    char *action, ngx_http_dynamo_rl_store_pt handler, void *data)
+{
+    ngx_msec_t  silence;
+    ngx_str_t   argv[6];
+    u_char      lease[NGX_INT64_LEN], quiet[NGX_INT64_LEN];
+
+    if (!ngx_http_dynamo_rl_store_ready(store)) {
+        return NGX_DECLINED;
+    }
+
+    silence = ngx_http_dynamo_rl_ledger_silence(store);
+
+    argv[0] = store->live_key;
+    argv[1] = store->proc_key;
+    argv[2] = store->identity;
+
+    argv[3].data = lease;
+    argv[3].len = ngx_sprintf(lease, "%M", store->lease) - lease;
+
+    argv[4].data = quiet;
+    argv[4].len = ngx_sprintf(quiet, "%M", silence) - quiet;
+
+    argv[5].data = (u_char *) action;
+    argv[5].len = ngx_strlen(action);
+
+    return ngx_http_dynamo_rl_store_eval(store, NGX_HTTP_DYNAMO_RL_SCRIPT_LIVE,
+                                         2, 6, argv, handler, data, NULL);
+}
+
+
+static void
+ngx_http_dynamo_rl_ledger_live(ngx_event_t *ev)
+{
+    ngx_http_dynamo_rl_live_t *lv = ev->data;
+
+    /* a process that shuts down gracefully beats while it has requests */
+
+    if (!lv->busy
+        && ngx_http_dynamo_rl_ledger_live_send(lv->store, "beat",
+                                               ngx_http_dynamo_rl_ledger_lived,
+                                               lv)
+           == NGX_OK)
+    {
+        lv->busy = 1;
+    }
+
+    ngx_add_timer(ev, lv->store->heartbeat);
+}
+
+
+/* identity, count, for each silent process whose records were ended */
+
+static void
+ngx_http_dynamo_rl_ledger_lived(void *data, ngx_int_t rc, redisReply *reply)
+{
+    ngx_http_dynamo_rl_live_t *lv = data;
+
+    u_char      *p;
+    size_t       i;
+    ngx_msec_t   silence;
+    redisReply  *id, *n;
+    u_char       text[256];
+
+    lv->busy = 0;
+
+    if (rc != NGX_OK || reply->type != REDIS_REPLY_ARRAY) {
+        return;
+    }
+
+    silence = ngx_http_dynamo_rl_ledger_silence(lv->store);
+
+    for (i = 0; i + 1 < reply->elements; i += 2) {
+        id = reply->element[i];
+        n = reply->element[i + 1];
+
+        if (id->type != REDIS_REPLY_STRING || n->type != REDIS_REPLY_INTEGER
+            || n->integer <= 0)
+        {
+            continue;
+        }
+
+        /* the store's text is not trusted for the log */
+
+        p = ngx_http_dynamo_rl_escape_log(text, text + sizeof(text),
+                                          (u_char *) id->str,
+                                          ngx_min((size_t) id->len, 128));
+
+        ngx_log_error(NGX_LOG_WARN, lv->ev.log, 0,
+                      "dynamo rl store: %L attempt(s) in flight of worker "
+                      "process \"%*s\", silent for over %Mms, ended as failed "
+                      "(replica_lost)", n->integer, p - text, text, silence);
+    }
+}
+
+
 static void
 ngx_http_dynamo_rl_ledger_reaper(ngx_event_t *ev)
 {
@@ -1152,7 +1362,8 @@ ngx_http_dynamo_rl_ledger_settle(ngx_http_dynamo_rl_zone_t *zone,
         }
 
         if (lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_STORE) {
-            ngx_http_dynamo_rl_ledger_store_settle(lr, pid);
+            ngx_http_dynamo_rl_ledger_store_settle(lr, pid,
+                                                   sh->slot_boot[slot]);
         }
 
         ngx_http_dynamo_rl_ledger_end(zone, lr, NGX_HTTP_DYNAMO_RL_FAILED,
@@ -1161,6 +1372,7 @@ ngx_http_dynamo_rl_ledger_settle(ngx_http_dynamo_rl_zone_t *zone,
     }
 
     sh->slot_pid[slot] = 0;
+    sh->slot_boot[slot] = 0;
     sh->slot_requests[slot] = 0;
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -1803,7 +2015,8 @@ ngx_http_dynamo_rl_attempt_send(ngx_http_request_t *r, ngx_str_t *id,
     /* only when there is one: the fields of a plain record stay as they were */
 
     if (rec->reason == NGX_HTTP_DYNAMO_RL_WORKER_EXITED
-        || rec->reason == NGX_HTTP_DYNAMO_RL_NOT_FORWARDED)
+        || rec->reason == NGX_HTTP_DYNAMO_RL_NOT_FORWARDED
+        || rec->reason == NGX_HTTP_DYNAMO_RL_REPLICA_LOST)
     {
         p = ngx_sprintf(p, ",\"reason\":\"%V\"",
                         &ngx_http_dynamo_rl_ledger_reasons[rec->reason]);

@@ -62,6 +62,10 @@ ngx_int_t ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
 void ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 void ngx_http_dynamo_rl_ledger_init_process(ngx_http_dynamo_rl_zone_t *zone);
+ngx_int_t ngx_http_dynamo_rl_ledger_store_init_process(
+    ngx_http_dynamo_rl_store_t *store, ngx_cycle_t *cycle);
+void ngx_http_dynamo_rl_ledger_store_exit_process(
+    ngx_http_dynamo_rl_store_t *store);
 void ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx);
 ngx_int_t ngx_http_dynamo_rl_ledger_filter_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_dynamo_rl_ledger_header(ngx_http_request_t *r,

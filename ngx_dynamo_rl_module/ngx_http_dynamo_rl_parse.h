@@ -56,6 +56,7 @@
 /* why a record ended as it did, when its state alone does not say */
 #define NGX_HTTP_DYNAMO_RL_WORKER_EXITED   1
 #define NGX_HTTP_DYNAMO_RL_NOT_FORWARDED   2
+#define NGX_HTTP_DYNAMO_RL_REPLICA_LOST    3   /* the store's records only */
 
 
 /* a worker element of a discovery document, as byte positions in it */

@@ -69,12 +69,16 @@ static redisReplyObjectFunctions  ngx_http_dynamo_rl_resp_functions = {
 
 /*
  * claim: the claims of a turn, one script for them all; KEYS the gate,
- * then a record for each claim; ARGV, 6 for each: owner, t0, lease,
- * replica, request id ("" when it is the attempt id), whether the gate
- * applies ("0": a location with dynamo_rl_gate off); the reply has one
- * element for each claim, in order (ngx_http_dynamo_rl_resp_claim()).
- * The gate is read once for all; its expiry and reason only when it is
- * closed.
+ * the worker processes' liveness ("{P}:live"), this worker process's own
+ * records ("{P}:p:<identity>", record -> its ttl), then a record for each
+ * claim; ARGV, 7 for each: owner ("<identity>/<connection>.<request>"),
+ * t0, lease, replica, request id ("" when it is the attempt id), whether
+ * the gate applies ("0": a location with dynamo_rl_gate off), the ttl of
+ * the record once it ends; the reply has one element for each claim, in
+ * order (ngx_http_dynamo_rl_resp_claim()).  The gate is read once for
+ * all; its expiry and reason only when it is closed.  A process that
+ * claims is alive from its first claim on: the "live" script of another
+ * ends its records if it falls silent (see there).
  */
 
 static u_char  ngx_http_dynamo_rl_lua_claim[] =
@@ -90,9 +94,10 @@ static u_char  ngx_http_dynamo_rl_lua_claim[] =
     "  end\n"
     "end\n"
     "local e = g[2] or '0'\n"
-    "for i = 2, #KEYS do\n"
+    "local live\n"
+    "for i = 4, #KEYS do\n"
     "  local k = KEYS[i]\n"
-    "  local a = i * 6 - 12\n"
+    "  local a = i * 7 - 28\n"
     "  local o = ARGV[a + 1]\n"
     "  local x\n"
     "  local r = {}\n"
@@ -120,17 +125,28 @@ static u_char  ngx_http_dynamo_rl_lua_claim[] =
     " 'rp', ARGV[a + 4], 'rq', ARGV[a + 5])\n"
     "    end\n"
     "    redis.call('PEXPIRE', k, ARGV[a + 3])\n"
+    "    redis.call('HSET', KEYS[3], k, ARGV[a + 7])\n"
+    "    redis.call('PEXPIRE', KEYS[3], ARGV[a + 3])\n"
+    "    if not live then\n"
+    "      live = string.match(o, '^(.*)/[^/]*$') or o\n"
+    "      if redis.call('HEXISTS', KEYS[2], live) == 0 then\n"
+    "        local t = redis.call('TIME')\n"
+    "        redis.call('HSET', KEYS[2], live, string.format('%d',"
+    " t[1] * 1000 + math.floor(t[2] / 1000)))\n"
+    "      end\n"
+    "    end\n"
     "    x = {'ok', e}\n"
     "  end\n"
-    "  res[i - 1] = x\n"
+    "  res[i - 3] = x\n"
     "end\n"
     "return res\n";
 
 
 /*
- * move: KEYS record; ARGV owner, from, to, ttl [, code, sse]: to
- * streaming, or "x", a release (the record is deleted); an owner ending
- * in "*" names every owner it begins (as in "end")
+ * move: KEYS record, the prefix of the processes' record lists
+ * ("{P}:p:"); ARGV owner, from, to, ttl [, code, sse]: to streaming, or
+ * "x", a release (the record is deleted and leaves its process's list);
+ * an owner ending in "*" names every owner it begins (as in "end")
  */
 
 static u_char  ngx_http_dynamo_rl_lua_move[] =
@@ -144,6 +160,8 @@ static u_char  ngx_http_dynamo_rl_lua_move[] =
     "if not string.find(ARGV[2], r[1], 1, true) then return -2 end\n"
     "if ARGV[3] == 'x' then\n"
     "  redis.call('DEL', KEYS[1])\n"
+    "  redis.call('HDEL', KEYS[2] .. (string.match(o, '^(.*)/[^/]*$') or o),"
+    " KEYS[1])\n"
     "  return 1\n"
     "end\n"
     "if ARGV[5] then\n"
@@ -158,18 +176,19 @@ static u_char  ngx_http_dynamo_rl_lua_move[] =
 
 /*
  * end: the terminal moves of a turn, one script for them all; KEYS the
- * records; ARGV, 8 for each: owner, to, ttl, code, sse, b, t1, rs ("",
- * "nf" or "we"); a record that is gone, not ours or already ended is
- * left as it is; the reply is the number of records moved; an owner
- * ending in "*" names every owner it begins: a worker process that
- * settles the records of one that died knows its pid, not its requests
+ * prefix of the processes' record lists ("{P}:p:"), then the records;
+ * ARGV, 8 for each: owner, to, ttl, code, sse, b, t1, rs ("", "nf" or
+ * "we"); a record that is gone, not ours or already ended is left as it
+ * is; the reply is the number of records moved; an owner ending in "*"
+ * names every owner it begins: a worker process that settles the records
+ * of one that died knows its identity, not its requests
  */
 
 static u_char  ngx_http_dynamo_rl_lua_end[] =
     "local n = 0\n"
-    "for i = 1, #KEYS do\n"
+    "for i = 2, #KEYS do\n"
     "  local k = KEYS[i]\n"
-    "  local a = i * 8 - 8\n"
+    "  local a = i * 8 - 16\n"
     "  local r = redis.call('HMGET', k, 'st', 'ow')\n"
     "  local o = ARGV[a + 1]\n"
     "  local mine = r[2] == o\n"
@@ -187,6 +206,10 @@ static u_char  ngx_http_dynamo_rl_lua_end[] =
     "    end\n"
     "    redis.call('PEXPIRE', k, ARGV[a + 3])\n"
     "    n = n + 1\n"
+    "  end\n"
+    "  if mine then\n"
+    "    redis.call('HDEL', KEYS[1] .. (string.match(o, '^(.*)/[^/]*$')"
+    " or o), k)\n"
     "  end\n"
     "end\n"
     "return n\n";
@@ -264,13 +287,82 @@ static u_char  ngx_http_dynamo_rl_lua_beat[] =
     "return 1\n";
 
 
+/*
+ * live: every worker process's own heartbeat; KEYS the liveness of the
+ * worker processes ("{P}:live": identity -> store ms of its last beat),
+ * the prefix of their record lists ("{P}:p:"); ARGV identity, lease,
+ * silence (ms), "beat" or "bye".
+ *
+ * A beat renews the lease of every record of the process still in
+ * flight (a stream longer than the lease keeps its record while its
+ * process lives), forgets those that ended, and ends as failed
+ * ("replica_lost") the records in flight of every process silent for
+ * longer than "silence": killed, or its replica gone.  The records keep
+ * their ids refused for their ttl.  The reply: identity, count, for each
+ * process it settled.  "bye", a process's last words as it exits, ends
+ * its own records ("worker_exited") and its entries.
+ */
+
+static u_char  ngx_http_dynamo_rl_lua_live[] =
+    NGX_HTTP_DYNAMO_RL_LUA_NOW
+    "local function d(x) return string.format('%d', x) end\n"
+    "local function settle(id, rs)\n"
+    "  local pk = KEYS[2] .. id\n"
+    "  local m = redis.call('HGETALL', pk)\n"
+    "  local n = 0\n"
+    "  for i = 1, #m, 2 do\n"
+    "    local r = redis.call('HMGET', m[i], 'st', 'ow', 'sse')\n"
+    "    if (r[1] == 'a' or r[1] == 's')"
+    " and string.sub(r[2] or '', 1, #id + 1) == id .. '/' then\n"
+    "      redis.call('HSET', m[i], 'st', 'f', 'code', '0', 'sse',"
+    " r[3] or '0', 'b', '0', 't1', d(now), 'rs', rs)\n"
+    "      redis.call('PEXPIRE', m[i], m[i + 1])\n"
+    "      n = n + 1\n"
+    "    end\n"
+    "  end\n"
+    "  redis.call('DEL', pk)\n"
+    "  redis.call('HDEL', KEYS[1], id)\n"
+    "  return n\n"
+    "end\n"
+    "local me = ARGV[1]\n"
+    "if ARGV[4] == 'bye' then\n"
+    "  return {me, settle(me, 'we')}\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], me, d(now))\n"
+    "local pk = KEYS[2] .. me\n"
+    "local m = redis.call('HGETALL', pk)\n"
+    "for i = 1, #m, 2 do\n"
+    "  local r = redis.call('HMGET', m[i], 'st', 'ow')\n"
+    "  if (r[1] == 'a' or r[1] == 's')"
+    " and string.sub(r[2] or '', 1, #me + 1) == me .. '/' then\n"
+    "    redis.call('PEXPIRE', m[i], ARGV[2])\n"
+    "  else\n"
+    "    redis.call('HDEL', pk, m[i])\n"
+    "  end\n"
+    "end\n"
+    "if #m > 0 then redis.call('PEXPIRE', pk, ARGV[2]) end\n"
+    "local res = {}\n"
+    "local l = redis.call('HGETALL', KEYS[1])\n"
+    "local quiet = tonumber(ARGV[3])\n"
+    "for i = 1, #l, 2 do\n"
+    "  local ts = tonumber(l[i + 1])\n"
+    "  if l[i] ~= me and (ts == nil or now - ts > quiet) then\n"
+    "    local n = settle(l[i], 'rl')\n"
+    "    res[#res + 1] = l[i]\n"
+    "    res[#res + 1] = n\n"
+    "  end\n"
+    "end\n"
+    "return res\n";
+
+
 ngx_http_dynamo_rl_script_t  ngx_http_dynamo_rl_scripts[] = {
 
     { ngx_string("claim"), ngx_string(ngx_http_dynamo_rl_lua_claim), "" },
     { ngx_string("move"), ngx_string(ngx_http_dynamo_rl_lua_move), "" },
     { ngx_string("gate"), ngx_string(ngx_http_dynamo_rl_lua_gate), "" },
     { ngx_string("beat"), ngx_string(ngx_http_dynamo_rl_lua_beat), "" },
-    { ngx_string("end"), ngx_string(ngx_http_dynamo_rl_lua_end), "" }
+    { ngx_string("end"), ngx_string(ngx_http_dynamo_rl_lua_end), "" },
+    { ngx_string("live"), ngx_string(ngx_http_dynamo_rl_lua_live), "" }
 };
 
 
@@ -725,6 +817,9 @@ ngx_http_dynamo_rl_resp_record(redisReply *reply,
 
         } else if (ngx_strncmp(s.data, "we", 2) == 0) {
             rec->reason = NGX_HTTP_DYNAMO_RL_WORKER_EXITED;
+
+        } else if (ngx_strncmp(s.data, "rl", 2) == 0) {
+            rec->reason = NGX_HTTP_DYNAMO_RL_REPLICA_LOST;
 
         } else {
             return NGX_ERROR;

@@ -29,7 +29,14 @@
 #define NGX_HTTP_DYNAMO_RL_SCRIPT_GATE     2
 #define NGX_HTTP_DYNAMO_RL_SCRIPT_BEAT     3
 #define NGX_HTTP_DYNAMO_RL_SCRIPT_END      4
-#define NGX_HTTP_DYNAMO_RL_SCRIPTS         5
+#define NGX_HTTP_DYNAMO_RL_SCRIPT_LIVE     5
+#define NGX_HTTP_DYNAMO_RL_SCRIPTS         6
+
+/* the claim script's keys given once (gate, live, the process's list) */
+#define NGX_HTTP_DYNAMO_RL_CLAIM_SHARED    3
+
+/* the claim script's arguments per record */
+#define NGX_HTTP_DYNAMO_RL_CLAIM_ARGS      7
 
 /* the end script's arguments per record */
 #define NGX_HTTP_DYNAMO_RL_END_ARGS        8
@@ -110,7 +117,7 @@ typedef struct {
     uint64_t                        ended;     /* wall ms, 0: in flight */
     ngx_str_t                       request_id;  /* "" when the id is it */
     ngx_str_t                       replica;
-    /* 0, NGX_HTTP_DYNAMO_RL_WORKER_EXITED or _NOT_FORWARDED */
+    /* 0, NGX_HTTP_DYNAMO_RL_WORKER_EXITED, _NOT_FORWARDED, _REPLICA_LOST */
     ngx_uint_t                      reason;
 } ngx_http_dynamo_rl_record_t;
 

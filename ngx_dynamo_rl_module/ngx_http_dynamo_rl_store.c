@@ -10,6 +10,8 @@
 #include "ngx_http_dynamo_rl_store.h"
 #include <ngx_sha1.h>
 
+#include <openssl/rand.h>
+
 
 /*
  * One connection per worker process.  A command is formatted once by
@@ -267,7 +269,8 @@ static ngx_uint_t  ngx_http_dynamo_rl_store_script_op[] = {
     NGX_HTTP_DYNAMO_RL_STORE_OP_MOVE,
     NGX_HTTP_DYNAMO_RL_STORE_OP_GATE,
     NGX_HTTP_DYNAMO_RL_STORE_OP_BEAT,
-    NGX_HTTP_DYNAMO_RL_STORE_OP_MOVE
+    NGX_HTTP_DYNAMO_RL_STORE_OP_MOVE,
+    NGX_HTTP_DYNAMO_RL_STORE_OP_BEAT
 };
 
 
@@ -484,6 +487,12 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
            != NGX_OK
         || ngx_http_dynamo_rl_store_key(cf, &store->attempt_key,
                                         &store->prefix, "a:")
+           != NGX_OK
+        || ngx_http_dynamo_rl_store_key(cf, &store->live_key,
+                                        &store->prefix, "live")
+           != NGX_OK
+        || ngx_http_dynamo_rl_store_key(cf, &store->proc_key,
+                                        &store->prefix, "p:")
            != NGX_OK)
     {
         return NGX_CONF_ERROR;
@@ -819,6 +828,37 @@ ngx_http_dynamo_rl_store_init_process(ngx_http_dynamo_rl_store_t *store,
     if (conn == NULL) {
         return NGX_ERROR;
     }
+
+    /*
+     * this process's identity: 64 random bits drawn after fork(), so that
+     * no owner of this process matches a record an earlier one left
+     */
+
+    if (RAND_bytes((u_char *) &store->boot, sizeof(store->boot)) != 1) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+                      "dynamo rl store: RAND_bytes() failed");
+        return NGX_ERROR;
+    }
+
+    store->identity.data = ngx_pnalloc(cycle->pool, store->replica.len
+                                                    + 2 * NGX_INT64_LEN + 2);
+    if (store->identity.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    store->identity.len = ngx_sprintf(store->identity.data, "%V/%P.%016xL",
+                                      &store->replica, ngx_pid, store->boot)
+                          - store->identity.data;
+
+    store->records.len = store->proc_key.len + store->identity.len;
+    store->records.data = ngx_pnalloc(cycle->pool, store->records.len);
+    if (store->records.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(ngx_cpymem(store->records.data, store->proc_key.data,
+                          store->proc_key.len),
+               store->identity.data, store->identity.len);
 
     conn->store = store;
     conn->log = cycle->log;
@@ -1225,6 +1265,26 @@ ngx_http_dynamo_rl_store_cancel(ngx_http_dynamo_rl_store_cmd_t *cmd)
         && ngx_http_dynamo_rl_store_flush(cmd->conn, cmd->script) != NGX_OK)
     {
         ngx_http_dynamo_rl_store_fail(cmd->conn, "out of memory", 0);
+    }
+}
+
+
+/*
+ * the batches of this turn go out now, before what is sent next: a
+ * process's last words after its records' ends
+ */
+
+void
+ngx_http_dynamo_rl_store_flush_batches(ngx_http_dynamo_rl_store_t *store)
+{
+    ngx_http_dynamo_rl_store_conn_t  *conn;
+
+    conn = store->conn;
+
+    if (conn != NULL && conn->state == NGX_HTTP_DYNAMO_RL_STORE_READY
+        && ngx_http_dynamo_rl_store_flush_all(conn) != NGX_OK)
+    {
+        ngx_http_dynamo_rl_store_fail(conn, "out of memory", 0);
     }
 }
 
