@@ -264,6 +264,10 @@ static const uint64_t  ngx_http_dynamo_rl_store_buckets[] = {
 };
 
 
+static ngx_str_t  ngx_http_dynamo_rl_store_command_name =
+    ngx_string("command");
+
+
 static ngx_uint_t  ngx_http_dynamo_rl_store_script_op[] = {
     NGX_HTTP_DYNAMO_RL_STORE_OP_CLAIM,
     NGX_HTTP_DYNAMO_RL_STORE_OP_MOVE,
@@ -953,6 +957,38 @@ ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
         if (conn->out_last > conn->out_pos) {
             (void) c->send(c, conn->out + conn->out_pos,
                            conn->out_last - conn->out_pos);
+        }
+    }
+
+    if (conn->state != NGX_HTTP_DYNAMO_RL_STORE_READY) {
+
+        /*
+         * writes kept for a store that does not answer are lost with the
+         * process: each one counted and logged; the records they would
+         * have moved are ended by the other processes' beats, as those of
+         * a process that fell silent ("replica_lost")
+         */
+
+        for (q = ngx_queue_head(&conn->pending);
+             q != ngx_queue_sentinel(&conn->pending);
+             q = ngx_queue_next(q))
+        {
+            cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+
+            if (cmd->kind != NGX_HTTP_DYNAMO_RL_STORE_USER) {
+                continue;
+            }
+
+            NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, 1);
+
+            ngx_log_error(NGX_LOG_WARN, conn->log, 0,
+                          "dynamo rl store: a queued write (%V) is dropped "
+                          "as the worker process exits, \"%V\" does not "
+                          "answer",
+                          cmd->script < NGX_HTTP_DYNAMO_RL_SCRIPTS
+                          ? &ngx_http_dynamo_rl_scripts[cmd->script].name
+                          : &ngx_http_dynamo_rl_store_command_name,
+                          &store->url);
         }
     }
 
