@@ -430,6 +430,93 @@ ngx_http_dynamo_rl_resp_nil(const redisReadTask *task)
 
 
 /*
+ * the connection's bytes, as they come: "size" counts the bytes of the
+ * reply being read (those since the last whole one), so that a reply
+ * larger than any of the scripts' (NGX_HTTP_DYNAMO_RL_RESP_MAX) is
+ * refused before it takes more memory; hiredis keeps a bulk string's
+ * bytes until they are all there, whatever length it announced
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_feed(redisReader *rd, size_t *size, u_char *buf,
+    size_t n)
+{
+    if (redisReaderFeed(rd, (const char *) buf, n) != REDIS_OK) {
+        return NGX_ERROR;
+    }
+
+    *size += n;
+
+    return NGX_OK;
+}
+
+
+/*
+ * NGX_OK: "reply" is the next whole reply, or NULL while it is not all
+ * there; NGX_ERROR: bytes that are not RESP; NGX_DECLINED: the reply is
+ * larger than NGX_HTTP_DYNAMO_RL_RESP_MAX
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_read(redisReader *rd, size_t *size,
+    redisReply **reply)
+{
+    void  *r;
+
+    r = NULL;
+    *reply = NULL;
+
+    if (redisReaderGetReply(rd, &r) != REDIS_OK) {
+        return NGX_ERROR;
+    }
+
+    if (r == NULL) {
+        return (*size > NGX_HTTP_DYNAMO_RL_RESP_MAX) ? NGX_DECLINED : NGX_OK;
+    }
+
+    /* what is left in the buffer is the next reply's */
+
+    *size = rd->len - rd->pos;
+    *reply = r;
+
+    return NGX_OK;
+}
+
+
+/*
+ * a batch's reply: NGX_OK, an array of one element for each of the "n"
+ * members; NGX_DECLINED, an error reply, each member's answer;
+ * NGX_ERROR, any other shape, an answer to none of them
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_batch(redisReply *reply, size_t n)
+{
+    size_t  i;
+
+    if (reply == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (reply->type == REDIS_REPLY_ERROR) {
+        return NGX_DECLINED;
+    }
+
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != n) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (reply->element[i] == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
  * claim: {'ok', epoch} | {'dup', epoch, st} | {'closed', epoch, expires,
  * reason, now} | {'nogate'}
  */

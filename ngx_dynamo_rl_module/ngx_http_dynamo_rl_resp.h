@@ -58,6 +58,12 @@
 
 #define NGX_HTTP_DYNAMO_RL_FLEET_LOST      8    /* names listed at most */
 
+/*
+ * the largest reply taken from the store, far above any of the scripts'
+ * (a gate read with a fleet of thousands of replicas is some 100 KB)
+ */
+#define NGX_HTTP_DYNAMO_RL_RESP_MAX        (1024 * 1024)
+
 
 typedef struct {
     ngx_str_t                       name;   /* "claim" ... */
@@ -126,6 +132,11 @@ extern ngx_http_dynamo_rl_script_t  ngx_http_dynamo_rl_scripts[];
 
 
 redisReader *ngx_http_dynamo_rl_resp_reader(void);
+ngx_int_t ngx_http_dynamo_rl_resp_feed(redisReader *rd, size_t *size,
+    u_char *buf, size_t n);
+ngx_int_t ngx_http_dynamo_rl_resp_read(redisReader *rd, size_t *size,
+    redisReply **reply);
+ngx_int_t ngx_http_dynamo_rl_resp_batch(redisReply *reply, size_t n);
 ngx_int_t ngx_http_dynamo_rl_resp_claim(redisReply *reply,
     ngx_http_dynamo_rl_claim_reply_t *cr);
 ngx_int_t ngx_http_dynamo_rl_resp_move(redisReply *reply, ngx_int_t *moved);

@@ -93,6 +93,7 @@ typedef struct {
     ngx_log_t                      *log;
 
     redisReader                    *reader;
+    size_t                          in_size;  /* of the reply being read */
     u_char                         *in;
 
     u_char                         *out;
@@ -1983,6 +1984,8 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
         return;
     }
 
+    conn->in_size = 0;
+
     conn->state = NGX_HTTP_DYNAMO_RL_STORE_HANDSHAKE;
     conn->handshake = 0;
 
@@ -2398,8 +2401,9 @@ ngx_http_dynamo_rl_store_send(ngx_http_dynamo_rl_store_conn_t *conn)
 static void
 ngx_http_dynamo_rl_store_read_handler(ngx_event_t *rev)
 {
-    void                             *reply;
     ssize_t                           n;
+    ngx_int_t                         rc;
+    redisReply                       *reply;
     ngx_connection_t                 *c;
     ngx_http_dynamo_rl_store_conn_t  *conn;
 
@@ -2432,28 +2436,42 @@ ngx_http_dynamo_rl_store_read_handler(ngx_event_t *rev)
             return;
         }
 
-        conn->progress = ngx_current_msec;
-
-        if (redisReaderFeed(conn->reader, (char *) conn->in, n)
-            != REDIS_OK)
+        if (ngx_http_dynamo_rl_resp_feed(conn->reader, &conn->in_size,
+                                         conn->in, n)
+            != NGX_OK)
         {
             ngx_http_dynamo_rl_store_fail(conn, "out of memory", 0);
             return;
         }
 
         for ( ;; ) {
-            reply = NULL;
+            rc = ngx_http_dynamo_rl_resp_read(conn->reader, &conn->in_size,
+                                              &reply);
 
-            if (redisReaderGetReply(conn->reader, &reply) != REDIS_OK) {
+            if (rc == NGX_ERROR) {
                 ngx_http_dynamo_rl_store_fail(conn,
                                               "the store sent an invalid"
                                               " reply", 0);
                 return;
             }
 
+            if (rc == NGX_DECLINED) {
+                ngx_http_dynamo_rl_store_fail(conn,
+                                              "the store sent a reply"
+                                              " larger than 1M", 0);
+                return;
+            }
+
             if (reply == NULL) {
                 break;
             }
+
+            /*
+             * the stall timer counts whole replies, not bytes: a store
+             * that trickles a reply is no store
+             */
+
+            conn->progress = ngx_current_msec;
 
             if (ngx_http_dynamo_rl_store_dispatch(conn, reply) != NGX_OK) {
                 return;
@@ -2796,6 +2814,7 @@ ngx_http_dynamo_rl_store_finish(ngx_http_dynamo_rl_store_conn_t *conn,
 {
     void                            *data;
     uint64_t                         us;
+    ngx_int_t                        shape;
     ngx_uint_t                       i;
     redisReply                      *e;
     ngx_queue_t                     *q;
@@ -2807,6 +2826,28 @@ ngx_http_dynamo_rl_store_finish(ngx_http_dynamo_rl_store_conn_t *conn,
 
     if (cmd->nmembers) {
         /* a batch: each member its own element of an array reply */
+
+        shape = (rc == NGX_OK)
+                ? ngx_http_dynamo_rl_resp_batch(reply, cmd->nmembers)
+                : NGX_DECLINED;
+
+        if (shape == NGX_ERROR) {
+
+            /*
+             * a count or a shape other than what was sent: an answer to
+             * none of them, each refused as by an unavailable store
+             */
+
+            ngx_log_error(NGX_LOG_ERR, conn->log, 0,
+                          "dynamo rl store: \"%V\" answered a batch of %ui"
+                          " %V with a reply of another shape, refused",
+                          &store->url, cmd->nmembers,
+                          &ngx_http_dynamo_rl_scripts[cmd->script].name);
+
+            result = NGX_HTTP_DYNAMO_RL_STORE_R_ERROR;
+            rc = NGX_ERROR;
+            reply = NULL;
+        }
 
         i = 0;
 
@@ -2821,13 +2862,7 @@ ngx_http_dynamo_rl_store_finish(ngx_http_dynamo_rl_store_conn_t *conn,
                 continue;
             }
 
-            e = reply;
-
-            if (reply != NULL && reply->type == REDIS_REPLY_ARRAY
-                && reply->elements == cmd->nmembers)
-            {
-                e = reply->element[i];
-            }
+            e = (shape == NGX_OK) ? reply->element[i] : reply;
 
             ngx_http_dynamo_rl_store_finish(conn, m, result, rc, e);
             i++;

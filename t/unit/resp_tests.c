@@ -497,6 +497,11 @@ main(void)
        && rec.state == NGX_HTTP_DYNAMO_RL_FAILED
        && rec.reason == NGX_HTTP_DYNAMO_RL_WORKER_EXITED,
        "record: worker exited");
+    ok(record("*9\r\n$1\r\nf\r\n" NIL NIL NIL NIL NIL NIL NIL
+              "$2\r\nrl\r\n", &rec) == NGX_OK
+       && rec.state == NGX_HTTP_DYNAMO_RL_FAILED
+       && rec.reason == NGX_HTTP_DYNAMO_RL_REPLICA_LOST,
+       "record: replica lost");
     ok(record("*9\r\n$1\r\ns\r\n" NIL NIL NIL NIL NIL NIL NIL
               "$0\r\n\r\n", &rec) == NGX_OK
        && rec.state == NGX_HTTP_DYNAMO_RL_STREAMING && rec.reason == 0,
@@ -566,6 +571,162 @@ main(void)
 
         redisReaderFree(rd);
     }
+
+    /*
+     * the connection's bytes: replies cut anywhere, several in one read,
+     * sizes counted per reply; one larger than NGX_HTTP_DYNAMO_RL_RESP_MAX
+     * refused while it comes, whatever length it announced
+     */
+
+    {
+        void         *reply;
+        size_t        size, n, k;
+        ngx_int_t     rc;
+        ngx_uint_t    got, bad;
+        redisReader  *rd;
+        static char   stream[] = "*2\r\n$2\r\nok\r\n:7\r\n"
+                                 "+OK\r\n"
+                                 "*1\r\n*2\r\n$3\r\ndup\r\n$1\r\n0\r\n"
+                                 ":1\r\n";
+        static u_char chunk[65536];
+
+        for (n = 1; n <= 7; n++) {
+            rd = ngx_http_dynamo_rl_resp_reader();
+            size = 0;
+            got = 0;
+            bad = 0;
+
+            for (k = 0; k < sizeof(stream) - 1; k += n) {
+                if (ngx_http_dynamo_rl_resp_feed(rd, &size,
+                        (u_char *) stream + k,
+                        ngx_min(n, sizeof(stream) - 1 - k))
+                    != NGX_OK)
+                {
+                    bad++;
+                }
+
+                for ( ;; ) {
+                    rc = ngx_http_dynamo_rl_resp_read(rd, &size,
+                                                      (redisReply **) &reply);
+                    if (rc != NGX_OK) {
+                        bad++;
+                        break;
+                    }
+
+                    if (reply == NULL) {
+                        break;
+                    }
+
+                    got++;
+                    freeReplyObject(reply);
+                }
+            }
+
+            ok(got == 4 && bad == 0 && size == 0,
+               "stream: four replies, cut every few bytes, none left");
+
+            redisReaderFree(rd);
+        }
+
+        /* a bulk string of 2e9 bytes announced, sent 64 KB at a time */
+
+        rd = ngx_http_dynamo_rl_resp_reader();
+        size = 0;
+        rc = NGX_OK;
+        reply = NULL;
+
+        ngx_memset(chunk, 'x', sizeof(chunk));
+
+        (void) ngx_http_dynamo_rl_resp_feed(rd, &size,
+                                            (u_char *) "$2000000000\r\n", 13);
+
+        for (k = 0; k < 64 && rc == NGX_OK; k++) {
+            (void) ngx_http_dynamo_rl_resp_feed(rd, &size, chunk,
+                                                sizeof(chunk));
+            rc = ngx_http_dynamo_rl_resp_read(rd, &size,
+                                              (redisReply **) &reply);
+        }
+
+        ok(rc == NGX_DECLINED && reply == NULL
+           && k == NGX_HTTP_DYNAMO_RL_RESP_MAX / sizeof(chunk),
+           "stream: a huge bulk string refused past 1 MB");
+
+        redisReaderFree(rd);
+
+        /*
+         * a reply of exactly the bound (10 + 1048564 + 2 bytes), read
+         * after every feed, passes; the next reply's bytes count anew
+         */
+
+        rd = ngx_http_dynamo_rl_resp_reader();
+        size = 0;
+        rc = NGX_OK;
+        reply = NULL;
+
+        (void) ngx_http_dynamo_rl_resp_feed(rd, &size, (u_char *) "$1048564"
+                                            "\r\n", 10);
+
+        for (k = 0; k < 16 && rc == NGX_OK && reply == NULL; k++) {
+            (void) ngx_http_dynamo_rl_resp_feed(rd, &size, chunk,
+                                                k < 15 ? sizeof(chunk)
+                                                       : 1048564 - 15 * 65536);
+            rc = ngx_http_dynamo_rl_resp_read(rd, &size,
+                                              (redisReply **) &reply);
+        }
+
+        if (rc == NGX_OK && reply == NULL) {
+            (void) ngx_http_dynamo_rl_resp_feed(rd, &size,
+                                                (u_char *) "\r\n:5\r", 5);
+            rc = ngx_http_dynamo_rl_resp_read(rd, &size,
+                                              (redisReply **) &reply);
+        }
+
+        ok(rc == NGX_OK && reply != NULL
+           && ((redisReply *) reply)->len == 1048564 && size == 3,
+           "stream: a reply of 1 MB whole, the next one's bytes counted");
+
+        if (reply != NULL) {
+            freeReplyObject(reply);
+        }
+
+        redisReaderFree(rd);
+
+        /* bytes that are not RESP */
+
+        rd = ngx_http_dynamo_rl_resp_reader();
+        size = 0;
+
+        (void) ngx_http_dynamo_rl_resp_feed(rd, &size,
+                                            (u_char *) "&garbage\r\n", 10);
+
+        ok(ngx_http_dynamo_rl_resp_read(rd, &size, (redisReply **) &reply)
+           == NGX_ERROR, "stream: not RESP");
+
+        redisReaderFree(rd);
+    }
+
+    /* a batch's reply: one element per member, else an answer to none */
+
+    ok(decoded("*2\r\n*2\r\n$2\r\nok\r\n:0\r\n*1\r\n$6\r\nnogate\r\n")
+       && ngx_http_dynamo_rl_resp_batch(last, 2) == NGX_OK,
+       "batch: two members, two elements");
+    ok(decoded("*2\r\n$2\r\nok\r\n:0\r\n")
+       && ngx_http_dynamo_rl_resp_batch(last, 1) == NGX_ERROR,
+       "batch: one member answered [ok, 0], not [[ok, 0]]");
+    ok(decoded("*1\r\n*2\r\n$2\r\nok\r\n:0\r\n")
+       && ngx_http_dynamo_rl_resp_batch(last, 2) == NGX_ERROR,
+       "batch: two members, one element");
+    ok(decoded("*3\r\n:1\r\n:1\r\n:1\r\n")
+       && ngx_http_dynamo_rl_resp_batch(last, 2) == NGX_ERROR,
+       "batch: two members, three elements");
+    ok(decoded("$2\r\nok\r\n")
+       && ngx_http_dynamo_rl_resp_batch(last, 1) == NGX_ERROR,
+       "batch: a string");
+    ok(decoded("-OOM command not allowed\r\n")
+       && ngx_http_dynamo_rl_resp_batch(last, 3) == NGX_DECLINED,
+       "batch: an error reply goes to each member");
+    ok(ngx_http_dynamo_rl_resp_batch(NULL, 1) == NGX_ERROR,
+       "batch: no reply");
 
     /* NOSCRIPT */
 

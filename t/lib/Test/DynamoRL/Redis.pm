@@ -98,6 +98,12 @@ package Test::DynamoRL::Redis;
 #       instead of its reply;
 #     - an EVALSHA with "fault-noscript-<x>": not passed on, answered
 #       -NOSCRIPT after 0.6 s (past a timeout of 250ms);
+#     - "fault-huge-<x>": passed on, and "$2000000000" sent instead of
+#       its reply, then its bytes 64 KB every 5 ms, up to 64 MB;
+#     - "fault-drip-<x>": passed on, its reply sent a byte every 0.5 s;
+#     - "fault-shape-<x>": passed on, and of a reply that is an array of
+#       one element, the element sent alone (a batch of one claim
+#       answered [ok, epoch] instead of [[ok, epoch]]);
 #
 # each of them once per id (a file <dir>/fired-<id>).  While the file
 # <dir>/mode holds "silent", it accepts connections and never answers,
@@ -787,6 +793,17 @@ sub _proxy_conn {
 				next;
 			}
 
+			if ($fault eq 'shape') {
+				$raw =~ s/^\*1\r\n//;
+				_write($c, $raw);
+				next;
+			}
+
+			if ($fault eq 'drip' || $fault eq 'huge') {
+				_drip($c, $fault, $raw) or return;
+				next;
+			}
+
 			if ($fault eq 'close') {
 				_write($c, substr($raw, 0, int(length($raw) / 2) || 1));
 				return;
@@ -814,7 +831,8 @@ sub _fault {
 
 	for my $arg (@$cmd) {
 		my ($id, $kind) = $arg
-			=~ /(fault-(stall|close|garbage|noscript)-[\w.-]+)/
+			=~ /(fault-(stall|close|garbage|noscript|huge|drip|shape)
+				-[\w.-]+)/x
 			or next;
 
 		next if $kind eq 'noscript' && uc $cmd->[0] ne 'EVALSHA';
@@ -826,6 +844,46 @@ sub _fault {
 	}
 
 	return undef;
+}
+
+# a reply sent slowly: false once the client is gone
+
+sub _drip {
+	my ($c, $fault, $raw) = @_;
+
+	local $SIG{PIPE} = 'IGNORE';
+
+	if ($fault eq 'drip') {
+		for my $byte (split //, $raw) {
+			syswrite($c, $byte) or return 0;
+			select(undef, undef, undef, 0.5);
+		}
+
+		return 1;
+	}
+
+	syswrite($c, "\$2000000000\r\n") or return 0;
+
+	my $chunk = 'x' x 65536;
+
+	for (1 .. 1024) {
+		return 0 unless defined _write_all($c, $chunk);
+		select(undef, undef, undef, 0.005);
+	}
+
+	return 0;
+}
+
+sub _write_all {
+	my ($s, $data) = @_;
+
+	while (length $data) {
+		my $n = syswrite($s, $data);
+		return undef unless $n;
+		substr($data, 0, $n, '');
+	}
+
+	return 1;
 }
 
 sub _proxy_log {
