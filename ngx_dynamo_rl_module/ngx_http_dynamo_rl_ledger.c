@@ -341,7 +341,8 @@ record:
             if (ctx->store_claimed) {
                 /* used here while the store was away, or it lost it */
                 ctx->store_claimed = 0;
-                ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", 1, NULL, 0);
+                ngx_http_dynamo_rl_ledger_move(ctx, "a", "x",
+                                               ctx->store->lease, NULL, 0);
             }
 
             ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE;
@@ -652,7 +653,8 @@ ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
 
         /* whatever the store did with the claim, the id stays usable */
 
-        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", 1, NULL, 0);
+        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", ctx->store->lease,
+                                       NULL, 0);
 
     } else {
         ngx_log_error(NGX_LOG_INFO, c->log, 0,
@@ -661,7 +663,8 @@ ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
 
         /* the claim may have run: the release is sent on reconnecting */
 
-        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", 1, NULL, 0);
+        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", ctx->store->lease,
+                                       NULL, 0);
     }
 
     if (c->error && ctx->store_claimed) {
@@ -1049,7 +1052,8 @@ ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx)
         ngx_http_dynamo_rl_store_cancel(ctx->store_cmd);
         ctx->store_cmd = NULL;
 
-        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", 1, NULL, 0);
+        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", ctx->store->lease,
+                                       NULL, 0);
     }
 
     if (ctx->store_claimed) {

@@ -76,7 +76,10 @@ static redisReplyObjectFunctions  ngx_http_dynamo_rl_resp_functions = {
  * the gate applies ("0": a location with dynamo_rl_gate off), the ttl of
  * the record once it ends; the reply has one element for each claim, in
  * order (ngx_http_dynamo_rl_resp_claim()).  The gate is read once for
- * all; its expiry and reason only when it is closed.  A process that
+ * all; its expiry and reason only when it is closed.  A record "r" is a
+ * release's mark: the claim of its owner came after its release (sent on
+ * another connection) and records nothing; another owner's claim takes
+ * the id.  A process that
  * claims is alive from its first claim on: the "live" script of another
  * ends its records if it falls silent (see there).
  */
@@ -106,7 +109,13 @@ static u_char  ngx_http_dynamo_rl_lua_claim[] =
     "  else\n"
     "    r = redis.call('HMGET', k, 'st', 'ow', 'rs')\n"
     "  end\n"
-    "  if r[1] then\n"
+    "  if r[1] == 'r' then\n"
+    "    if r[2] == o then\n"
+    "      x = {'dup', e, 'a'}\n"
+    "    else\n"
+    "      redis.call('DEL', k)\n"
+    "    end\n"
+    "  elseif r[1] then\n"
     "    if r[2] == o then\n"
     "      x = {'ok', e}\n"
     "    elseif not ((r[1] == 'u' or r[1] == 'f' or r[1] == 'c')"
@@ -145,13 +154,21 @@ static u_char  ngx_http_dynamo_rl_lua_claim[] =
 /*
  * move: KEYS record, the prefix of the processes' record lists
  * ("{P}:p:"); ARGV owner, from, to, ttl [, code, sse]: to streaming, or
- * "x", a release (the record is deleted and leaves its process's list);
+ * "x", a release (the record is deleted and leaves its process's list;
+ * without a record, the release leaves its mark "r" for "ttl": a claim
+ * whose connection was lost may reach the store after it);
  * an owner ending in "*" names every owner it begins (as in "end")
  */
 
 static u_char  ngx_http_dynamo_rl_lua_move[] =
     "local r = redis.call('HMGET', KEYS[1], 'st', 'ow')\n"
-    "if not r[1] then return 0 end\n"
+    "if not r[1] then\n"
+    "  if ARGV[3] == 'x' then\n"
+    "    redis.call('HSET', KEYS[1], 'st', 'r', 'ow', ARGV[1])\n"
+    "    redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
+    "  end\n"
+    "  return 0\n"
+    "end\n"
     "local o = ARGV[1]\n"
     "if string.sub(o, -1) == '*' then\n"
     "  if string.sub(r[2] or '', 1, #o - 1) ~= string.sub(o, 1, -2) then"
@@ -836,13 +853,18 @@ ngx_http_dynamo_rl_resp_record(redisReply *reply,
         return NGX_OK;
     }
 
-    rec->found = 1;
-
     /* st */
 
     if (e[0]->len != 1) {
         return NGX_ERROR;
     }
+
+    if (e[0]->str[0] == 'r') {
+        /* a release's mark (see the move script): no attempt */
+        return NGX_OK;
+    }
+
+    rec->found = 1;
 
     rec->state = ngx_http_dynamo_rl_resp_state((u_char) e[0]->str[0]);
 

@@ -16,7 +16,11 @@
 # - a claim answered one byte every 0.5 s: 503 at the timeout, and the
 #   connection is dropped once no whole reply came for the stall time
 #   (4 x timeout, 1 s at least), so that the next claims pass within
-#   seconds, not after the drip.
+#   seconds, not after the drip;
+# - a claim whose connection is lost before its answer reaches Redis
+#   after the release sent on the next connection (item 5): the late
+#   claim finds the release's mark and records nothing, so that the
+#   retry passes once.
 
 ###############################################################################
 
@@ -36,7 +40,7 @@ use Test::DynamoRL::Redis qw/ admit gen reason replica_conf resp_proxy /;
 
 time_limit(Test::DynamoRL::scale(120));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(14);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(18);
 
 my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
 
@@ -117,6 +121,20 @@ ok($ok && $took < 5, 'drip: claims pass again within seconds')
 	or diag("took $took s");
 
 ok(lines($off, qr/no reply in time/), 'drip: the connection dropped');
+
+# a claim that reaches the store after its release: the release, sent on
+# the next connection, goes first; the claim comes late and must not use
+# up the id
+
+$r = gen(\%F, 'fault-late-1');
+is($r->{status}, 503, 'late: 503, the connection lost before the answer');
+
+ok(Test::DynamoRL::wait_for(sub { -e "$PROXY/late-fault-late-1" }, 10),
+	'late: the claim reached the store after its release');
+
+$r = gen(\%F, 'fault-late-1');
+is($r->{status}, 200, 'late: the retry passes, the id was not used up');
+is(forwarded($t, 'fault-late-1'), 1, 'late: forwarded once');
 
 ###############################################################################
 

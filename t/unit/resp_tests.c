@@ -502,6 +502,10 @@ main(void)
        && rec.state == NGX_HTTP_DYNAMO_RL_FAILED
        && rec.reason == NGX_HTTP_DYNAMO_RL_REPLICA_LOST,
        "record: replica lost");
+    ok(record("*9\r\n$1\r\nr\r\n" NIL NIL NIL NIL NIL NIL "$1\r\nF\r\n"
+              NIL, &rec) == NGX_OK
+       && !rec.found && rec.state == 0 && rec.replica.len == 0,
+       "record: a release's mark is no record");
     ok(record("*9\r\n$1\r\ns\r\n" NIL NIL NIL NIL NIL NIL NIL
               "$0\r\n\r\n", &rec) == NGX_OK
        && rec.state == NGX_HTTP_DYNAMO_RL_STREAMING && rec.reason == 0,

@@ -101,6 +101,10 @@ package Test::DynamoRL::Redis;
 #     - "fault-huge-<x>": passed on, and "$2000000000" sent instead of
 #       its reply, then its bytes 64 KB every 5 ms, up to 64 MB;
 #     - "fault-drip-<x>": passed on, its reply sent a byte every 0.5 s;
+#     - "fault-late-<x>": held back, the connection closed at once, then
+#       passed on 1.5 s later (a claim that reaches Redis after the
+#       release sent on the next connection), its reply dropped, and the
+#       file <dir>/late-<x> written;
 #     - "fault-shape-<x>": passed on, and of a reply that is an array of
 #       one element, the element sent alone (a batch of one claim
 #       answered [ok, epoch] instead of [[ok, epoch]]);
@@ -774,6 +778,16 @@ sub _proxy_conn {
 
 			my $fault = _fault($dir, $cmd);
 
+			if (defined $fault && $fault eq 'late') {
+				close $c;
+				select(undef, undef, undef, 1.5);
+				_write($r, resp_encode(@$cmd));
+				_read_reply($r, \(my $late = ''), 30);
+				my ($id) = map { /(fault-late-[\w.-]+)/ } @$cmd;
+				open my $fh, '>', "$dir/late-$id";
+				return;
+			}
+
 			if (defined $fault && $fault eq 'noscript') {
 
 				# the store lost its scripts, and says so after
@@ -831,7 +845,7 @@ sub _fault {
 
 	for my $arg (@$cmd) {
 		my ($id, $kind) = $arg
-			=~ /(fault-(stall|close|garbage|noscript|huge|drip|shape)
+			=~ /(fault-(stall|close|garbage|noscript|huge|drip|shape|late)
 				-[\w.-]+)/x
 			or next;
 
