@@ -31,17 +31,53 @@ static ngx_uint_t ngx_http_dynamo_rl_ledger_settle(
     ngx_http_dynamo_rl_zone_t *zone, ngx_uint_t slot, ngx_pid_t pid);
 
 
+/* a record forwarded under on_error=local, as the replay sends it */
+
+typedef struct {
+    u_char                          id[NGX_HTTP_DYNAMO_RL_ATTEMPT_ID_LEN];
+    size_t                          len;
+    uint64_t                        started;
+    uint64_t                        begun;
+    uint64_t                        ttl;
+} ngx_http_dynamo_rl_replayed_t;
+
+
+#define NGX_HTTP_DYNAMO_RL_REPLAY_BATCH  32
+
+
 /*
  * a worker process's own heartbeat in the store, with a store: the lease
  * of its records renewed, silent processes' records ended (the "live"
- * script)
+ * script); and the replay of the records forwarded under on_error=local
  */
 
+typedef struct ngx_http_dynamo_rl_live_s  ngx_http_dynamo_rl_live_t;
+
 typedef struct {
+    ngx_http_dynamo_rl_live_t      *owner;
+    ngx_http_dynamo_rl_replayed_t   rec;
+    ngx_str_t                       id;       /* rec's */
+    uint64_t                        bytes;
+    uint64_t                        ended;
+    uint64_t                        left;     /* the record's ttl, ms */
+    ngx_uint_t                      in_flight;
+    ngx_uint_t                      state;
+    ngx_uint_t                      status;
+    ngx_uint_t                      stream;
+    ngx_uint_t                      reason;
+} ngx_http_dynamo_rl_replay_t;
+
+
+struct ngx_http_dynamo_rl_live_s {
     ngx_event_t                     ev;
     ngx_http_dynamo_rl_store_t     *store;
+    ngx_http_dynamo_rl_zone_t      *zone;
     ngx_uint_t                      busy;
-} ngx_http_dynamo_rl_live_t;
+    ngx_uint_t                      replaying;  /* members waited for */
+    ngx_uint_t                      replayed;   /* this round */
+    ngx_uint_t                      conflicts;  /* this round */
+    ngx_http_dynamo_rl_replay_t     replay[NGX_HTTP_DYNAMO_RL_REPLAY_BATCH];
+};
 
 
 /* silent this long, at least, a worker process is taken for gone */
@@ -62,6 +98,14 @@ static void ngx_http_dynamo_rl_ledger_store_settle(
     ngx_http_dynamo_rl_node_t *lr, ngx_pid_t pid, uint64_t boot);
 static void ngx_http_dynamo_rl_ledger_live(ngx_event_t *ev);
 static void ngx_http_dynamo_rl_ledger_lived(void *data, ngx_int_t rc,
+    redisReply *reply);
+static ngx_uint_t ngx_http_dynamo_rl_ledger_replayed(
+    ngx_http_dynamo_rl_node_t *lr, ngx_http_dynamo_rl_replayed_t *rp);
+static void ngx_http_dynamo_rl_ledger_replayed_end(
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_replayed_t *rp,
+    ngx_uint_t state, ngx_uint_t status, off_t sent, ngx_uint_t reason);
+static void ngx_http_dynamo_rl_ledger_replay(ngx_http_dynamo_rl_live_t *lv);
+static void ngx_http_dynamo_rl_ledger_replay_done(void *data, ngx_int_t rc,
     redisReply *reply);
 static ngx_msec_t ngx_http_dynamo_rl_ledger_silence(
     ngx_http_dynamo_rl_store_t *store);
@@ -175,6 +219,10 @@ ngx_http_dynamo_rl_ledger_delete(ngx_http_dynamo_rl_zone_t *zone,
 
     *p = lr->next;
 
+    if (lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_LOCAL) {
+        zone->sh->store_local--;
+    }
+
     ngx_queue_remove(&lr->queue);
     ngx_slab_free_locked(zone->shpool, lr);
 
@@ -239,7 +287,7 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     size_t                           size;
     uint64_t                         now;
     ngx_int_t                        rc;
-    ngx_uint_t                       hash;
+    ngx_uint_t                       hash, local;
     ngx_http_dynamo_rl_node_t       *lr;
     ngx_http_dynamo_rl_zone_t       *zone;
     ngx_http_dynamo_rl_loc_conf_t   *drlcf;
@@ -249,9 +297,27 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
 
     zone = drmcf->shm_zone->data;
+    local = 0;
 
     if (drmcf->store != NULL) {
-        rc = ngx_http_dynamo_rl_ledger_claim(r, ctx, drmcf->store);
+
+        /*
+         * the ids this replica forwarded on its own (on_error=local) go
+         * into the store before anything new does: until then, the zone
+         * goes on deciding
+         */
+
+        if (zone->sh->store_local
+            && drmcf->store->on_error == NGX_HTTP_DYNAMO_RL_STORE_LOCAL
+            && !ctx->store_wait && !ctx->store_done)
+        {
+            ctx->store = drmcf->store;
+            ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE;
+            rc = NGX_DECLINED;
+
+        } else {
+            rc = ngx_http_dynamo_rl_ledger_claim(r, ctx, drmcf->store);
+        }
 
         /*
          * a claim in the store is also kept in the zone, as this replica
@@ -284,6 +350,7 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
         /* on_error=local: this replica's zone, single use within it */
 
         (void) ngx_atomic_fetch_add(&zone->sh->store.fallbacks, 1);
+        local = 1;
 
         if (ngx_atomic_cmp_set(&zone->sh->store_fallback, 0, 1)) {
             ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
@@ -400,6 +467,12 @@ record:
     ngx_memcpy(lr->id, ctx->attempt_id.data, ctx->attempt_id.len);
 
     lr->request_id = ctx->store_claimed ? NGX_HTTP_DYNAMO_RL_NODE_STORE : 0;
+
+    if (local) {
+        /* to be put in the store when it answers again */
+        lr->request_id |= NGX_HTTP_DYNAMO_RL_NODE_LOCAL;
+        zone->sh->store_local++;
+    }
 
     if (ctx->request_id.data != ctx->attempt_id.data) {
         lr->request_id |= NGX_HTTP_DYNAMO_RL_NODE_REQUEST_ID;
@@ -764,10 +837,12 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
     off_t                            sent;
     uint64_t                         now;
     ngx_uint_t                       state, status, upstream, reason;
+    ngx_uint_t                       replayed;
     ngx_connection_t                *c;
     ngx_http_upstream_state_t       *us;
     ngx_http_dynamo_rl_node_t       *lr;
     ngx_http_dynamo_rl_zone_t       *zone;
+    ngx_http_dynamo_rl_replayed_t    rp;
 
     /*
      * an attempt, once admitted: a request that access control refused is
@@ -882,9 +957,16 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
     lr->stream = ctx->sse_on;
     lr->bytes = sent;
 
+    replayed = ngx_http_dynamo_rl_ledger_replayed(lr, &rp);
+
     ngx_http_dynamo_rl_ledger_end(zone, lr, state, reason, now);
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (replayed) {
+        ngx_http_dynamo_rl_ledger_replayed_end(ctx, &rp, state, status, sent,
+                                               reason);
+    }
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, c->log, 0,
                    "dynamo rl ledger: \"%V\" %V, status %ui",
@@ -1039,9 +1121,11 @@ ngx_http_dynamo_rl_ledger_store_settle(ngx_http_dynamo_rl_node_t *lr,
 void
 ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx)
 {
-    uint64_t                    now;
-    ngx_http_dynamo_rl_node_t  *lr;
-    ngx_http_dynamo_rl_zone_t  *zone;
+    uint64_t                        now;
+    ngx_uint_t                      replayed;
+    ngx_http_dynamo_rl_node_t      *lr;
+    ngx_http_dynamo_rl_zone_t      *zone;
+    ngx_http_dynamo_rl_replayed_t   rp;
 
     /* the posted event lives in the request's pool */
     ngx_http_dynamo_rl_ledger_undefer(ctx);
@@ -1073,9 +1157,92 @@ ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx)
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
+    replayed = ngx_http_dynamo_rl_ledger_replayed(lr, &rp);
+
     ngx_http_dynamo_rl_ledger_end(zone, lr, NGX_HTTP_DYNAMO_RL_FAILED, 0, now);
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (replayed) {
+        ngx_http_dynamo_rl_ledger_replayed_end(ctx, &rp,
+                                               NGX_HTTP_DYNAMO_RL_FAILED, 0,
+                                               0, 0);
+    }
+}
+
+
+/*
+ * under the mutex: whether the record, forwarded under on_error=local, was
+ * put in the store in flight; then its end goes there too, and what that
+ * takes is copied out of the record
+ */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_ledger_replayed(ngx_http_dynamo_rl_node_t *lr,
+    ngx_http_dynamo_rl_replayed_t *rp)
+{
+    if (!(lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_REPLAYED)) {
+        return 0;
+    }
+
+    lr->request_id &= (u_char) ~NGX_HTTP_DYNAMO_RL_NODE_REPLAYED;
+
+    rp->len = lr->len;
+    ngx_memcpy(rp->id, lr->id, lr->len);
+    rp->started = lr->started;
+    rp->begun = lr->begun;
+    rp->ttl = lr->expires;
+
+    return 1;
+}
+
+
+/* the end of a record the replay put in the store, as its owner */
+
+static void
+ngx_http_dynamo_rl_ledger_replayed_end(ngx_http_dynamo_rl_ctx_t *ctx,
+    ngx_http_dynamo_rl_replayed_t *rp, ngx_uint_t state, ngx_uint_t status,
+    off_t sent, ngx_uint_t reason)
+{
+    u_char                          *p;
+    ngx_http_dynamo_rl_store_t      *store;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+    u_char                           key[512], owner[256];
+
+    drmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                                ngx_http_dynamo_rl_module);
+    store = drmcf->store;
+
+    if (store == NULL
+        || store->attempt_key.len + rp->len > sizeof(key)
+        || store->identity.len + 2 > sizeof(owner))
+    {
+        return;
+    }
+
+    p = ngx_cpymem(key, store->attempt_key.data, store->attempt_key.len);
+    p = ngx_cpymem(p, rp->id, rp->len);
+
+    ctx->store = store;
+    ctx->store_key.data = key;
+    ctx->store_key.len = p - key;
+
+    p = ngx_cpymem(owner, store->identity.data, store->identity.len);
+    p = ngx_cpymem(p, "/l", 2);
+
+    ctx->store_owner.data = owner;
+    ctx->store_owner.len = p - owner;
+
+    ctx->store_t0 = rp->started;
+    ctx->store_t0_mono = rp->begun;
+    ctx->ttl = rp->ttl;
+
+    ngx_http_dynamo_rl_ledger_store_end(ctx, state, status, sent, reason);
+
+    /* the batch holds copies */
+
+    ngx_str_null(&ctx->store_key);
+    ngx_str_null(&ctx->store_owner);
 }
 
 
@@ -1132,14 +1299,19 @@ ngx_int_t
 ngx_http_dynamo_rl_ledger_store_init_process(ngx_http_dynamo_rl_store_t *store,
     ngx_cycle_t *cycle)
 {
-    ngx_http_dynamo_rl_live_t  *lv;
+    ngx_http_dynamo_rl_live_t       *lv;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     lv = ngx_pcalloc(cycle->pool, sizeof(ngx_http_dynamo_rl_live_t));
     if (lv == NULL) {
         return NGX_ERROR;
     }
 
+    drmcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                                ngx_http_dynamo_rl_module);
+
     lv->store = store;
+    lv->zone = drmcf->shm_zone->data;
 
     lv->ev.handler = ngx_http_dynamo_rl_ledger_live;
     lv->ev.data = lv;
@@ -1237,7 +1409,300 @@ ngx_http_dynamo_rl_ledger_live(ngx_event_t *ev)
         lv->busy = 1;
     }
 
+    if (lv->zone->sh->store_local && !lv->replaying
+        && lv->store->on_error == NGX_HTTP_DYNAMO_RL_STORE_LOCAL)
+    {
+        ngx_http_dynamo_rl_ledger_replay(lv);
+    }
+
     ngx_add_timer(ev, lv->store->heartbeat);
+}
+
+
+/*
+ * the store answers again after an outage under on_error=local: the
+ * records this replica forwarded meanwhile go into it, before it admits
+ * anything new through it (until none is left, the zone decides); each
+ * worker process sends its own records in flight (their ends follow on
+ * the same connection) and any ended one, up to a batch each heartbeat.
+ * An id another replica claimed meanwhile is a conflict: counted, logged.
+ */
+
+static void
+ngx_http_dynamo_rl_ledger_replay(ngx_http_dynamo_rl_live_t *lv)
+{
+    u_char                       *p;
+    uint64_t                      now;
+    ngx_int_t                     rc;
+    ngx_str_t                     keys[2];
+    ngx_str_t                     argv[NGX_HTTP_DYNAMO_RL_REPLAY_ARGS];
+    ngx_uint_t                    i, n, hash;
+    ngx_queue_t                  *q, *queues[2];
+    ngx_http_dynamo_rl_node_t    *lr;
+    ngx_http_dynamo_rl_zone_t    *zone;
+    ngx_http_dynamo_rl_store_t   *store;
+    ngx_http_dynamo_rl_replay_t  *rp;
+    u_char                        key[512], owner[256];
+    u_char                        buf[6 * NGX_INT64_LEN];
+
+    static u_char  states[] = "?asufc";
+    static char   *reasons[] = { "", "we", "nf", "rl" };
+
+    store = lv->store;
+    zone = lv->zone;
+
+    if (!ngx_http_dynamo_rl_store_ready(store)
+        || store->identity.len + 2 > sizeof(owner)
+        || store->attempt_key.len + NGX_HTTP_DYNAMO_RL_ATTEMPT_ID_LEN
+           > sizeof(key))
+    {
+        return;
+    }
+
+    now = ngx_http_dynamo_rl_now();
+    n = 0;
+
+    /*
+     * the records to send, copied out and taken out of the zone's count;
+     * sent once the mutex is released (a failed send calls handlers)
+     */
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    queues[0] = &zone->sh->active;
+    queues[1] = &zone->sh->finished;
+
+    for (i = 0; i < 2; i++) {
+        for (q = ngx_queue_head(queues[i]);
+             q != ngx_queue_sentinel(queues[i])
+             && n < NGX_HTTP_DYNAMO_RL_REPLAY_BATCH;
+             q = ngx_queue_next(q))
+        {
+            lr = ngx_queue_data(q, ngx_http_dynamo_rl_node_t, queue);
+
+            if (!(lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_LOCAL)
+                || (i == 0 && lr->pid != ngx_pid))
+            {
+                continue;
+            }
+
+            rp = &lv->replay[n++];
+
+            rp->owner = lv;
+            rp->in_flight = (i == 0);
+            rp->rec.len = lr->len;
+            ngx_memcpy(rp->rec.id, lr->id, lr->len);
+            rp->rec.started = lr->started;
+            rp->rec.begun = lr->begun;
+            rp->rec.ttl = lr->expires;
+            rp->state = (i == 0 && lr->state != NGX_HTTP_DYNAMO_RL_STREAMING)
+                        ? NGX_HTTP_DYNAMO_RL_ACCEPTED : lr->state;
+            rp->status = lr->status;
+            rp->stream = lr->stream;
+            rp->bytes = lr->bytes;
+            rp->ended = lr->ended;
+            rp->reason = (lr->reason < 4) ? lr->reason : 0;
+            rp->left = (i == 0) ? (uint64_t) store->lease
+                                : (lr->expires > now ? lr->expires - now : 1);
+
+            lr->request_id &= (u_char) ~NGX_HTTP_DYNAMO_RL_NODE_LOCAL;
+            zone->sh->store_local--;
+
+            if (i == 0) {
+                lr->request_id |= NGX_HTTP_DYNAMO_RL_NODE_REPLAYED;
+            }
+        }
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    p = ngx_cpymem(owner, store->identity.data, store->identity.len);
+    p = ngx_cpymem(p, "/l", 2);
+
+    argv[0].data = owner;
+    argv[0].len = p - owner;
+
+    argv[9] = store->replica;
+
+    keys[0] = store->records;
+
+    for (i = 0; i < n; i++) {
+        rp = &lv->replay[i];
+
+        argv[1].data = &states[rp->state];
+        argv[1].len = 1;
+
+        p = buf;
+
+        argv[2].data = p;
+        p = ngx_sprintf(p, "%uL", rp->left);
+        argv[2].len = p - argv[2].data;
+
+        argv[3].data = p;
+        p = ngx_sprintf(p, "%ui", rp->status);
+        argv[3].len = p - argv[3].data;
+
+        argv[4].data = (u_char *) (rp->stream ? "1" : "0");
+        argv[4].len = 1;
+
+        argv[5].data = p;
+        p = ngx_sprintf(p, "%uL", rp->bytes);
+        argv[5].len = p - argv[5].data;
+
+        argv[6].data = p;
+        p = ngx_sprintf(p, "%uL", rp->rec.started);
+        argv[6].len = p - argv[6].data;
+
+        argv[7].data = p;
+        p = ngx_sprintf(p, "%uL", rp->ended);
+        argv[7].len = p - argv[7].data;
+
+        argv[8].data = (u_char *) reasons[rp->reason];
+        argv[8].len = ngx_strlen(reasons[rp->reason]);
+
+        argv[10].data = p;
+        p = ngx_sprintf(p, "%uL", rp->rec.ttl);
+        argv[10].len = p - argv[10].data;
+
+        p = ngx_cpymem(key, store->attempt_key.data, store->attempt_key.len);
+        p = ngx_cpymem(p, rp->rec.id, rp->rec.len);
+
+        keys[1].data = key;
+        keys[1].len = p - key;
+
+        lv->replaying++;
+
+        rc = ngx_http_dynamo_rl_store_batch(store,
+                 NGX_HTTP_DYNAMO_RL_SCRIPT_REPLAY, 1, keys,
+                 NGX_HTTP_DYNAMO_RL_REPLAY_ARGS, argv,
+                 ngx_http_dynamo_rl_ledger_replay_done, rp, NULL);
+
+        if (rc == NGX_OK) {
+            continue;
+        }
+
+        lv->replaying--;
+
+        /* not sent: back in the count, for the next round */
+
+        rp->id.data = rp->rec.id;
+        rp->id.len = rp->rec.len;
+
+        hash = ngx_http_dynamo_rl_ledger_hash(zone->sh, &rp->id);
+
+        ngx_shmtx_lock(&zone->shpool->mutex);
+
+        lr = ngx_http_dynamo_rl_ledger_lookup(zone->sh, hash, rp->rec.id,
+                                              rp->rec.len);
+
+        if (lr != NULL && !(lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_LOCAL)) {
+            lr->request_id |= NGX_HTTP_DYNAMO_RL_NODE_LOCAL;
+            lr->request_id &= (u_char) ~NGX_HTTP_DYNAMO_RL_NODE_REPLAYED;
+            zone->sh->store_local++;
+        }
+
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+    }
+}
+
+
+static void
+ngx_http_dynamo_rl_ledger_replay_done(void *data, ngx_int_t rc,
+    redisReply *reply)
+{
+    ngx_http_dynamo_rl_replay_t *rp = data;
+
+    u_char                     *p;
+    ngx_str_t                   id, state, replica;
+    ngx_uint_t                  conflict, hash, left;
+    ngx_http_dynamo_rl_live_t  *lv;
+    ngx_http_dynamo_rl_node_t  *lr;
+    ngx_http_dynamo_rl_zone_t  *zone;
+    u_char                      text[128];
+
+    lv = rp->owner;
+    zone = lv->zone;
+
+    id.data = rp->rec.id;
+    id.len = rp->rec.len;
+
+    if (rc == NGX_OK
+        && ngx_http_dynamo_rl_resp_replay(reply, &conflict, &state, &replica)
+           == NGX_OK)
+    {
+        lv->replayed++;
+
+        if (conflict) {
+            lv->conflicts++;
+            (void) ngx_atomic_fetch_add(&zone->sh->store.conflicts, 1);
+
+            /* the store's text is not trusted for the log */
+
+            p = ngx_http_dynamo_rl_escape_log(text, text + sizeof(text),
+                                              replica.data,
+                                              ngx_min(replica.len, 63));
+
+            ngx_log_error(NGX_LOG_WARN, lv->ev.log, 0,
+                          "dynamo rl store: attempt \"%V\", forwarded by "
+                          "this replica while the store was unavailable, "
+                          "was claimed meanwhile through replica \"%*s\": "
+                          "a conflict", &id, p - text, text);
+        }
+
+        if (!conflict || !rp->in_flight) {
+            goto done;
+        }
+
+        /* another replica's record: this one's end is not for it */
+
+        hash = ngx_http_dynamo_rl_ledger_hash(zone->sh, &id);
+
+        ngx_shmtx_lock(&zone->shpool->mutex);
+
+        lr = ngx_http_dynamo_rl_ledger_lookup(zone->sh, hash, id.data, id.len);
+
+        if (lr != NULL) {
+            lr->request_id &= (u_char) ~NGX_HTTP_DYNAMO_RL_NODE_REPLAYED;
+        }
+
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+
+        goto done;
+    }
+
+    /* not answered: the record waits for the next round */
+
+    hash = ngx_http_dynamo_rl_ledger_hash(zone->sh, &id);
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    lr = ngx_http_dynamo_rl_ledger_lookup(zone->sh, hash, id.data, id.len);
+
+    if (lr != NULL && !(lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_LOCAL)) {
+        lr->request_id |= NGX_HTTP_DYNAMO_RL_NODE_LOCAL;
+        lr->request_id &= (u_char) ~NGX_HTTP_DYNAMO_RL_NODE_REPLAYED;
+        zone->sh->store_local++;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+done:
+
+    if (--lv->replaying) {
+        return;
+    }
+
+    left = zone->sh->store_local;
+
+    if (left == 0 && lv->replayed) {
+        ngx_log_error(NGX_LOG_NOTICE, lv->ev.log, 0,
+                      "dynamo rl store: %ui record(s) forwarded while the "
+                      "store was unavailable are in the store, %ui "
+                      "conflict(s)", lv->replayed, lv->conflicts);
+
+        lv->replayed = 0;
+        lv->conflicts = 0;
+    }
 }
 
 

@@ -17,6 +17,10 @@
 /* the flags of a record's "request_id" */
 #define NGX_HTTP_DYNAMO_RL_NODE_REQUEST_ID  1   /* 16 bytes follow the id */
 #define NGX_HTTP_DYNAMO_RL_NODE_STORE       2   /* claimed in the store */
+#define NGX_HTTP_DYNAMO_RL_NODE_LOCAL       4   /* on_error=local's, not in
+                                                   the store yet */
+#define NGX_HTTP_DYNAMO_RL_NODE_REPLAYED    8   /* put in the store in
+                                                   flight: its end too */
 
 
 /*

@@ -372,6 +372,54 @@ static u_char  ngx_http_dynamo_rl_lua_live[] =
     "return res\n";
 
 
+/*
+ * replay: the records a replica kept in its zone while the store was
+ * unavailable (on_error=local), put in the store when it answers again;
+ * KEYS this worker process's list of its records in flight, then the
+ * records; ARGV, 11 for each: owner, st, ttl, code, sse, b, t0, t1, rs,
+ * replica, the ttl once ended (for the list); a record of another owner
+ * is a conflict: the id went through another replica meanwhile.  The
+ * reply has one element for each: {'ok'} or {'conflict', st, replica}.
+ */
+
+static u_char  ngx_http_dynamo_rl_lua_replay[] =
+    "local res = {}\n"
+    "for i = 2, #KEYS do\n"
+    "  local k = KEYS[i]\n"
+    "  local a = i * 11 - 22\n"
+    "  local o = ARGV[a + 1]\n"
+    "  local st = ARGV[a + 2]\n"
+    "  local r = redis.call('HMGET', k, 'st', 'ow', 'rs', 'rp')\n"
+    "  if r[1] == 'r' or ((r[1] == 'u' or r[1] == 'f' or r[1] == 'c')"
+    " and r[3] == 'nf') then\n"
+    "    redis.call('DEL', k)\n"
+    "    r = {}\n"
+    "  end\n"
+    "  if r[1] then\n"
+    "    if r[2] == o then\n"
+    "      res[i - 1] = {'ok'}\n"
+    "    else\n"
+    "      res[i - 1] = {'conflict', r[1], r[4] or ''}\n"
+    "    end\n"
+    "  else\n"
+    "    redis.call('HSET', k, 'st', st, 'ow', o, 'code', ARGV[a + 4],"
+    " 'sse', ARGV[a + 5], 't0', ARGV[a + 7], 'rp', ARGV[a + 10])\n"
+    "    if st == 'a' or st == 's' then\n"
+    "      redis.call('HSET', KEYS[1], k, ARGV[a + 11])\n"
+    "      redis.call('PEXPIRE', KEYS[1], ARGV[a + 3])\n"
+    "    else\n"
+    "      redis.call('HSET', k, 'b', ARGV[a + 6], 't1', ARGV[a + 8])\n"
+    "      if ARGV[a + 9] ~= '' then\n"
+    "        redis.call('HSET', k, 'rs', ARGV[a + 9])\n"
+    "      end\n"
+    "    end\n"
+    "    redis.call('PEXPIRE', k, ARGV[a + 3])\n"
+    "    res[i - 1] = {'ok'}\n"
+    "  end\n"
+    "end\n"
+    "return res\n";
+
+
 ngx_http_dynamo_rl_script_t  ngx_http_dynamo_rl_scripts[] = {
 
     { ngx_string("claim"), ngx_string(ngx_http_dynamo_rl_lua_claim), "" },
@@ -379,7 +427,8 @@ ngx_http_dynamo_rl_script_t  ngx_http_dynamo_rl_scripts[] = {
     { ngx_string("gate"), ngx_string(ngx_http_dynamo_rl_lua_gate), "" },
     { ngx_string("beat"), ngx_string(ngx_http_dynamo_rl_lua_beat), "" },
     { ngx_string("end"), ngx_string(ngx_http_dynamo_rl_lua_end), "" },
-    { ngx_string("live"), ngx_string(ngx_http_dynamo_rl_lua_live), "" }
+    { ngx_string("live"), ngx_string(ngx_http_dynamo_rl_lua_live), "" },
+    { ngx_string("replay"), ngx_string(ngx_http_dynamo_rl_lua_replay), "" }
 };
 
 
@@ -601,6 +650,44 @@ ngx_http_dynamo_rl_resp_claim(redisReply *reply,
     }
 
     return NGX_ERROR;
+}
+
+
+/*
+ * replay, one member's element: {'ok'} | {'conflict', st, replica}; the
+ * state and the replica point into the reply
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_replay(redisReply *reply, ngx_uint_t *conflict,
+    ngx_str_t *state, ngx_str_t *replica)
+{
+    *conflict = 0;
+    ngx_str_null(state);
+    ngx_str_null(replica);
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements == 0)
+    {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_dynamo_rl_resp_is(reply->element[0], "ok")) {
+        return (reply->elements == 1) ? NGX_OK : NGX_ERROR;
+    }
+
+    if (!ngx_http_dynamo_rl_resp_is(reply->element[0], "conflict")
+        || reply->elements != 3
+        || ngx_http_dynamo_rl_resp_str(reply->element[1], state) != NGX_OK
+        || state->len != 1
+        || ngx_http_dynamo_rl_resp_str(reply->element[2], replica) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    *conflict = 1;
+
+    return NGX_OK;
 }
 
 

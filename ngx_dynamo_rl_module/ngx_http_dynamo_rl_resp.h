@@ -30,7 +30,11 @@
 #define NGX_HTTP_DYNAMO_RL_SCRIPT_BEAT     3
 #define NGX_HTTP_DYNAMO_RL_SCRIPT_END      4
 #define NGX_HTTP_DYNAMO_RL_SCRIPT_LIVE     5
-#define NGX_HTTP_DYNAMO_RL_SCRIPTS         6
+#define NGX_HTTP_DYNAMO_RL_SCRIPT_REPLAY   6
+#define NGX_HTTP_DYNAMO_RL_SCRIPTS         7
+
+/* the replay script's arguments per record */
+#define NGX_HTTP_DYNAMO_RL_REPLAY_ARGS     11
 
 /* the claim script's keys given once (gate, live, the process's list) */
 #define NGX_HTTP_DYNAMO_RL_CLAIM_SHARED    3
@@ -137,6 +141,8 @@ ngx_int_t ngx_http_dynamo_rl_resp_feed(redisReader *rd, size_t *size,
 ngx_int_t ngx_http_dynamo_rl_resp_read(redisReader *rd, size_t *size,
     redisReply **reply);
 ngx_int_t ngx_http_dynamo_rl_resp_batch(redisReply *reply, size_t n);
+ngx_int_t ngx_http_dynamo_rl_resp_replay(redisReply *reply,
+    ngx_uint_t *conflict, ngx_str_t *state, ngx_str_t *replica);
 ngx_int_t ngx_http_dynamo_rl_resp_claim(redisReply *reply,
     ngx_http_dynamo_rl_claim_reply_t *cr);
 ngx_int_t ngx_http_dynamo_rl_resp_move(redisReply *reply, ngx_int_t *moved);

@@ -1556,10 +1556,10 @@ ngx_http_dynamo_rl_store_json_len(ngx_http_dynamo_rl_report_t *rp)
 
     return sizeof("\"store\":{\"url\":\"\",\"replica\":\"\",\"up\":false,"
                   "\"fallback\":false,\"queue\":,\"fallbacks\":,"
-                  "\"dropped\":,\"reconnects\":},")
+                  "\"dropped\":,\"reconnects\":,\"conflicts\":},")
            + rp->store->url.len
            + ngx_escape_json(NULL, rp->store->url.data, rp->store->url.len)
-           + rp->store->replica.len + 4 * NGX_ATOMIC_T_LEN;
+           + rp->store->replica.len + 5 * NGX_ATOMIC_T_LEN;
 }
 
 
@@ -1577,11 +1577,11 @@ ngx_http_dynamo_rl_store_json(ngx_http_dynamo_rl_report_t *rp, u_char *p)
 
     return ngx_sprintf(p, "\",\"replica\":\"%V\",\"up\":%s,\"fallback\":%s,"
                        "\"queue\":%uA,\"fallbacks\":%uA,\"dropped\":%uA,"
-                       "\"reconnects\":%uA},",
+                       "\"reconnects\":%uA,\"conflicts\":%uA},",
                        &rp->store->replica, st->up ? "true" : "false",
                        rp->store_fallback ? "true" : "false",
                        st->queue, st->fallbacks, st->dropped,
-                       st->reconnects);
+                       st->reconnects, st->conflicts);
 }
 
 

@@ -59,6 +59,8 @@ typedef struct {
     ngx_atomic_t                    fallbacks;   /* on_error=local */
     ngx_atomic_t                    reconnects;
     ngx_atomic_t                    dropped;     /* writes given up */
+    ngx_atomic_t                    conflicts;   /* on_error=local's ids
+                                                    claimed meanwhile */
 } ngx_http_dynamo_rl_store_stats_t;
 
 

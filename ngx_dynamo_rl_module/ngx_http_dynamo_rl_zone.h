@@ -160,6 +160,8 @@ typedef struct {
     uint64_t                        store_changed;  /* the store's ms */
     ngx_uint_t                      store_known;
     ngx_atomic_t                    store_fallback;
+    /* records forwarded under on_error=local, not in the store yet */
+    ngx_uint_t                      store_local;
     ngx_atomic_t                    store_failing;
     ngx_http_dynamo_rl_store_stats_t  store;
 } ngx_http_dynamo_rl_shctx_t;

@@ -49,7 +49,8 @@ static void
 fuzz_resp_reply(redisReply *reply, uint64_t heartbeat)
 {
     ngx_int_t                         moved;
-    ngx_uint_t                        i;
+    ngx_str_t                         st, rp;
+    ngx_uint_t                        i, conflict;
     ngx_http_dynamo_rl_fleet_t       *fl;
     ngx_http_dynamo_rl_record_t       rec;
     ngx_http_dynamo_rl_claim_reply_t  cr;
@@ -117,6 +118,17 @@ fuzz_resp_reply(redisReply *reply, uint64_t heartbeat)
 
         fuzz_resp_touch(&rec.request_id);
         fuzz_resp_touch(&rec.replica);
+    }
+
+    if (ngx_http_dynamo_rl_resp_replay(reply, &conflict, &st, &rp) == NGX_OK) {
+        if (conflict > 1 || (conflict && st.len != 1)
+            || (!conflict && (st.len || rp.len)))
+        {
+            __builtin_trap();
+        }
+
+        fuzz_resp_touch(&st);
+        fuzz_resp_touch(&rp);
     }
 
     if (ngx_http_dynamo_rl_resp_noscript(reply) == NGX_OK

@@ -709,6 +709,36 @@ main(void)
         redisReaderFree(rd);
     }
 
+    /* replay: one member's element */
+
+    {
+        ngx_str_t   st, rp;
+        ngx_uint_t  conflict;
+
+        ok(decoded("*1\r\n$2\r\nok\r\n")
+           && ngx_http_dynamo_rl_resp_replay(last, &conflict, &st, &rp)
+              == NGX_OK && !conflict && st.len == 0,
+           "replay: ok");
+        ok(decoded("*3\r\n$8\r\nconflict\r\n$1\r\nu\r\n$1\r\nB\r\n")
+           && ngx_http_dynamo_rl_resp_replay(last, &conflict, &st, &rp)
+              == NGX_OK && conflict && is(&st, "u") && is(&rp, "B"),
+           "replay: a conflict, its state and replica");
+        ok(decoded("*2\r\n$2\r\nok\r\n:1\r\n")
+           && ngx_http_dynamo_rl_resp_replay(last, &conflict, &st, &rp)
+              == NGX_ERROR, "replay: ok with more");
+        ok(decoded("*3\r\n$8\r\nconflict\r\n$2\r\nuu\r\n$1\r\nB\r\n")
+           && ngx_http_dynamo_rl_resp_replay(last, &conflict, &st, &rp)
+              == NGX_ERROR, "replay: a state of two letters");
+        ok(decoded("*2\r\n$8\r\nconflict\r\n$1\r\nu\r\n")
+           && ngx_http_dynamo_rl_resp_replay(last, &conflict, &st, &rp)
+              == NGX_ERROR, "replay: a conflict without its replica");
+        ok(decoded(":1\r\n")
+           && ngx_http_dynamo_rl_resp_replay(last, &conflict, &st, &rp)
+              == NGX_ERROR, "replay: an integer");
+        ok(ngx_http_dynamo_rl_resp_replay(NULL, &conflict, &st, &rp)
+           == NGX_ERROR, "replay: no reply");
+    }
+
     /* a batch's reply: one element per member, else an answer to none */
 
     ok(decoded("*2\r\n*2\r\n$2\r\nok\r\n:0\r\n*1\r\n$6\r\nnogate\r\n")
