@@ -783,8 +783,11 @@ ngx_http_dynamo_rl_resp_gate(redisReply *reply, uint64_t heartbeat,
 /*
  * the fleet from HGETALL: replica -> "seen:in_flight:ts"; alive when the
  * report is younger than 3 heartbeats, lost from 3 heartbeats to 60 s,
- * forgotten after; a report from the future (one store clock, so only a
- * clock step) counts as fresh
+ * forgotten after, but for a replica that was alive when the gate closed:
+ * while it stays closed, that one stays lost, however long it is silent
+ * (cut off from the store, it may still admit with the gate it last
+ * read); a report from the future (one store clock, so only a clock
+ * step) counts as fresh
  */
 
 static ngx_int_t
@@ -833,7 +836,9 @@ ngx_http_dynamo_rl_resp_fleet(redisReply *r, uint64_t heartbeat,
             continue;
         }
 
-        if (age < NGX_HTTP_DYNAMO_RL_FLEET_FORGET) {
+        if (age < NGX_HTTP_DYNAMO_RL_FLEET_FORGET
+            || (gr->closed && ts + alive > gr->changed))
+        {
 
             /* an instance's field is "replica/pid of its master" */
 

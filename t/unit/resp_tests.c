@@ -400,6 +400,27 @@ main(void)
     ok(gate(buf, 500, &gr) == NGX_OK && !gr.fleet.drained,
        "fleet: never drained while open");
 
+    /*
+     * closed 100 s ago: a replica alive then and silent since (cut off,
+     * its gate still open) stays lost; one gone before is forgotten
+     */
+
+    fleet[0] = '\0';
+    bulk(fleet, "A");
+    bulk(fleet, "5:0:999999900");
+    bulk(fleet, "G");
+    bulk(fleet, "4:0:999905000");        /* 95 s: alive at the close */
+    bulk(fleet, "H");
+    bulk(fleet, "4:0:999800000");        /* 200 s: gone before it */
+
+    gate_reply(buf, "ok", "closed", "5", fleet, 6);
+    memcpy(strstr(buf, ":999999000\r\n"), ":999900000", 10);
+
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.replicas == 1
+       && gr.fleet.lost_total == 1 && is(&gr.fleet.lost[0], "G")
+       && !gr.fleet.drained,
+       "fleet: alive at the close, silent since: lost, not drained");
+
     gate_reply(buf, "ok", "closed", "8", fleet, 6);
     ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.acked == 0
        && !gr.fleet.drained, "fleet: not drained before the acks");
