@@ -12,6 +12,9 @@ package Test::DynamoRL::Redis;
 #
 #     my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
 #
+# (args => [ '--appendonly', 'yes' ] in new(): more redis-server options,
+# after the defaults, which they override)
+#
 #     $redis->url()         "redis://127.0.0.1:<port>"
 #     $redis->port(), pid() the port, the pid of redis-server
 #     $redis->start()       starts redis-server in <testdir>/redis-<n>
@@ -151,6 +154,7 @@ sub new {
 		t => $t,
 		port => Test::DynamoRL::port($o{port} // 8379),
 		dir => $t->testdir() . "/redis-$n",
+		args => $o{args} // [],
 		owner => $$,
 	}, $class;
 
@@ -194,7 +198,8 @@ sub start {
 	my @cmd = ($BINARY, '--port', $self->{port}, '--bind', '127.0.0.1',
 		'--save', '', '--appendonly', 'no', '--dir', $d,
 		'--daemonize', 'no', '--pidfile', "$d/redis.pid",
-		'--logfile', "$d/redis.log", '--enable-debug-command', 'local');
+		'--logfile', "$d/redis.log", '--enable-debug-command', 'local',
+		@{$self->{args}});
 
 	my $pid = fork() // die "cannot fork: $!\n";
 
