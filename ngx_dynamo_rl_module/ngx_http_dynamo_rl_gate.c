@@ -743,20 +743,24 @@ ngx_http_dynamo_rl_gate_store_init_process(ngx_http_dynamo_rl_zone_t *zone,
     ngx_add_timer(&gp->poll, 1);
 
     /*
-     * the instance's field in the fleet: the replica's name and its
-     * master's pid, so that the two instances of a binary upgrade each
-     * report their own requests
+     * the instance's field in the fleet: the replica's name, its master's
+     * pid, so that the two instances of a binary upgrade each report
+     * their own requests, and the zone's instance number, so that two
+     * replicas of one name whose masters have one pid (containers, each
+     * its own pid namespace, on host networking) never share a report
      */
 
     gp->field.data = ngx_pnalloc(cycle->pool,
-                                 store->replica.len + 1 + NGX_INT64_LEN);
+                                 store->replica.len + 2 + NGX_INT64_LEN + 8);
     if (gp->field.data == NULL) {
         return NGX_ERROR;
     }
 
-    gp->field.len = ngx_sprintf(gp->field.data, "%V/%P", &store->replica,
+    gp->field.len = ngx_sprintf(gp->field.data, "%V/%P.%08xD",
+                                &store->replica,
                                 ngx_process == NGX_PROCESS_SINGLE
-                                ? ngx_pid : ngx_parent)
+                                ? ngx_pid : ngx_parent,
+                                zone->sh->instance)
                     - gp->field.data;
 
     gp->beat.handler = ngx_http_dynamo_rl_gate_beat;

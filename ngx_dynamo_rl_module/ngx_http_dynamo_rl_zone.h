@@ -16,7 +16,7 @@
 
 
 /* bumped whenever the layout of the shared context changes */
-#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  11
+#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  12
 
 #define NGX_HTTP_DYNAMO_RL_PLANES        3     /* request, discovery, admin */
 #define NGX_HTTP_DYNAMO_RL_OUTCOMES      4
@@ -86,6 +86,11 @@ typedef struct {
     void                          **buckets;
     ngx_uint_t                      mask;
     u_char                          key[16];       /* SipHash's, secret */
+    /*
+     * drawn with the zone, kept across reloads: tells this instance from
+     * another replica of the same name (its fleet report's field)
+     */
+    uint32_t                        instance;
     ngx_queue_t                     finished;
     ngx_queue_t                     active;        /* in flight */
     ngx_uint_t                      records;
