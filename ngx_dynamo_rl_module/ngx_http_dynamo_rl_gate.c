@@ -222,8 +222,16 @@ ngx_http_dynamo_rl_gate_init_process(ngx_http_dynamo_rl_zone_t *zone)
 
     zone->sh->slot_requests[slot] = 0;
     zone->sh->slot_pid[slot] = ngx_pid;
-    zone->sh->slot_boot[slot] = (drmcf->store != NULL)
-                                ? drmcf->store->boot : 0;
+
+    if (drmcf->store != NULL && zone->sh->slot_boot == NULL) {
+        zone->sh->slot_boot = ngx_slab_calloc_locked(zone->shpool,
+                                   NGX_HTTP_DYNAMO_RL_SLOTS * sizeof(uint64_t));
+    }
+
+    if (zone->sh->slot_boot != NULL) {
+        zone->sh->slot_boot[slot] = (drmcf->store != NULL)
+                                    ? drmcf->store->boot : 0;
+    }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }

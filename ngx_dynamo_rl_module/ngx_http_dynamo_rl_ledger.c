@@ -1366,7 +1366,7 @@ ngx_http_dynamo_rl_ledger_live_send(ngx_http_dynamo_rl_store_t *store,
     char *action, ngx_http_dynamo_rl_store_pt handler, void *data)
 {
     ngx_msec_t  silence;
-    ngx_str_t   argv[6];
+    ngx_str_t   argv[7];
     u_char      lease[NGX_INT64_LEN], quiet[NGX_INT64_LEN];
 
     if (!ngx_http_dynamo_rl_store_ready(store)) {
@@ -1388,8 +1388,13 @@ ngx_http_dynamo_rl_ledger_live_send(ngx_http_dynamo_rl_store_t *store,
     argv[5].data = (u_char *) action;
     argv[5].len = ngx_strlen(action);
 
+    /* one worker process of each instance looks for silent ones */
+
+    argv[6].data = (u_char *) (ngx_worker == 0 ? "1" : "0");
+    argv[6].len = 1;
+
     return ngx_http_dynamo_rl_store_eval(store, NGX_HTTP_DYNAMO_RL_SCRIPT_LIVE,
-                                         2, 6, argv, handler, data, NULL);
+                                         2, 7, argv, handler, data, NULL);
 }
 
 
@@ -1830,7 +1835,14 @@ ngx_http_dynamo_rl_ledger_settle(ngx_http_dynamo_rl_zone_t *zone,
             continue;
         }
 
-        if (lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_STORE) {
+        /*
+         * without the process's identity (no room for it in the zone),
+         * the store's heartbeats end the record, as of a silent process
+         */
+
+        if ((lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_STORE)
+            && sh->slot_boot != NULL && sh->slot_boot[slot] != 0)
+        {
             ngx_http_dynamo_rl_ledger_store_settle(lr, pid,
                                                    sh->slot_boot[slot]);
         }
@@ -1841,8 +1853,11 @@ ngx_http_dynamo_rl_ledger_settle(ngx_http_dynamo_rl_zone_t *zone,
     }
 
     sh->slot_pid[slot] = 0;
-    sh->slot_boot[slot] = 0;
     sh->slot_requests[slot] = 0;
+
+    if (sh->slot_boot != NULL) {
+        sh->slot_boot[slot] = 0;
+    }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 

@@ -308,13 +308,16 @@ static u_char  ngx_http_dynamo_rl_lua_beat[] =
  * live: every worker process's own heartbeat; KEYS the liveness of the
  * worker processes ("{P}:live": identity -> store ms of its last beat),
  * the prefix of their record lists ("{P}:p:"); ARGV identity, lease,
- * silence (ms), "beat" or "bye".
+ * silence (ms), "beat" or "bye", whether to look for silent processes
+ * ("1": one worker process of each instance does).
  *
  * A beat renews the lease of every record of the process still in
  * flight (a stream longer than the lease keeps its record while its
  * process lives), forgets those that ended, and ends as failed
  * ("replica_lost") the records in flight of every process silent for
- * longer than "silence": killed, or its replica gone.  The records keep
+ * longer than "silence": killed, or its replica gone; but only when its
+ * own previous beat is recent: after a pause of the store, or of its own
+ * connection, every process is late, and none is judged by one that is.  The records keep
  * their ids refused for their ttl.  The reply: identity, count, for each
  * process it settled.  "bye", a process's last words as it exits, ends
  * its own records ("worker_exited") and its entries.
@@ -345,6 +348,7 @@ static u_char  ngx_http_dynamo_rl_lua_live[] =
     "if ARGV[4] == 'bye' then\n"
     "  return {me, settle(me, 'we')}\n"
     "end\n"
+    "local mine = tonumber(redis.call('HGET', KEYS[1], me) or '')\n"
     "redis.call('HSET', KEYS[1], me, d(now))\n"
     "local pk = KEYS[2] .. me\n"
     "local m = redis.call('HGETALL', pk)\n"
@@ -359,8 +363,11 @@ static u_char  ngx_http_dynamo_rl_lua_live[] =
     "end\n"
     "if #m > 0 then redis.call('PEXPIRE', pk, ARGV[2]) end\n"
     "local res = {}\n"
-    "local l = redis.call('HGETALL', KEYS[1])\n"
     "local quiet = tonumber(ARGV[3])\n"
+    "if ARGV[5] ~= '1' or not mine or now - mine > quiet / 2 then\n"
+    "  return res\n"
+    "end\n"
+    "local l = redis.call('HGETALL', KEYS[1])\n"
     "for i = 1, #l, 2 do\n"
     "  local ts = tonumber(l[i + 1])\n"
     "  if l[i] ~= me and (ts == nil or now - ts > quiet) then\n"

@@ -116,8 +116,11 @@ typedef struct {
      */
     ngx_atomic_t                    slot_requests[NGX_HTTP_DYNAMO_RL_SLOTS];
     ngx_pid_t                       slot_pid[NGX_HTTP_DYNAMO_RL_SLOTS];
-    /* with a store: the identity each process drew as it started */
-    uint64_t                        slot_boot[NGX_HTTP_DYNAMO_RL_SLOTS];
+    /*
+     * with a store: the identity each process drew as it started, one
+     * for each slot, allocated by the first process that needs it
+     */
+    uint64_t                       *slot_boot;
 
     /* counters, updated without the mutex */
     ngx_atomic_t                    requests[NGX_HTTP_DYNAMO_RL_PLANES]

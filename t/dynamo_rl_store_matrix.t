@@ -6,11 +6,12 @@
 # life (before its claim, claimed, streaming, at its end) meets a fault,
 # with two replicas on Debian's redis-server (persistence on: the append
 # only file, fsync always): A in its own pid namespace (unshare), behind
-# the fake RESP server of the test's own, B directly; lease=4s.  For each
+# the fake RESP server of the test's own, B directly; lease=6s.  For each
 # row: how many times the upstream saw the attempt (never more than
 # once), what the client saw, what the attempts API says on A and on B
 # afterwards (the same, once settled), and a retry of the id on both: 409
-# when the attempt was forwarded, usable once when it was not.  The rows
+# when the attempt was forwarded, usable once when it was not.  "Claimed"
+# is claimed and forwarded, before the upstream's response header.  The rows
 # are printed at the end (prove -v).
 #
 # Faults: A killed with -9 and restarted; A stopped with SIGTERM and with
@@ -79,7 +80,7 @@ $t->waitforsocket('127.0.0.1:' . port(8390))
 	or die "the fake RESP server does not listen\n";
 
 my $PARAMS = 'timeout=250ms heartbeat=250ms gate_poll=100ms gate_stale=2s'
-	. ' lease=4s';
+	. ' lease=6s';
 
 my %A = (name => 'A', listen => 8080, api => 8070);
 my %B = (name => 'B', listen => 8180, api => 8170);
@@ -116,6 +117,7 @@ row(0, 'mx-kill-0', $r);
 
 $s = hang(\%A, 'mx-kill-1');
 wait_state(\%B, 'mx-kill-1', 'accepted');
+Test::DynamoRL::wait_for(sub { forwarded($t, 'mx-kill-1') }, 10);
 ns_kill('KILL');
 ns_start();
 row(1, 'mx-kill-1', client($s, 0));
@@ -135,6 +137,7 @@ row(3, 'mx-kill-3', $r);
 
 $s = hang(\%A, 'mx-term-1');
 wait_state(\%B, 'mx-term-1', 'accepted');
+Test::DynamoRL::wait_for(sub { forwarded($t, 'mx-term-1') }, 10);
 ns_kill('TERM');
 ns_start();
 row(4, 'mx-term-1', client($s, 0));
@@ -152,9 +155,9 @@ $r = client($s, $h);
 ns_start();
 row(6, 'mx-quit-2', $r);
 
-# a stream of 8 s, twice the lease
+# a stream of 12 s, twice the lease
 
-$s = stream(\%A, 'mx-lease-2', 40, 200);
+$s = stream(\%A, 'mx-lease-2', 40, 300);
 row(7, 'mx-lease-2', client($s, head($s)));
 
 # a reload while the store does not answer A, the attempt ending then
@@ -228,9 +231,11 @@ sub row {
 	is($a, $b, "$what: A and B say the same ($a)");
 	unlike($a, qr/^(?:accepted|streaming)/, "$what: settled");
 
+	# A answers once it is up and connected to the store
+
 	my $ra = Test::DynamoRL::wait_for(sub {
 		my $x = gen(\%A, $id)->{status};
-		return $x == 503 ? undef : $x;
+		return $x == 503 || $x == 0 ? undef : $x;
 	}, 10) // 503;
 	my $rb = gen(\%B, $id)->{status};
 
@@ -238,7 +243,10 @@ sub row {
 		is("$ra $rb", '409 409', "$what: the id refused on A and B");
 
 	} else {
-		is("$ra $rb", '200 409', "$what: the id usable, once");
+		is("$ra $rb", '200 409', "$what: the id usable, once")
+			or diag(explain([ $redis->time_ms(),
+				$redis->hgetall(store_key("a:$id")),
+				$redis->hgetall(store_key('live')) ]));
 	}
 
 	cmp_ok(forwarded($t, $id), '<=', 1, "$what: still at most once");
