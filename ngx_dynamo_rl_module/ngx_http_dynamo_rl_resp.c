@@ -317,9 +317,9 @@ static u_char  ngx_http_dynamo_rl_lua_beat[] =
  * ("replica_lost") the records in flight of every process silent for
  * longer than "silence": killed, or its replica gone; but only when its
  * own previous beat is recent: after a pause of the store, or of its own
- * connection, every process is late, and none is judged by one that is.  The records keep
- * their ids refused for their ttl.  The reply: identity, count, for each
- * process it settled.  "bye", a process's last words as it exits, ends
+ * connection, every process is late, and none is judged by one that is.
+ * The records keep their ids refused for their ttl.  The reply:
+ * identity, count, for each process it settled.  "bye", a process's last words as it exits, ends
  * its own records ("worker_exited") and its entries.
  */
 
