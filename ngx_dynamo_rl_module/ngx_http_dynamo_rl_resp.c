@@ -319,8 +319,9 @@ static u_char  ngx_http_dynamo_rl_lua_beat[] =
  * own previous beat is recent: after a pause of the store, or of its own
  * connection, every process is late, and none is judged by one that is.
  * The records keep their ids refused for their ttl.  The reply:
- * identity, count, for each process it settled.  "bye", a process's last words as it exits, ends
- * its own records ("worker_exited") and its entries.
+ * identity, count, for each process it settled.  "bye", a process's
+ * last words as it exits, ends its own records ("worker_exited") and its
+ * entries.
  */
 
 static u_char  ngx_http_dynamo_rl_lua_live[] =
