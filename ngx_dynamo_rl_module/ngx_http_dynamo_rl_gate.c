@@ -210,14 +210,28 @@ ngx_http_dynamo_rl_gate_known(ngx_http_request_t *r,
 void
 ngx_http_dynamo_rl_gate_init_process(ngx_http_dynamo_rl_zone_t *zone)
 {
-    ngx_uint_t  slot;
+    ngx_uint_t                       slot;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
 
     slot = ngx_http_dynamo_rl_slot();
+
+    drmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                                ngx_http_dynamo_rl_module);
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     zone->sh->slot_requests[slot] = 0;
     zone->sh->slot_pid[slot] = ngx_pid;
+
+    if (drmcf->store != NULL && zone->sh->slot_boot == NULL) {
+        zone->sh->slot_boot = ngx_slab_calloc_locked(zone->shpool,
+                                   NGX_HTTP_DYNAMO_RL_SLOTS * sizeof(uint64_t));
+    }
+
+    if (zone->sh->slot_boot != NULL) {
+        zone->sh->slot_boot[slot] = (drmcf->store != NULL)
+                                    ? drmcf->store->boot : 0;
+    }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
@@ -740,20 +754,24 @@ ngx_http_dynamo_rl_gate_store_init_process(ngx_http_dynamo_rl_zone_t *zone,
     ngx_add_timer(&gp->poll, 1);
 
     /*
-     * the instance's field in the fleet: the replica's name and its
-     * master's pid, so that the two instances of a binary upgrade each
-     * report their own requests
+     * the instance's field in the fleet: the replica's name, its master's
+     * pid, so that the two instances of a binary upgrade each report
+     * their own requests, and the zone's instance number, so that two
+     * replicas of one name whose masters have one pid (containers, each
+     * its own pid namespace, on host networking) never share a report
      */
 
     gp->field.data = ngx_pnalloc(cycle->pool,
-                                 store->replica.len + 1 + NGX_INT64_LEN);
+                                 store->replica.len + 2 + NGX_INT64_LEN + 8);
     if (gp->field.data == NULL) {
         return NGX_ERROR;
     }
 
-    gp->field.len = ngx_sprintf(gp->field.data, "%V/%P", &store->replica,
+    gp->field.len = ngx_sprintf(gp->field.data, "%V/%P.%08xD",
+                                &store->replica,
                                 ngx_process == NGX_PROCESS_SINGLE
-                                ? ngx_pid : ngx_parent)
+                                ? ngx_pid : ngx_parent,
+                                zone->sh->instance)
                     - gp->field.data;
 
     gp->beat.handler = ngx_http_dynamo_rl_gate_beat;

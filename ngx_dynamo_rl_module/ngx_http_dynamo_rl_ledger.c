@@ -29,6 +29,60 @@ static void ngx_http_dynamo_rl_ledger_reaper(ngx_event_t *ev);
 static void ngx_http_dynamo_rl_ledger_reap(ngx_http_dynamo_rl_zone_t *zone);
 static ngx_uint_t ngx_http_dynamo_rl_ledger_settle(
     ngx_http_dynamo_rl_zone_t *zone, ngx_uint_t slot, ngx_pid_t pid);
+
+
+/* a record forwarded under on_error=local, as the replay sends it */
+
+typedef struct {
+    u_char                          id[NGX_HTTP_DYNAMO_RL_ATTEMPT_ID_LEN];
+    size_t                          len;
+    uint64_t                        started;
+    uint64_t                        begun;
+    uint64_t                        ttl;
+} ngx_http_dynamo_rl_replayed_t;
+
+
+#define NGX_HTTP_DYNAMO_RL_REPLAY_BATCH  32
+
+
+/*
+ * a worker process's own heartbeat in the store, with a store: the lease
+ * of its records renewed, silent processes' records ended (the "live"
+ * script); and the replay of the records forwarded under on_error=local
+ */
+
+typedef struct ngx_http_dynamo_rl_live_s  ngx_http_dynamo_rl_live_t;
+
+typedef struct {
+    ngx_http_dynamo_rl_live_t      *owner;
+    ngx_http_dynamo_rl_replayed_t   rec;
+    ngx_str_t                       id;       /* rec's */
+    uint64_t                        bytes;
+    uint64_t                        ended;
+    uint64_t                        left;     /* the record's ttl, ms */
+    ngx_uint_t                      in_flight;
+    ngx_uint_t                      state;
+    ngx_uint_t                      status;
+    ngx_uint_t                      stream;
+    ngx_uint_t                      reason;
+} ngx_http_dynamo_rl_replay_t;
+
+
+struct ngx_http_dynamo_rl_live_s {
+    ngx_event_t                     ev;
+    ngx_http_dynamo_rl_store_t     *store;
+    ngx_http_dynamo_rl_zone_t      *zone;
+    ngx_uint_t                      busy;
+    ngx_uint_t                      replaying;  /* members waited for */
+    ngx_uint_t                      replayed;   /* this round */
+    ngx_uint_t                      conflicts;  /* this round */
+    ngx_http_dynamo_rl_replay_t     replay[NGX_HTTP_DYNAMO_RL_REPLAY_BATCH];
+};
+
+
+/* silent this long, at least, a worker process is taken for gone */
+#define NGX_HTTP_DYNAMO_RL_LIVE_SILENCE   3000
+#define NGX_HTTP_DYNAMO_RL_LIVE_BEATS     6
 static ngx_int_t ngx_http_dynamo_rl_ledger_header_filter(
     ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r,
@@ -41,7 +95,23 @@ static ngx_int_t ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
 static void ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
     redisReply *reply);
 static void ngx_http_dynamo_rl_ledger_store_settle(
-    ngx_http_dynamo_rl_node_t *lr, ngx_pid_t pid);
+    ngx_http_dynamo_rl_node_t *lr, ngx_pid_t pid, uint64_t boot);
+static void ngx_http_dynamo_rl_ledger_live(ngx_event_t *ev);
+static void ngx_http_dynamo_rl_ledger_lived(void *data, ngx_int_t rc,
+    redisReply *reply);
+static ngx_uint_t ngx_http_dynamo_rl_ledger_replayed(
+    ngx_http_dynamo_rl_node_t *lr, ngx_http_dynamo_rl_replayed_t *rp);
+static void ngx_http_dynamo_rl_ledger_replayed_end(
+    ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_replayed_t *rp,
+    ngx_uint_t state, ngx_uint_t status, off_t sent, ngx_uint_t reason);
+static void ngx_http_dynamo_rl_ledger_replay(ngx_http_dynamo_rl_live_t *lv);
+static void ngx_http_dynamo_rl_ledger_replay_done(void *data, ngx_int_t rc,
+    redisReply *reply);
+static ngx_msec_t ngx_http_dynamo_rl_ledger_silence(
+    ngx_http_dynamo_rl_store_t *store);
+static ngx_int_t ngx_http_dynamo_rl_ledger_live_send(
+    ngx_http_dynamo_rl_store_t *store, char *action,
+    ngx_http_dynamo_rl_store_pt handler, void *data);
 static void ngx_http_dynamo_rl_ledger_failing(ngx_http_request_t *r,
     redisReply *reply);
 static void ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx,
@@ -145,6 +215,10 @@ ngx_http_dynamo_rl_ledger_delete(ngx_http_dynamo_rl_zone_t *zone,
 
     *p = lr->next;
 
+    if (lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_LOCAL) {
+        zone->sh->store_local--;
+    }
+
     ngx_queue_remove(&lr->queue);
     ngx_slab_free_locked(zone->shpool, lr);
 
@@ -210,7 +284,7 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     size_t                           size, tenant;
     uint64_t                         now;
     ngx_int_t                        rc;
-    ngx_uint_t                       hash;
+    ngx_uint_t                       hash, local;
     ngx_http_dynamo_rl_node_t       *lr;
     ngx_http_dynamo_rl_zone_t       *zone;
     ngx_http_dynamo_rl_loc_conf_t   *drlcf;
@@ -220,9 +294,27 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
     drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
 
     zone = drmcf->shm_zone->data;
+    local = 0;
 
     if (drmcf->store != NULL) {
-        rc = ngx_http_dynamo_rl_ledger_claim(r, ctx, drmcf->store);
+
+        /*
+         * the ids this replica forwarded on its own (on_error=local) go
+         * into the store before anything new does: until then, the zone
+         * goes on deciding
+         */
+
+        if (zone->sh->store_local
+            && drmcf->store->on_error == NGX_HTTP_DYNAMO_RL_STORE_LOCAL
+            && !ctx->store_wait && !ctx->store_done)
+        {
+            ctx->store = drmcf->store;
+            ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_UNAVAILABLE;
+            rc = NGX_DECLINED;
+
+        } else {
+            rc = ngx_http_dynamo_rl_ledger_claim(r, ctx, drmcf->store);
+        }
 
         /*
          * a claim in the store is also kept in the zone, as this replica
@@ -255,6 +347,7 @@ ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
         /* on_error=local: this replica's zone, single use within it */
 
         (void) ngx_atomic_fetch_add(&zone->sh->store.fallbacks, 1);
+        local = 1;
 
         if (ngx_atomic_cmp_set(&zone->sh->store_fallback, 0, 1)) {
             ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
@@ -318,7 +411,8 @@ record:
             if (ctx->store_claimed) {
                 /* used here while the store was away, or it lost it */
                 ctx->store_claimed = 0;
-                ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", 1, NULL, 0);
+                ngx_http_dynamo_rl_ledger_move(ctx, "a", "x",
+                                               ctx->store->lease, NULL, 0);
             }
 
             ctx->verdict = NGX_HTTP_DYNAMO_RL_VERDICT_DUPLICATE;
@@ -376,6 +470,12 @@ record:
     ngx_memcpy(lr->id, ctx->attempt_id.data, ctx->attempt_id.len);
 
     lr->request_id = ctx->store_claimed ? NGX_HTTP_DYNAMO_RL_NODE_STORE : 0;
+
+    if (local) {
+        /* to be put in the store when it answers again */
+        lr->request_id |= NGX_HTTP_DYNAMO_RL_NODE_LOCAL;
+        zone->sh->store_local++;
+    }
 
     p = lr->id + lr->len;
 
@@ -455,10 +555,12 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
 {
     u_char                         *p;
     ngx_int_t                       rc;
-    ngx_str_t                       keys[2], argv[7];
+    ngx_str_t                       keys[NGX_HTTP_DYNAMO_RL_CLAIM_SHARED + 1];
+    ngx_str_t                       argv[NGX_HTTP_DYNAMO_RL_CLAIM_ARGS];
     ngx_http_dynamo_rl_loc_conf_t  *drlcf;
     u_char                          t0[NGX_INT64_LEN];
     u_char                          lease[NGX_INT64_LEN];
+    u_char                          ttl[NGX_INT64_LEN];
 
     if (ctx->store_wait) {
         return NGX_AGAIN;
@@ -475,10 +577,13 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
     ctx->store = store;
     ctx->ttl = drlcf->attempt_ttl;
 
-    /* the record's key, and its owner: this replica, process and request */
+    /*
+     * the record's key, and its owner: this process's identity (drawn
+     * afresh as it started) and the request
+     */
 
     p = ngx_pnalloc(r->pool, store->attempt_key.len + ctx->attempt_id.len
-                             + store->replica.len + 3 * NGX_INT64_LEN + 3);
+                             + store->identity.len + 2 * NGX_INT64_LEN + 2);
     if (p == NULL) {
         return NGX_ERROR;
     }
@@ -489,14 +594,16 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
     ctx->store_key.len = p - ctx->store_key.data;
 
     ctx->store_owner.data = p;
-    p = ngx_sprintf(p, "%V/%P/%uA.%ui", &store->replica, ngx_pid,
+    p = ngx_sprintf(p, "%V/%uA.%ui", &store->identity,
                     r->connection->number, r->connection->requests);
     ctx->store_owner.len = p - ctx->store_owner.data;
 
     /* joined with the other claims of this turn into one script run */
 
     keys[0] = store->gate_key;
-    keys[1] = ctx->store_key;
+    keys[1] = store->live_key;
+    keys[2] = store->records;
+    keys[3] = ctx->store_key;
 
     argv[0] = ctx->store_owner;
 
@@ -527,13 +634,19 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
     argv[5].data = (u_char *) (drlcf->gate ? "1" : "0");
     argv[5].len = 1;
 
+    /* the ttl of the record once ended, for whoever ends it */
+
+    argv[6].data = ttl;
+    argv[6].len = ngx_sprintf(ttl, "%M", drlcf->attempt_ttl) - ttl;
+
     /* the tenant the gateway assigned, as the zone keeps it */
 
-    argv[6].data = ctx->tenant.data;
-    argv[6].len = ngx_min(ctx->tenant.len, 255);
+    argv[7].data = ctx->tenant.data;
+    argv[7].len = ngx_min(ctx->tenant.len, 255);
 
     rc = ngx_http_dynamo_rl_store_batch(store, NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM,
-                                        1, keys, 7, argv,
+                                        NGX_HTTP_DYNAMO_RL_CLAIM_SHARED, keys,
+                                        NGX_HTTP_DYNAMO_RL_CLAIM_ARGS, argv,
                                         ngx_http_dynamo_rl_ledger_claimed, r,
                                         &ctx->store_cmd);
 
@@ -630,7 +743,8 @@ ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
 
         /* whatever the store did with the claim, the id stays usable */
 
-        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", 1, NULL, 0);
+        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", ctx->store->lease,
+                                       NULL, 0);
 
     } else {
         ngx_log_error(NGX_LOG_INFO, c->log, 0,
@@ -639,7 +753,8 @@ ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
 
         /* the claim may have run: the release is sent on reconnecting */
 
-        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", 1, NULL, 0);
+        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", ctx->store->lease,
+                                       NULL, 0);
     }
 
     if (c->error && ctx->store_claimed) {
@@ -709,25 +824,26 @@ ngx_http_dynamo_rl_ledger_move(ngx_http_dynamo_rl_ctx_t *ctx, char *from,
     char *to, ngx_msec_t ttl, ngx_str_t *values, ngx_uint_t n)
 {
     ngx_uint_t  i;
-    ngx_str_t   argv[5 + 2];
+    ngx_str_t   argv[6 + 2];
     u_char      buf[NGX_INT64_LEN];
 
     argv[0] = ctx->store_key;
-    argv[1] = ctx->store_owner;
-    argv[2].data = (u_char *) from;
-    argv[2].len = ngx_strlen(from);
-    argv[3].data = (u_char *) to;
-    argv[3].len = ngx_strlen(to);
-    argv[4].data = buf;
-    argv[4].len = ngx_sprintf(buf, "%M", ttl) - buf;
+    argv[1] = ctx->store->proc_key;
+    argv[2] = ctx->store_owner;
+    argv[3].data = (u_char *) from;
+    argv[3].len = ngx_strlen(from);
+    argv[4].data = (u_char *) to;
+    argv[4].len = ngx_strlen(to);
+    argv[5].data = buf;
+    argv[5].len = ngx_sprintf(buf, "%M", ttl) - buf;
 
     for (i = 0; i < n && i < 2; i++) {
-        argv[5 + i] = values[i];
+        argv[6 + i] = values[i];
     }
 
     (void) ngx_http_dynamo_rl_store_eval(ctx->store,
                                          NGX_HTTP_DYNAMO_RL_SCRIPT_MOVE,
-                                         1, 5 + i, argv, NULL, NULL, NULL);
+                                         2, 6 + i, argv, NULL, NULL, NULL);
 }
 
 
@@ -738,10 +854,12 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
     off_t                            sent;
     uint64_t                         now;
     ngx_uint_t                       state, status, upstream, reason;
+    ngx_uint_t                       replayed;
     ngx_connection_t                *c;
     ngx_http_upstream_state_t       *us;
     ngx_http_dynamo_rl_node_t       *lr;
     ngx_http_dynamo_rl_zone_t       *zone;
+    ngx_http_dynamo_rl_replayed_t    rp;
 
     /*
      * an attempt, once admitted: a request that access control refused is
@@ -843,9 +961,16 @@ ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
     lr->stream = ctx->sse_on;
     lr->bytes = sent;
 
+    replayed = ngx_http_dynamo_rl_ledger_replayed(lr, &rp);
+
     ngx_http_dynamo_rl_ledger_end(zone, lr, state, reason, now);
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (replayed) {
+        ngx_http_dynamo_rl_ledger_replayed_end(ctx, &rp, state, status, sent,
+                                               reason);
+    }
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, c->log, 0,
                    "dynamo rl ledger: \"%V\" %V, status %ui",
@@ -970,7 +1095,7 @@ ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
 {
     u_char     *p;
     uint64_t    end;
-    ngx_str_t   argv[NGX_HTTP_DYNAMO_RL_END_ARGS];
+    ngx_str_t   keys[2], argv[NGX_HTTP_DYNAMO_RL_END_ARGS];
     u_char      buf[4 * NGX_INT64_LEN];
 
     static u_char  states[] = "?asufc";
@@ -1019,11 +1144,13 @@ ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
     argv[7].data = (u_char *) ngx_http_dynamo_rl_attempt_reasons[reason].code;
     argv[7].len = reason ? 2 : 0;
 
+    keys[0] = ctx->store->proc_key;
+    keys[1] = ctx->store_key;
+
     (void) ngx_http_dynamo_rl_store_batch(ctx->store,
-                                          NGX_HTTP_DYNAMO_RL_SCRIPT_END, 0,
-                                          &ctx->store_key,
-                                          NGX_HTTP_DYNAMO_RL_END_ARGS, argv,
-                                          NULL, NULL, NULL);
+                                          NGX_HTTP_DYNAMO_RL_SCRIPT_END, 1,
+                                          keys, NGX_HTTP_DYNAMO_RL_END_ARGS,
+                                          argv, NULL, NULL, NULL);
 }
 
 
@@ -1035,10 +1162,11 @@ ngx_http_dynamo_rl_ledger_store_end(ngx_http_dynamo_rl_ctx_t *ctx,
 
 static void
 ngx_http_dynamo_rl_ledger_store_settle(ngx_http_dynamo_rl_node_t *lr,
-    ngx_pid_t pid)
+    ngx_pid_t pid, uint64_t boot)
 {
     u_char                          *p;
-    ngx_str_t                        key, argv[NGX_HTTP_DYNAMO_RL_END_ARGS];
+    ngx_str_t                        keys[2];
+    ngx_str_t                        argv[NGX_HTTP_DYNAMO_RL_END_ARGS];
     ngx_http_dynamo_rl_store_t      *store;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
     u_char                           k[256], owner[128];
@@ -1050,7 +1178,7 @@ ngx_http_dynamo_rl_ledger_store_settle(ngx_http_dynamo_rl_node_t *lr,
 
     if (store == NULL
         || store->attempt_key.len + lr->len > sizeof(k)
-        || store->replica.len + NGX_INT64_LEN + 3 > sizeof(owner))
+        || store->replica.len + 2 * NGX_INT64_LEN + 4 > sizeof(owner))
     {
         return;
     }
@@ -1058,13 +1186,15 @@ ngx_http_dynamo_rl_ledger_store_settle(ngx_http_dynamo_rl_node_t *lr,
     p = ngx_cpymem(k, store->attempt_key.data, store->attempt_key.len);
     p = ngx_cpymem(p, lr->id, lr->len);
 
-    key.data = k;
-    key.len = p - k;
+    keys[0] = store->proc_key;
+    keys[1].data = k;
+    keys[1].len = p - k;
 
     /* owner, to, ttl, code, sse, b, t1, rs */
 
     argv[0].data = owner;
-    argv[0].len = ngx_sprintf(owner, "%V/%P/*", &store->replica, pid)
+    argv[0].len = ngx_sprintf(owner, "%V/%P.%016xL/*", &store->replica, pid,
+                              boot)
                   - owner;
 
     ngx_str_set(&argv[1], "f");
@@ -1085,7 +1215,7 @@ ngx_http_dynamo_rl_ledger_store_settle(ngx_http_dynamo_rl_node_t *lr,
     ngx_str_set(&argv[7], "we");
 
     (void) ngx_http_dynamo_rl_store_batch(store, NGX_HTTP_DYNAMO_RL_SCRIPT_END,
-                                          0, &key,
+                                          1, keys,
                                           NGX_HTTP_DYNAMO_RL_END_ARGS, argv,
                                           NULL, NULL, NULL);
 }
@@ -1096,9 +1226,11 @@ ngx_http_dynamo_rl_ledger_store_settle(ngx_http_dynamo_rl_node_t *lr,
 void
 ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx)
 {
-    uint64_t                    now;
-    ngx_http_dynamo_rl_node_t  *lr;
-    ngx_http_dynamo_rl_zone_t  *zone;
+    uint64_t                        now;
+    ngx_uint_t                      replayed;
+    ngx_http_dynamo_rl_node_t      *lr;
+    ngx_http_dynamo_rl_zone_t      *zone;
+    ngx_http_dynamo_rl_replayed_t   rp;
 
     /* the posted event lives in the request's pool */
     ngx_http_dynamo_rl_ledger_undefer(ctx);
@@ -1109,7 +1241,8 @@ ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx)
         ngx_http_dynamo_rl_store_cancel(ctx->store_cmd);
         ctx->store_cmd = NULL;
 
-        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", 1, NULL, 0);
+        ngx_http_dynamo_rl_ledger_move(ctx, "a", "x", ctx->store->lease,
+                                       NULL, 0);
     }
 
     if (ctx->store_claimed) {
@@ -1129,9 +1262,92 @@ ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx)
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
+    replayed = ngx_http_dynamo_rl_ledger_replayed(lr, &rp);
+
     ngx_http_dynamo_rl_ledger_end(zone, lr, NGX_HTTP_DYNAMO_RL_FAILED, 0, now);
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (replayed) {
+        ngx_http_dynamo_rl_ledger_replayed_end(ctx, &rp,
+                                               NGX_HTTP_DYNAMO_RL_FAILED, 0,
+                                               0, 0);
+    }
+}
+
+
+/*
+ * under the mutex: whether the record, forwarded under on_error=local, was
+ * put in the store in flight; then its end goes there too, and what that
+ * takes is copied out of the record
+ */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_ledger_replayed(ngx_http_dynamo_rl_node_t *lr,
+    ngx_http_dynamo_rl_replayed_t *rp)
+{
+    if (!(lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_REPLAYED)) {
+        return 0;
+    }
+
+    lr->request_id &= (u_char) ~NGX_HTTP_DYNAMO_RL_NODE_REPLAYED;
+
+    rp->len = lr->len;
+    ngx_memcpy(rp->id, lr->id, lr->len);
+    rp->started = lr->started;
+    rp->begun = lr->begun;
+    rp->ttl = lr->expires;
+
+    return 1;
+}
+
+
+/* the end of a record the replay put in the store, as its owner */
+
+static void
+ngx_http_dynamo_rl_ledger_replayed_end(ngx_http_dynamo_rl_ctx_t *ctx,
+    ngx_http_dynamo_rl_replayed_t *rp, ngx_uint_t state, ngx_uint_t status,
+    off_t sent, ngx_uint_t reason)
+{
+    u_char                          *p;
+    ngx_http_dynamo_rl_store_t      *store;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+    u_char                           key[512], owner[256];
+
+    drmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                                ngx_http_dynamo_rl_module);
+    store = drmcf->store;
+
+    if (store == NULL
+        || store->attempt_key.len + rp->len > sizeof(key)
+        || store->identity.len + 2 > sizeof(owner))
+    {
+        return;
+    }
+
+    p = ngx_cpymem(key, store->attempt_key.data, store->attempt_key.len);
+    p = ngx_cpymem(p, rp->id, rp->len);
+
+    ctx->store = store;
+    ctx->store_key.data = key;
+    ctx->store_key.len = p - key;
+
+    p = ngx_cpymem(owner, store->identity.data, store->identity.len);
+    p = ngx_cpymem(p, "/l", 2);
+
+    ctx->store_owner.data = owner;
+    ctx->store_owner.len = p - owner;
+
+    ctx->store_t0 = rp->started;
+    ctx->store_t0_mono = rp->begun;
+    ctx->ttl = rp->ttl;
+
+    ngx_http_dynamo_rl_ledger_store_end(ctx, state, status, sent, reason);
+
+    /* the batch holds copies */
+
+    ngx_str_null(&ctx->store_key);
+    ngx_str_null(&ctx->store_owner);
 }
 
 
@@ -1175,6 +1391,474 @@ ngx_http_dynamo_rl_ledger_init_process(ngx_http_dynamo_rl_zone_t *zone)
     ev->cancelable = 1;
 
     ngx_add_timer(ev, 1000);
+}
+
+
+/*
+ * with a store, every worker process beats for itself each heartbeat
+ * (the "live" script): its records in flight keep their lease while it
+ * lives, and the records of processes fallen silent end
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_ledger_store_init_process(ngx_http_dynamo_rl_store_t *store,
+    ngx_cycle_t *cycle)
+{
+    ngx_http_dynamo_rl_live_t       *lv;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    lv = ngx_pcalloc(cycle->pool, sizeof(ngx_http_dynamo_rl_live_t));
+    if (lv == NULL) {
+        return NGX_ERROR;
+    }
+
+    drmcf = ngx_http_cycle_get_module_main_conf(cycle,
+                                                ngx_http_dynamo_rl_module);
+
+    lv->store = store;
+    lv->zone = drmcf->shm_zone->data;
+
+    lv->ev.handler = ngx_http_dynamo_rl_ledger_live;
+    lv->ev.data = lv;
+    lv->ev.log = cycle->log;
+    lv->ev.cancelable = 1;
+
+    ngx_add_timer(&lv->ev, store->heartbeat);
+
+    return NGX_OK;
+}
+
+
+/*
+ * a worker process's last words as it exits, after its records' ends: a
+ * fast shutdown (SIGTERM) ends the records it still had in flight as
+ * failed (worker_exited); sent if the store is there, once, unwaited
+ */
+
+void
+ngx_http_dynamo_rl_ledger_store_exit_process(ngx_http_dynamo_rl_store_t *store)
+{
+    ngx_http_dynamo_rl_store_flush_batches(store);
+
+    (void) ngx_http_dynamo_rl_ledger_live_send(store, "bye", NULL, NULL);
+}
+
+
+/*
+ * how long a worker process may be silent before its records in flight
+ * end: six heartbeats, 3 s at least, but half the lease at most, so that
+ * they end before their lease runs out and the id is taken for unused
+ */
+
+static ngx_msec_t
+ngx_http_dynamo_rl_ledger_silence(ngx_http_dynamo_rl_store_t *store)
+{
+    ngx_msec_t  silence;
+
+    silence = ngx_max(NGX_HTTP_DYNAMO_RL_LIVE_BEATS * store->heartbeat,
+                      NGX_HTTP_DYNAMO_RL_LIVE_SILENCE);
+
+    if (silence > store->lease / 2) {
+        silence = ngx_max(store->lease / 2, 2 * store->heartbeat);
+    }
+
+    return silence;
+}
+
+
+static ngx_int_t
+ngx_http_dynamo_rl_ledger_live_send(ngx_http_dynamo_rl_store_t *store,
+    char *action, ngx_http_dynamo_rl_store_pt handler, void *data)
+{
+    ngx_msec_t  silence;
+    ngx_str_t   argv[7];
+    u_char      lease[NGX_INT64_LEN], quiet[NGX_INT64_LEN];
+
+    if (!ngx_http_dynamo_rl_store_ready(store)) {
+        return NGX_DECLINED;
+    }
+
+    silence = ngx_http_dynamo_rl_ledger_silence(store);
+
+    argv[0] = store->live_key;
+    argv[1] = store->proc_key;
+    argv[2] = store->identity;
+
+    argv[3].data = lease;
+    argv[3].len = ngx_sprintf(lease, "%M", store->lease) - lease;
+
+    argv[4].data = quiet;
+    argv[4].len = ngx_sprintf(quiet, "%M", silence) - quiet;
+
+    argv[5].data = (u_char *) action;
+    argv[5].len = ngx_strlen(action);
+
+    /* one worker process of each instance looks for silent ones */
+
+    argv[6].data = (u_char *) (ngx_worker == 0 ? "1" : "0");
+    argv[6].len = 1;
+
+    return ngx_http_dynamo_rl_store_eval(store, NGX_HTTP_DYNAMO_RL_SCRIPT_LIVE,
+                                         2, 7, argv, handler, data, NULL);
+}
+
+
+static void
+ngx_http_dynamo_rl_ledger_live(ngx_event_t *ev)
+{
+    ngx_http_dynamo_rl_live_t *lv = ev->data;
+
+    /* a process that shuts down gracefully beats while it has requests */
+
+    if (!lv->busy
+        && ngx_http_dynamo_rl_ledger_live_send(lv->store, "beat",
+                                               ngx_http_dynamo_rl_ledger_lived,
+                                               lv)
+           == NGX_OK)
+    {
+        lv->busy = 1;
+    }
+
+    if (lv->zone->sh->store_local && !lv->replaying
+        && lv->store->on_error == NGX_HTTP_DYNAMO_RL_STORE_LOCAL)
+    {
+        ngx_http_dynamo_rl_ledger_replay(lv);
+    }
+
+    ngx_add_timer(ev, lv->store->heartbeat);
+}
+
+
+/*
+ * the store answers again after an outage under on_error=local: the
+ * records this replica forwarded meanwhile go into it, before it admits
+ * anything new through it (until none is left, the zone decides); each
+ * worker process sends its own records in flight (their ends follow on
+ * the same connection) and any ended one, up to a batch each heartbeat.
+ * An id another replica claimed meanwhile is a conflict: counted, logged.
+ */
+
+static void
+ngx_http_dynamo_rl_ledger_replay(ngx_http_dynamo_rl_live_t *lv)
+{
+    u_char                       *p;
+    uint64_t                      now;
+    ngx_int_t                     rc;
+    ngx_str_t                     keys[2];
+    ngx_str_t                     argv[NGX_HTTP_DYNAMO_RL_REPLAY_ARGS];
+    ngx_uint_t                    i, n, hash;
+    ngx_queue_t                  *q, *queues[2];
+    ngx_http_dynamo_rl_node_t    *lr;
+    ngx_http_dynamo_rl_zone_t    *zone;
+    ngx_http_dynamo_rl_store_t   *store;
+    ngx_http_dynamo_rl_replay_t  *rp;
+    u_char                        key[512], owner[256];
+    u_char                        buf[6 * NGX_INT64_LEN];
+
+    static u_char  states[] = "?asufc";
+
+    store = lv->store;
+    zone = lv->zone;
+
+    if (!ngx_http_dynamo_rl_store_ready(store)
+        || store->identity.len + 2 > sizeof(owner)
+        || store->attempt_key.len + NGX_HTTP_DYNAMO_RL_ATTEMPT_ID_LEN
+           > sizeof(key))
+    {
+        return;
+    }
+
+    now = ngx_http_dynamo_rl_now();
+    n = 0;
+
+    /*
+     * the records to send, copied out and taken out of the zone's count;
+     * sent once the mutex is released (a failed send calls handlers)
+     */
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    queues[0] = &zone->sh->active;
+    queues[1] = &zone->sh->finished;
+
+    for (i = 0; i < 2; i++) {
+        for (q = ngx_queue_head(queues[i]);
+             q != ngx_queue_sentinel(queues[i])
+             && n < NGX_HTTP_DYNAMO_RL_REPLAY_BATCH;
+             q = ngx_queue_next(q))
+        {
+            lr = ngx_queue_data(q, ngx_http_dynamo_rl_node_t, queue);
+
+            if (!(lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_LOCAL)
+                || (i == 0 && lr->pid != ngx_pid))
+            {
+                continue;
+            }
+
+            rp = &lv->replay[n++];
+
+            rp->owner = lv;
+            rp->in_flight = (i == 0);
+            rp->rec.len = lr->len;
+            ngx_memcpy(rp->rec.id, lr->id, lr->len);
+            rp->rec.started = lr->started;
+            rp->rec.begun = lr->begun;
+            rp->rec.ttl = lr->expires;
+            rp->state = (i == 0 && lr->state != NGX_HTTP_DYNAMO_RL_STREAMING)
+                        ? NGX_HTTP_DYNAMO_RL_ACCEPTED : lr->state;
+            rp->status = lr->status;
+            rp->stream = lr->stream;
+            rp->bytes = lr->bytes;
+            rp->ended = lr->ended;
+            rp->reason = (lr->reason < NGX_HTTP_DYNAMO_RL_ATTEMPT_REASONS)
+                         ? lr->reason : 0;
+            rp->left = (i == 0) ? (uint64_t) store->lease
+                                : (lr->expires > now ? lr->expires - now : 1);
+
+            lr->request_id &= (u_char) ~NGX_HTTP_DYNAMO_RL_NODE_LOCAL;
+            zone->sh->store_local--;
+
+            if (i == 0) {
+                lr->request_id |= NGX_HTTP_DYNAMO_RL_NODE_REPLAYED;
+            }
+        }
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    p = ngx_cpymem(owner, store->identity.data, store->identity.len);
+    p = ngx_cpymem(p, "/l", 2);
+
+    argv[0].data = owner;
+    argv[0].len = p - owner;
+
+    argv[9] = store->replica;
+
+    keys[0] = store->records;
+
+    for (i = 0; i < n; i++) {
+        rp = &lv->replay[i];
+
+        argv[1].data = &states[rp->state];
+        argv[1].len = 1;
+
+        p = buf;
+
+        argv[2].data = p;
+        p = ngx_sprintf(p, "%uL", rp->left);
+        argv[2].len = p - argv[2].data;
+
+        argv[3].data = p;
+        p = ngx_sprintf(p, "%ui", rp->status);
+        argv[3].len = p - argv[3].data;
+
+        argv[4].data = (u_char *) (rp->stream ? "1" : "0");
+        argv[4].len = 1;
+
+        argv[5].data = p;
+        p = ngx_sprintf(p, "%uL", rp->bytes);
+        argv[5].len = p - argv[5].data;
+
+        argv[6].data = p;
+        p = ngx_sprintf(p, "%uL", rp->rec.started);
+        argv[6].len = p - argv[6].data;
+
+        argv[7].data = p;
+        p = ngx_sprintf(p, "%uL", rp->ended);
+        argv[7].len = p - argv[7].data;
+
+        argv[8].data = (u_char *)
+                       ngx_http_dynamo_rl_attempt_reasons[rp->reason].code;
+        argv[8].len = ngx_strlen(argv[8].data);
+
+        argv[10].data = p;
+        p = ngx_sprintf(p, "%uL", rp->rec.ttl);
+        argv[10].len = p - argv[10].data;
+
+        p = ngx_cpymem(key, store->attempt_key.data, store->attempt_key.len);
+        p = ngx_cpymem(p, rp->rec.id, rp->rec.len);
+
+        keys[1].data = key;
+        keys[1].len = p - key;
+
+        lv->replaying++;
+
+        rc = ngx_http_dynamo_rl_store_batch(store,
+                 NGX_HTTP_DYNAMO_RL_SCRIPT_REPLAY, 1, keys,
+                 NGX_HTTP_DYNAMO_RL_REPLAY_ARGS, argv,
+                 ngx_http_dynamo_rl_ledger_replay_done, rp, NULL);
+
+        if (rc == NGX_OK) {
+            continue;
+        }
+
+        lv->replaying--;
+
+        /* not sent: back in the count, for the next round */
+
+        rp->id.data = rp->rec.id;
+        rp->id.len = rp->rec.len;
+
+        hash = ngx_http_dynamo_rl_ledger_hash(zone->sh, &rp->id);
+
+        ngx_shmtx_lock(&zone->shpool->mutex);
+
+        lr = ngx_http_dynamo_rl_ledger_lookup(zone->sh, hash, rp->rec.id,
+                                              rp->rec.len);
+
+        if (lr != NULL && !(lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_LOCAL)) {
+            lr->request_id |= NGX_HTTP_DYNAMO_RL_NODE_LOCAL;
+            lr->request_id &= (u_char) ~NGX_HTTP_DYNAMO_RL_NODE_REPLAYED;
+            zone->sh->store_local++;
+        }
+
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+    }
+}
+
+
+static void
+ngx_http_dynamo_rl_ledger_replay_done(void *data, ngx_int_t rc,
+    redisReply *reply)
+{
+    ngx_http_dynamo_rl_replay_t *rp = data;
+
+    u_char                     *p;
+    ngx_str_t                   id, state, replica;
+    ngx_uint_t                  conflict, hash, left;
+    ngx_http_dynamo_rl_live_t  *lv;
+    ngx_http_dynamo_rl_node_t  *lr;
+    ngx_http_dynamo_rl_zone_t  *zone;
+    u_char                      text[128];
+
+    lv = rp->owner;
+    zone = lv->zone;
+
+    id.data = rp->rec.id;
+    id.len = rp->rec.len;
+
+    if (rc == NGX_OK
+        && ngx_http_dynamo_rl_resp_replay(reply, &conflict, &state, &replica)
+           == NGX_OK)
+    {
+        lv->replayed++;
+
+        if (conflict) {
+            lv->conflicts++;
+            (void) ngx_atomic_fetch_add(&zone->sh->store.conflicts, 1);
+
+            /* the store's text is not trusted for the log */
+
+            p = ngx_http_dynamo_rl_escape_log(text, text + sizeof(text),
+                                              replica.data,
+                                              ngx_min(replica.len, 63));
+
+            ngx_log_error(NGX_LOG_WARN, lv->ev.log, 0,
+                          "dynamo rl store: attempt \"%V\", forwarded by "
+                          "this replica while the store was unavailable, "
+                          "was claimed meanwhile through replica \"%*s\": "
+                          "a conflict", &id, p - text, text);
+        }
+
+        if (!conflict || !rp->in_flight) {
+            goto done;
+        }
+
+        /* another replica's record: this one's end is not for it */
+
+        hash = ngx_http_dynamo_rl_ledger_hash(zone->sh, &id);
+
+        ngx_shmtx_lock(&zone->shpool->mutex);
+
+        lr = ngx_http_dynamo_rl_ledger_lookup(zone->sh, hash, id.data, id.len);
+
+        if (lr != NULL) {
+            lr->request_id &= (u_char) ~NGX_HTTP_DYNAMO_RL_NODE_REPLAYED;
+        }
+
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+
+        goto done;
+    }
+
+    /* not answered: the record waits for the next round */
+
+    hash = ngx_http_dynamo_rl_ledger_hash(zone->sh, &id);
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    lr = ngx_http_dynamo_rl_ledger_lookup(zone->sh, hash, id.data, id.len);
+
+    if (lr != NULL && !(lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_LOCAL)) {
+        lr->request_id |= NGX_HTTP_DYNAMO_RL_NODE_LOCAL;
+        lr->request_id &= (u_char) ~NGX_HTTP_DYNAMO_RL_NODE_REPLAYED;
+        zone->sh->store_local++;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+done:
+
+    if (--lv->replaying) {
+        return;
+    }
+
+    left = zone->sh->store_local;
+
+    if (left == 0 && lv->replayed) {
+        ngx_log_error(NGX_LOG_NOTICE, lv->ev.log, 0,
+                      "dynamo rl store: %ui record(s) forwarded while the "
+                      "store was unavailable are in the store, %ui "
+                      "conflict(s)", lv->replayed, lv->conflicts);
+
+        lv->replayed = 0;
+        lv->conflicts = 0;
+    }
+}
+
+
+/* identity, count, for each silent process whose records were ended */
+
+static void
+ngx_http_dynamo_rl_ledger_lived(void *data, ngx_int_t rc, redisReply *reply)
+{
+    ngx_http_dynamo_rl_live_t *lv = data;
+
+    u_char      *p;
+    size_t       i;
+    ngx_msec_t   silence;
+    redisReply  *id, *n;
+    u_char       text[256];
+
+    lv->busy = 0;
+
+    if (rc != NGX_OK || reply->type != REDIS_REPLY_ARRAY) {
+        return;
+    }
+
+    silence = ngx_http_dynamo_rl_ledger_silence(lv->store);
+
+    for (i = 0; i + 1 < reply->elements; i += 2) {
+        id = reply->element[i];
+        n = reply->element[i + 1];
+
+        if (id->type != REDIS_REPLY_STRING || n->type != REDIS_REPLY_INTEGER
+            || n->integer <= 0)
+        {
+            continue;
+        }
+
+        /* the store's text is not trusted for the log */
+
+        p = ngx_http_dynamo_rl_escape_log(text, text + sizeof(text),
+                                          (u_char *) id->str,
+                                          ngx_min((size_t) id->len, 128));
+
+        ngx_log_error(NGX_LOG_WARN, lv->ev.log, 0,
+                      "dynamo rl store: %L attempt(s) in flight of worker "
+                      "process \"%*s\", silent for over %Mms, ended as failed "
+                      "(replica_lost)", n->integer, p - text, text, silence);
+    }
 }
 
 
@@ -1257,8 +1941,16 @@ ngx_http_dynamo_rl_ledger_settle(ngx_http_dynamo_rl_zone_t *zone,
             continue;
         }
 
-        if (lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_STORE) {
-            ngx_http_dynamo_rl_ledger_store_settle(lr, pid);
+        /*
+         * without the process's identity (no room for it in the zone),
+         * the store's heartbeats end the record, as of a silent process
+         */
+
+        if ((lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_STORE)
+            && sh->slot_boot != NULL && sh->slot_boot[slot] != 0)
+        {
+            ngx_http_dynamo_rl_ledger_store_settle(lr, pid,
+                                                   sh->slot_boot[slot]);
         }
 
         ngx_http_dynamo_rl_ledger_end(zone, lr, NGX_HTTP_DYNAMO_RL_FAILED,
@@ -1268,6 +1960,10 @@ ngx_http_dynamo_rl_ledger_settle(ngx_http_dynamo_rl_zone_t *zone,
 
     sh->slot_pid[slot] = 0;
     sh->slot_requests[slot] = 0;
+
+    if (sh->slot_boot != NULL) {
+        sh->slot_boot[slot] = 0;
+    }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 

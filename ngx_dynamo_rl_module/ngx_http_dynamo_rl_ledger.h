@@ -18,6 +18,10 @@
 #define NGX_HTTP_DYNAMO_RL_NODE_REQUEST_ID  1   /* 16 bytes follow the id */
 #define NGX_HTTP_DYNAMO_RL_NODE_STORE       2   /* claimed in the store */
 #define NGX_HTTP_DYNAMO_RL_NODE_TENANT      4   /* its length, then it */
+#define NGX_HTTP_DYNAMO_RL_NODE_LOCAL       8   /* on_error=local's, not in
+                                                   the store yet */
+#define NGX_HTTP_DYNAMO_RL_NODE_REPLAYED   16   /* put in the store in
+                                                   flight: its end too */
 
 
 /*
@@ -65,6 +69,10 @@ ngx_int_t ngx_http_dynamo_rl_ledger_add(ngx_http_request_t *r,
 void ngx_http_dynamo_rl_ledger_finish(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
 void ngx_http_dynamo_rl_ledger_init_process(ngx_http_dynamo_rl_zone_t *zone);
+ngx_int_t ngx_http_dynamo_rl_ledger_store_init_process(
+    ngx_http_dynamo_rl_store_t *store, ngx_cycle_t *cycle);
+void ngx_http_dynamo_rl_ledger_store_exit_process(
+    ngx_http_dynamo_rl_store_t *store);
 void ngx_http_dynamo_rl_ledger_abandon(ngx_http_dynamo_rl_ctx_t *ctx);
 ngx_int_t ngx_http_dynamo_rl_ledger_filter_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_dynamo_rl_ledger_header(ngx_http_request_t *r,

@@ -1619,6 +1619,9 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
             != NGX_OK
             || ngx_http_dynamo_rl_gate_store_init_process(zone, drmcf->store,
                                                           cycle)
+               != NGX_OK
+            || ngx_http_dynamo_rl_ledger_store_init_process(drmcf->store,
+                                                            cycle)
                != NGX_OK)
         {
             return NGX_ERROR;
@@ -1662,6 +1665,7 @@ ngx_http_dynamo_rl_exit_process(ngx_cycle_t *cycle)
                                                     ngx_http_dynamo_rl_module);
 
         if (drmcf->store != NULL) {
+            ngx_http_dynamo_rl_ledger_store_exit_process(drmcf->store);
             ngx_http_dynamo_rl_store_exit_process(drmcf->store);
         }
     }

@@ -74,7 +74,8 @@ ngx_http_dynamo_rl_attempt_reason_t
     { ngx_string("upstream_incomplete"), "ui" },
     { ngx_string("in_stream_error"), "ie" },
     { ngx_string("aborted"), "ab" },
-    { ngx_string("undelivered"), "ud" }
+    { ngx_string("undelivered"), "ud" },
+    { ngx_string("replica_lost"), "rl" }
 };
 
 

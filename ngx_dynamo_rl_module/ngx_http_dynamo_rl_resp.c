@@ -70,13 +70,20 @@ static redisReplyObjectFunctions  ngx_http_dynamo_rl_resp_functions = {
 
 /*
  * claim: the claims of a turn, one script for them all; KEYS the gate,
- * then a record for each claim; ARGV, 7 for each: owner, t0, lease,
- * replica, request id ("" when it is the attempt id), whether the gate
- * applies ("0": a location with dynamo_rl_gate off), the tenant the
- * gateway assigned ("" for none); the reply has one
- * element for each claim, in order (ngx_http_dynamo_rl_resp_claim()).
- * The gate is read once for all; its expiry and reason only when it is
- * closed.
+ * the worker processes' liveness ("{P}:live"), this worker process's own
+ * records ("{P}:p:<identity>", record -> its ttl), then a record for each
+ * claim; ARGV, 8 for each: owner ("<identity>/<connection>.<request>"),
+ * t0, lease, replica, request id ("" when it is the attempt id), whether
+ * the gate applies ("0": a location with dynamo_rl_gate off), the ttl of
+ * the record once it ends, the tenant the gateway assigned ("" for none);
+ * the reply has one element for each claim, in
+ * order (ngx_http_dynamo_rl_resp_claim()).  The gate is read once for
+ * all; its expiry and reason only when it is closed.  A record "r" is a
+ * release's mark: the claim of its owner came after its release (sent on
+ * another connection) and records nothing; another owner's claim takes
+ * the id.  A process that
+ * claims is alive from its first claim on: the "live" script of another
+ * ends its records if it falls silent (see there).
  */
 
 static u_char  ngx_http_dynamo_rl_lua_claim[] =
@@ -92,9 +99,10 @@ static u_char  ngx_http_dynamo_rl_lua_claim[] =
     "  end\n"
     "end\n"
     "local e = g[2] or '0'\n"
-    "for i = 2, #KEYS do\n"
+    "local live\n"
+    "for i = 4, #KEYS do\n"
     "  local k = KEYS[i]\n"
-    "  local a = i * 7 - 14\n"
+    "  local a = i * 8 - 32\n"
     "  local o = ARGV[a + 1]\n"
     "  local x\n"
     "  local r = {}\n"
@@ -103,7 +111,13 @@ static u_char  ngx_http_dynamo_rl_lua_claim[] =
     "  else\n"
     "    r = redis.call('HMGET', k, 'st', 'ow', 'rs')\n"
     "  end\n"
-    "  if r[1] then\n"
+    "  if r[1] == 'r' then\n"
+    "    if r[2] == o then\n"
+    "      x = {'dup', e, 'a'}\n"
+    "    else\n"
+    "      redis.call('DEL', k)\n"
+    "    end\n"
+    "  elseif r[1] then\n"
     "    if r[2] == o then\n"
     "      x = {'ok', e}\n"
     "    elseif not ((r[1] == 'u' or r[1] == 'f' or r[1] == 'c')"
@@ -119,28 +133,47 @@ static u_char  ngx_http_dynamo_rl_lua_claim[] =
     "      f[#f + 1] = 'rq'\n"
     "      f[#f + 1] = ARGV[a + 5]\n"
     "    end\n"
-    "    if ARGV[a + 7] ~= '' then\n"
+    "    if ARGV[a + 8] ~= '' then\n"
     "      f[#f + 1] = 'tn'\n"
-    "      f[#f + 1] = ARGV[a + 7]\n"
+    "      f[#f + 1] = ARGV[a + 8]\n"
     "    end\n"
     "    redis.call('HSET', k, unpack(f))\n"
     "    redis.call('PEXPIRE', k, ARGV[a + 3])\n"
+    "    redis.call('HSET', KEYS[3], k, ARGV[a + 7])\n"
+    "    redis.call('PEXPIRE', KEYS[3], ARGV[a + 3])\n"
+    "    if not live then\n"
+    "      live = string.match(o, '^(.*)/[^/]*$') or o\n"
+    "      if redis.call('HEXISTS', KEYS[2], live) == 0 then\n"
+    "        local t = redis.call('TIME')\n"
+    "        redis.call('HSET', KEYS[2], live, string.format('%d',"
+    " t[1] * 1000 + math.floor(t[2] / 1000)))\n"
+    "      end\n"
+    "    end\n"
     "    x = {'ok', e}\n"
     "  end\n"
-    "  res[i - 1] = x\n"
+    "  res[i - 3] = x\n"
     "end\n"
     "return res\n";
 
 
 /*
- * move: KEYS record; ARGV owner, from, to, ttl [, code, sse]: to
- * streaming, or "x", a release (the record is deleted); an owner ending
- * in "*" names every owner it begins (as in "end")
+ * move: KEYS record, the prefix of the processes' record lists
+ * ("{P}:p:"); ARGV owner, from, to, ttl [, code, sse]: to streaming, or
+ * "x", a release (the record is deleted and leaves its process's list;
+ * without a record, the release leaves its mark "r" for "ttl": a claim
+ * whose connection was lost may reach the store after it);
+ * an owner ending in "*" names every owner it begins (as in "end")
  */
 
 static u_char  ngx_http_dynamo_rl_lua_move[] =
     "local r = redis.call('HMGET', KEYS[1], 'st', 'ow')\n"
-    "if not r[1] then return 0 end\n"
+    "if not r[1] then\n"
+    "  if ARGV[3] == 'x' then\n"
+    "    redis.call('HSET', KEYS[1], 'st', 'r', 'ow', ARGV[1])\n"
+    "    redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
+    "  end\n"
+    "  return 0\n"
+    "end\n"
     "local o = ARGV[1]\n"
     "if string.sub(o, -1) == '*' then\n"
     "  if string.sub(r[2] or '', 1, #o - 1) ~= string.sub(o, 1, -2) then"
@@ -149,6 +182,8 @@ static u_char  ngx_http_dynamo_rl_lua_move[] =
     "if not string.find(ARGV[2], r[1], 1, true) then return -2 end\n"
     "if ARGV[3] == 'x' then\n"
     "  redis.call('DEL', KEYS[1])\n"
+    "  redis.call('HDEL', KEYS[2] .. (string.match(o, '^(.*)/[^/]*$') or o),"
+    " KEYS[1])\n"
     "  return 1\n"
     "end\n"
     "if ARGV[5] then\n"
@@ -163,19 +198,19 @@ static u_char  ngx_http_dynamo_rl_lua_move[] =
 
 /*
  * end: the terminal moves of a turn, one script for them all; KEYS the
- * records; ARGV, 8 for each: owner, to, ttl, code, sse, b, t1, rs ("" or
- * a reason's code, "nf" for not_forwarded); a record that is gone, not
- * ours or already ended is left as it is; the reply is the number of
- * records moved; an owner ending in "*" names every owner it begins: a
- * worker process that settles the records of one that died knows its
- * pid, not its requests
+ * prefix of the processes' record lists ("{P}:p:"), then the records;
+ * ARGV, 8 for each: owner, to, ttl, code, sse, b, t1, rs ("" or
+ * a reason's code, "nf" for not_forwarded); a record that is gone, not ours or already ended is left as it
+ * is; the reply is the number of records moved; an owner ending in "*"
+ * names every owner it begins: a worker process that settles the records
+ * of one that died knows its identity, not its requests
  */
 
 static u_char  ngx_http_dynamo_rl_lua_end[] =
     "local n = 0\n"
-    "for i = 1, #KEYS do\n"
+    "for i = 2, #KEYS do\n"
     "  local k = KEYS[i]\n"
-    "  local a = i * 8 - 8\n"
+    "  local a = i * 8 - 16\n"
     "  local r = redis.call('HMGET', k, 'st', 'ow')\n"
     "  local o = ARGV[a + 1]\n"
     "  local mine = r[2] == o\n"
@@ -193,6 +228,10 @@ static u_char  ngx_http_dynamo_rl_lua_end[] =
     "    end\n"
     "    redis.call('PEXPIRE', k, ARGV[a + 3])\n"
     "    n = n + 1\n"
+    "  end\n"
+    "  if mine then\n"
+    "    redis.call('HDEL', KEYS[1] .. (string.match(o, '^(.*)/[^/]*$')"
+    " or o), k)\n"
     "  end\n"
     "end\n"
     "return n\n";
@@ -270,13 +309,139 @@ static u_char  ngx_http_dynamo_rl_lua_beat[] =
     "return 1\n";
 
 
+/*
+ * live: every worker process's own heartbeat; KEYS the liveness of the
+ * worker processes ("{P}:live": identity -> store ms of its last beat),
+ * the prefix of their record lists ("{P}:p:"); ARGV identity, lease,
+ * silence (ms), "beat" or "bye", whether to look for silent processes
+ * ("1": one worker process of each instance does).
+ *
+ * A beat renews the lease of every record of the process still in
+ * flight (a stream longer than the lease keeps its record while its
+ * process lives), forgets those that ended, and ends as failed
+ * ("replica_lost") the records in flight of every process silent for
+ * longer than "silence": killed, or its replica gone; but only when its
+ * own previous beat is recent: after a pause of the store, or of its own
+ * connection, every process is late, and none is judged by one that is.
+ * The records keep their ids refused for their ttl.  The reply:
+ * identity, count, for each process it settled.  "bye", a process's
+ * last words as it exits, ends its own records ("worker_exited") and its
+ * entries.
+ */
+
+static u_char  ngx_http_dynamo_rl_lua_live[] =
+    NGX_HTTP_DYNAMO_RL_LUA_NOW
+    "local function d(x) return string.format('%d', x) end\n"
+    "local function settle(id, rs)\n"
+    "  local pk = KEYS[2] .. id\n"
+    "  local m = redis.call('HGETALL', pk)\n"
+    "  local n = 0\n"
+    "  for i = 1, #m, 2 do\n"
+    "    local r = redis.call('HMGET', m[i], 'st', 'ow', 'sse')\n"
+    "    if (r[1] == 'a' or r[1] == 's')"
+    " and string.sub(r[2] or '', 1, #id + 1) == id .. '/' then\n"
+    "      redis.call('HSET', m[i], 'st', 'f', 'code', '0', 'sse',"
+    " r[3] or '0', 'b', '0', 't1', d(now), 'rs', rs)\n"
+    "      redis.call('PEXPIRE', m[i], m[i + 1])\n"
+    "      n = n + 1\n"
+    "    end\n"
+    "  end\n"
+    "  redis.call('DEL', pk)\n"
+    "  redis.call('HDEL', KEYS[1], id)\n"
+    "  return n\n"
+    "end\n"
+    "local me = ARGV[1]\n"
+    "if ARGV[4] == 'bye' then\n"
+    "  return {me, settle(me, 'we')}\n"
+    "end\n"
+    "local mine = tonumber(redis.call('HGET', KEYS[1], me) or '')\n"
+    "redis.call('HSET', KEYS[1], me, d(now))\n"
+    "local pk = KEYS[2] .. me\n"
+    "local m = redis.call('HGETALL', pk)\n"
+    "for i = 1, #m, 2 do\n"
+    "  local r = redis.call('HMGET', m[i], 'st', 'ow')\n"
+    "  if (r[1] == 'a' or r[1] == 's')"
+    " and string.sub(r[2] or '', 1, #me + 1) == me .. '/' then\n"
+    "    redis.call('PEXPIRE', m[i], ARGV[2])\n"
+    "  else\n"
+    "    redis.call('HDEL', pk, m[i])\n"
+    "  end\n"
+    "end\n"
+    "if #m > 0 then redis.call('PEXPIRE', pk, ARGV[2]) end\n"
+    "local res = {}\n"
+    "local quiet = tonumber(ARGV[3])\n"
+    "if ARGV[5] ~= '1' or not mine or now - mine > quiet / 2 then\n"
+    "  return res\n"
+    "end\n"
+    "local l = redis.call('HGETALL', KEYS[1])\n"
+    "for i = 1, #l, 2 do\n"
+    "  local ts = tonumber(l[i + 1])\n"
+    "  if l[i] ~= me and (ts == nil or now - ts > quiet) then\n"
+    "    local n = settle(l[i], 'rl')\n"
+    "    res[#res + 1] = l[i]\n"
+    "    res[#res + 1] = n\n"
+    "  end\n"
+    "end\n"
+    "return res\n";
+
+
+/*
+ * replay: the records a replica kept in its zone while the store was
+ * unavailable (on_error=local), put in the store when it answers again;
+ * KEYS this worker process's list of its records in flight, then the
+ * records; ARGV, 11 for each: owner, st, ttl, code, sse, b, t0, t1, rs,
+ * replica, the ttl once ended (for the list); a record of another owner
+ * is a conflict: the id went through another replica meanwhile.  The
+ * reply has one element for each: {'ok'} or {'conflict', st, replica}.
+ */
+
+static u_char  ngx_http_dynamo_rl_lua_replay[] =
+    "local res = {}\n"
+    "for i = 2, #KEYS do\n"
+    "  local k = KEYS[i]\n"
+    "  local a = i * 11 - 22\n"
+    "  local o = ARGV[a + 1]\n"
+    "  local st = ARGV[a + 2]\n"
+    "  local r = redis.call('HMGET', k, 'st', 'ow', 'rs', 'rp')\n"
+    "  if r[1] == 'r' or ((r[1] == 'u' or r[1] == 'f' or r[1] == 'c')"
+    " and r[3] == 'nf') then\n"
+    "    redis.call('DEL', k)\n"
+    "    r = {}\n"
+    "  end\n"
+    "  if r[1] then\n"
+    "    if r[2] == o then\n"
+    "      res[i - 1] = {'ok'}\n"
+    "    else\n"
+    "      res[i - 1] = {'conflict', r[1], r[4] or ''}\n"
+    "    end\n"
+    "  else\n"
+    "    redis.call('HSET', k, 'st', st, 'ow', o, 'code', ARGV[a + 4],"
+    " 'sse', ARGV[a + 5], 't0', ARGV[a + 7], 'rp', ARGV[a + 10])\n"
+    "    if st == 'a' or st == 's' then\n"
+    "      redis.call('HSET', KEYS[1], k, ARGV[a + 11])\n"
+    "      redis.call('PEXPIRE', KEYS[1], ARGV[a + 3])\n"
+    "    else\n"
+    "      redis.call('HSET', k, 'b', ARGV[a + 6], 't1', ARGV[a + 8])\n"
+    "      if ARGV[a + 9] ~= '' then\n"
+    "        redis.call('HSET', k, 'rs', ARGV[a + 9])\n"
+    "      end\n"
+    "    end\n"
+    "    redis.call('PEXPIRE', k, ARGV[a + 3])\n"
+    "    res[i - 1] = {'ok'}\n"
+    "  end\n"
+    "end\n"
+    "return res\n";
+
+
 ngx_http_dynamo_rl_script_t  ngx_http_dynamo_rl_scripts[] = {
 
     { ngx_string("claim"), ngx_string(ngx_http_dynamo_rl_lua_claim), "" },
     { ngx_string("move"), ngx_string(ngx_http_dynamo_rl_lua_move), "" },
     { ngx_string("gate"), ngx_string(ngx_http_dynamo_rl_lua_gate), "" },
     { ngx_string("beat"), ngx_string(ngx_http_dynamo_rl_lua_beat), "" },
-    { ngx_string("end"), ngx_string(ngx_http_dynamo_rl_lua_end), "" }
+    { ngx_string("end"), ngx_string(ngx_http_dynamo_rl_lua_end), "" },
+    { ngx_string("live"), ngx_string(ngx_http_dynamo_rl_lua_live), "" },
+    { ngx_string("replay"), ngx_string(ngx_http_dynamo_rl_lua_replay), "" }
 };
 
 
@@ -340,6 +505,93 @@ ngx_http_dynamo_rl_resp_nil(const redisReadTask *task)
     redisReplyObjectFunctions  *fn = task->privdata;
 
     return fn->createNil(task);
+}
+
+
+/*
+ * the connection's bytes, as they come: "size" counts the bytes of the
+ * reply being read (those since the last whole one), so that a reply
+ * larger than any of the scripts' (NGX_HTTP_DYNAMO_RL_RESP_MAX) is
+ * refused before it takes more memory; hiredis keeps a bulk string's
+ * bytes until they are all there, whatever length it announced
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_feed(redisReader *rd, size_t *size, u_char *buf,
+    size_t n)
+{
+    if (redisReaderFeed(rd, (const char *) buf, n) != REDIS_OK) {
+        return NGX_ERROR;
+    }
+
+    *size += n;
+
+    return NGX_OK;
+}
+
+
+/*
+ * NGX_OK: "reply" is the next whole reply, or NULL while it is not all
+ * there; NGX_ERROR: bytes that are not RESP; NGX_DECLINED: the reply is
+ * larger than NGX_HTTP_DYNAMO_RL_RESP_MAX
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_read(redisReader *rd, size_t *size,
+    redisReply **reply)
+{
+    void  *r;
+
+    r = NULL;
+    *reply = NULL;
+
+    if (redisReaderGetReply(rd, &r) != REDIS_OK) {
+        return NGX_ERROR;
+    }
+
+    if (r == NULL) {
+        return (*size > NGX_HTTP_DYNAMO_RL_RESP_MAX) ? NGX_DECLINED : NGX_OK;
+    }
+
+    /* what is left in the buffer is the next reply's */
+
+    *size = rd->len - rd->pos;
+    *reply = r;
+
+    return NGX_OK;
+}
+
+
+/*
+ * a batch's reply: NGX_OK, an array of one element for each of the "n"
+ * members; NGX_DECLINED, an error reply, each member's answer;
+ * NGX_ERROR, any other shape, an answer to none of them
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_batch(redisReply *reply, size_t n)
+{
+    size_t  i;
+
+    if (reply == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (reply->type == REDIS_REPLY_ERROR) {
+        return NGX_DECLINED;
+    }
+
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != n) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (reply->element[i] == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
 }
 
 
@@ -411,6 +663,44 @@ ngx_http_dynamo_rl_resp_claim(redisReply *reply,
     }
 
     return NGX_ERROR;
+}
+
+
+/*
+ * replay, one member's element: {'ok'} | {'conflict', st, replica}; the
+ * state and the replica point into the reply
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_replay(redisReply *reply, ngx_uint_t *conflict,
+    ngx_str_t *state, ngx_str_t *replica)
+{
+    *conflict = 0;
+    ngx_str_null(state);
+    ngx_str_null(replica);
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements == 0)
+    {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_dynamo_rl_resp_is(reply->element[0], "ok")) {
+        return (reply->elements == 1) ? NGX_OK : NGX_ERROR;
+    }
+
+    if (!ngx_http_dynamo_rl_resp_is(reply->element[0], "conflict")
+        || reply->elements != 3
+        || ngx_http_dynamo_rl_resp_str(reply->element[1], state) != NGX_OK
+        || state->len != 1
+        || ngx_http_dynamo_rl_resp_str(reply->element[2], replica) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    *conflict = 1;
+
+    return NGX_OK;
 }
 
 
@@ -506,8 +796,11 @@ ngx_http_dynamo_rl_resp_gate(redisReply *reply, uint64_t heartbeat,
 /*
  * the fleet from HGETALL: replica -> "seen:in_flight:ts"; alive when the
  * report is younger than 3 heartbeats, lost from 3 heartbeats to 60 s,
- * forgotten after; a report from the future (one store clock, so only a
- * clock step) counts as fresh
+ * forgotten after, but for a replica that was alive when the gate closed:
+ * while it stays closed, that one stays lost, however long it is silent
+ * (cut off from the store, it may still admit with the gate it last
+ * read); a report from the future (one store clock, so only a clock
+ * step) counts as fresh
  */
 
 static ngx_int_t
@@ -556,7 +849,9 @@ ngx_http_dynamo_rl_resp_fleet(redisReply *r, uint64_t heartbeat,
             continue;
         }
 
-        if (age < NGX_HTTP_DYNAMO_RL_FLEET_FORGET) {
+        if (age < NGX_HTTP_DYNAMO_RL_FLEET_FORGET
+            || (gr->closed && ts + alive > gr->changed))
+        {
 
             /* an instance's field is "replica/pid of its master" */
 
@@ -665,13 +960,18 @@ ngx_http_dynamo_rl_resp_record(redisReply *reply,
         return NGX_OK;
     }
 
-    rec->found = 1;
-
     /* st */
 
     if (e[0]->len != 1) {
         return NGX_ERROR;
     }
+
+    if (e[0]->str[0] == 'r') {
+        /* a release's mark (see the move script): no attempt */
+        return NGX_OK;
+    }
+
+    rec->found = 1;
 
     rec->state = ngx_http_dynamo_rl_resp_state((u_char) e[0]->str[0]);
 

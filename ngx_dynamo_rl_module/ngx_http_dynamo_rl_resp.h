@@ -29,7 +29,18 @@
 #define NGX_HTTP_DYNAMO_RL_SCRIPT_GATE     2
 #define NGX_HTTP_DYNAMO_RL_SCRIPT_BEAT     3
 #define NGX_HTTP_DYNAMO_RL_SCRIPT_END      4
-#define NGX_HTTP_DYNAMO_RL_SCRIPTS         5
+#define NGX_HTTP_DYNAMO_RL_SCRIPT_LIVE     5
+#define NGX_HTTP_DYNAMO_RL_SCRIPT_REPLAY   6
+#define NGX_HTTP_DYNAMO_RL_SCRIPTS         7
+
+/* the replay script's arguments per record */
+#define NGX_HTTP_DYNAMO_RL_REPLAY_ARGS     11
+
+/* the claim script's keys given once (gate, live, the process's list) */
+#define NGX_HTTP_DYNAMO_RL_CLAIM_SHARED    3
+
+/* the claim script's arguments per record */
+#define NGX_HTTP_DYNAMO_RL_CLAIM_ARGS      8
 
 /* the end script's arguments per record */
 #define NGX_HTTP_DYNAMO_RL_END_ARGS        8
@@ -50,6 +61,12 @@
 #define NGX_HTTP_DYNAMO_RL_GATE_R_LOST      6   /* init re-created it closed */
 
 #define NGX_HTTP_DYNAMO_RL_FLEET_LOST      8    /* names listed at most */
+
+/*
+ * the largest reply taken from the store, far above any of the scripts'
+ * (a gate read with a fleet of thousands of replicas is some 100 KB)
+ */
+#define NGX_HTTP_DYNAMO_RL_RESP_MAX        (1024 * 1024)
 
 
 typedef struct {
@@ -120,6 +137,13 @@ extern ngx_http_dynamo_rl_script_t  ngx_http_dynamo_rl_scripts[];
 
 
 redisReader *ngx_http_dynamo_rl_resp_reader(void);
+ngx_int_t ngx_http_dynamo_rl_resp_feed(redisReader *rd, size_t *size,
+    u_char *buf, size_t n);
+ngx_int_t ngx_http_dynamo_rl_resp_read(redisReader *rd, size_t *size,
+    redisReply **reply);
+ngx_int_t ngx_http_dynamo_rl_resp_batch(redisReply *reply, size_t n);
+ngx_int_t ngx_http_dynamo_rl_resp_replay(redisReply *reply,
+    ngx_uint_t *conflict, ngx_str_t *state, ngx_str_t *replica);
 ngx_int_t ngx_http_dynamo_rl_resp_claim(redisReply *reply,
     ngx_http_dynamo_rl_claim_reply_t *cr);
 ngx_int_t ngx_http_dynamo_rl_resp_move(redisReply *reply, ngx_int_t *moved);

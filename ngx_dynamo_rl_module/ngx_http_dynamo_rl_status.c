@@ -1639,12 +1639,12 @@ ngx_http_dynamo_rl_store_json_len(ngx_http_dynamo_rl_report_t *rp)
 
     return sizeof("\"store\":{\"url\":\"\",\"replica\":\"\",\"up\":false,"
                   "\"fallback\":false,\"queue\":,\"fallbacks\":,"
-                  "\"dropped\":,\"reconnects\":},")
+                  "\"dropped\":,\"reconnects\":,\"conflicts\":},")
            + sizeof(",\"fleet\":{\"replicas\":,\"acked\":,\"in_flight\":,"
                     "\"lost\":,\"drained\":false}") + 4 * NGX_INT64_LEN
            + rp->store->url.len
            + ngx_escape_json(NULL, rp->store->url.data, rp->store->url.len)
-           + rp->store->replica.len + 4 * NGX_ATOMIC_T_LEN;
+           + rp->store->replica.len + 6 * NGX_ATOMIC_T_LEN;
 }
 
 
@@ -1662,10 +1662,11 @@ ngx_http_dynamo_rl_store_json(ngx_http_dynamo_rl_report_t *rp, u_char *p)
 
     p = ngx_sprintf(p, "\",\"replica\":\"%V\",\"up\":%s,\"fallback\":%s,"
                     "\"queue\":%uA,\"fallbacks\":%uA,\"dropped\":%uA,"
-                    "\"reconnects\":%uA",
+                    "\"reconnects\":%uA,\"conflicts\":%uA",
                     &rp->store->replica, st->up ? "true" : "false",
                     rp->store_fallback ? "true" : "false",
-                    st->queue, st->fallbacks, st->dropped, st->reconnects);
+                    st->queue, st->fallbacks, st->dropped, st->reconnects,
+                    st->conflicts);
 
     /* the fleet's figures, null while the gate's read is not fresh */
 

@@ -10,6 +10,8 @@
 #include "ngx_http_dynamo_rl_store.h"
 #include <ngx_sha1.h>
 
+#include <openssl/rand.h>
+
 
 /*
  * One connection per worker process.  A command is formatted once by
@@ -91,6 +93,7 @@ typedef struct {
     ngx_log_t                      *log;
 
     redisReader                    *reader;
+    size_t                          in_size;  /* of the reply being read */
     u_char                         *in;
 
     u_char                         *out;
@@ -262,12 +265,18 @@ static const uint64_t  ngx_http_dynamo_rl_store_buckets[] = {
 };
 
 
+static ngx_str_t  ngx_http_dynamo_rl_store_command_name =
+    ngx_string("command");
+
+
 static ngx_uint_t  ngx_http_dynamo_rl_store_script_op[] = {
     NGX_HTTP_DYNAMO_RL_STORE_OP_CLAIM,
     NGX_HTTP_DYNAMO_RL_STORE_OP_MOVE,
     NGX_HTTP_DYNAMO_RL_STORE_OP_GATE,
     NGX_HTTP_DYNAMO_RL_STORE_OP_BEAT,
-    NGX_HTTP_DYNAMO_RL_STORE_OP_MOVE
+    NGX_HTTP_DYNAMO_RL_STORE_OP_MOVE,
+    NGX_HTTP_DYNAMO_RL_STORE_OP_BEAT,
+    NGX_HTTP_DYNAMO_RL_STORE_OP_CLAIM
 };
 
 
@@ -484,6 +493,12 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
            != NGX_OK
         || ngx_http_dynamo_rl_store_key(cf, &store->attempt_key,
                                         &store->prefix, "a:")
+           != NGX_OK
+        || ngx_http_dynamo_rl_store_key(cf, &store->live_key,
+                                        &store->prefix, "live")
+           != NGX_OK
+        || ngx_http_dynamo_rl_store_key(cf, &store->proc_key,
+                                        &store->prefix, "p:")
            != NGX_OK)
     {
         return NGX_CONF_ERROR;
@@ -823,6 +838,37 @@ ngx_http_dynamo_rl_store_init_process(ngx_http_dynamo_rl_store_t *store,
         return NGX_ERROR;
     }
 
+    /*
+     * this process's identity: 64 random bits drawn after fork(), so that
+     * no owner of this process matches a record an earlier one left
+     */
+
+    if (RAND_bytes((u_char *) &store->boot, sizeof(store->boot)) != 1) {
+        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+                      "dynamo rl store: RAND_bytes() failed");
+        return NGX_ERROR;
+    }
+
+    store->identity.data = ngx_pnalloc(cycle->pool, store->replica.len
+                                                    + 2 * NGX_INT64_LEN + 2);
+    if (store->identity.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    store->identity.len = ngx_sprintf(store->identity.data, "%V/%P.%016xL",
+                                      &store->replica, ngx_pid, store->boot)
+                          - store->identity.data;
+
+    store->records.len = store->proc_key.len + store->identity.len;
+    store->records.data = ngx_pnalloc(cycle->pool, store->records.len);
+    if (store->records.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(ngx_cpymem(store->records.data, store->proc_key.data,
+                          store->proc_key.len),
+               store->identity.data, store->identity.len);
+
     conn->store = store;
     conn->log = cycle->log;
 
@@ -916,6 +962,38 @@ ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
         if (conn->out_last > conn->out_pos) {
             (void) c->send(c, conn->out + conn->out_pos,
                            conn->out_last - conn->out_pos);
+        }
+    }
+
+    if (conn->state != NGX_HTTP_DYNAMO_RL_STORE_READY) {
+
+        /*
+         * writes kept for a store that does not answer are lost with the
+         * process: each one counted and logged; the records they would
+         * have moved are ended by the other processes' beats, as those of
+         * a process that fell silent ("replica_lost")
+         */
+
+        for (q = ngx_queue_head(&conn->pending);
+             q != ngx_queue_sentinel(&conn->pending);
+             q = ngx_queue_next(q))
+        {
+            cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+
+            if (cmd->kind != NGX_HTTP_DYNAMO_RL_STORE_USER) {
+                continue;
+            }
+
+            NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, 1);
+
+            ngx_log_error(NGX_LOG_WARN, conn->log, 0,
+                          "dynamo rl store: a queued write (%V) is dropped "
+                          "as the worker process exits, \"%V\" does not "
+                          "answer",
+                          cmd->script < NGX_HTTP_DYNAMO_RL_SCRIPTS
+                          ? &ngx_http_dynamo_rl_scripts[cmd->script].name
+                          : &ngx_http_dynamo_rl_store_command_name,
+                          &store->url);
         }
     }
 
@@ -1228,6 +1306,26 @@ ngx_http_dynamo_rl_store_cancel(ngx_http_dynamo_rl_store_cmd_t *cmd)
         && ngx_http_dynamo_rl_store_flush(cmd->conn, cmd->script) != NGX_OK)
     {
         ngx_http_dynamo_rl_store_fail(cmd->conn, "out of memory", 0);
+    }
+}
+
+
+/*
+ * the batches of this turn go out now, before what is sent next: a
+ * process's last words after its records' ends
+ */
+
+void
+ngx_http_dynamo_rl_store_flush_batches(ngx_http_dynamo_rl_store_t *store)
+{
+    ngx_http_dynamo_rl_store_conn_t  *conn;
+
+    conn = store->conn;
+
+    if (conn != NULL && conn->state == NGX_HTTP_DYNAMO_RL_STORE_READY
+        && ngx_http_dynamo_rl_store_flush_all(conn) != NGX_OK)
+    {
+        ngx_http_dynamo_rl_store_fail(conn, "out of memory", 0);
     }
 }
 
@@ -1890,6 +1988,8 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
         return;
     }
 
+    conn->in_size = 0;
+
     conn->state = NGX_HTTP_DYNAMO_RL_STORE_HANDSHAKE;
     conn->handshake = 0;
 
@@ -2305,8 +2405,9 @@ ngx_http_dynamo_rl_store_send(ngx_http_dynamo_rl_store_conn_t *conn)
 static void
 ngx_http_dynamo_rl_store_read_handler(ngx_event_t *rev)
 {
-    void                             *reply;
     ssize_t                           n;
+    ngx_int_t                         rc;
+    redisReply                       *reply;
     ngx_connection_t                 *c;
     ngx_http_dynamo_rl_store_conn_t  *conn;
 
@@ -2339,28 +2440,42 @@ ngx_http_dynamo_rl_store_read_handler(ngx_event_t *rev)
             return;
         }
 
-        conn->progress = ngx_current_msec;
-
-        if (redisReaderFeed(conn->reader, (char *) conn->in, n)
-            != REDIS_OK)
+        if (ngx_http_dynamo_rl_resp_feed(conn->reader, &conn->in_size,
+                                         conn->in, n)
+            != NGX_OK)
         {
             ngx_http_dynamo_rl_store_fail(conn, "out of memory", 0);
             return;
         }
 
         for ( ;; ) {
-            reply = NULL;
+            rc = ngx_http_dynamo_rl_resp_read(conn->reader, &conn->in_size,
+                                              &reply);
 
-            if (redisReaderGetReply(conn->reader, &reply) != REDIS_OK) {
+            if (rc == NGX_ERROR) {
                 ngx_http_dynamo_rl_store_fail(conn,
                                               "the store sent an invalid"
                                               " reply", 0);
                 return;
             }
 
+            if (rc == NGX_DECLINED) {
+                ngx_http_dynamo_rl_store_fail(conn,
+                                              "the store sent a reply"
+                                              " larger than 1M", 0);
+                return;
+            }
+
             if (reply == NULL) {
                 break;
             }
+
+            /*
+             * the stall timer counts whole replies, not bytes: a store
+             * that trickles a reply is no store
+             */
+
+            conn->progress = ngx_current_msec;
 
             if (ngx_http_dynamo_rl_store_dispatch(conn, reply) != NGX_OK) {
                 return;
@@ -2703,6 +2818,7 @@ ngx_http_dynamo_rl_store_finish(ngx_http_dynamo_rl_store_conn_t *conn,
 {
     void                            *data;
     uint64_t                         us;
+    ngx_int_t                        shape;
     ngx_uint_t                       i;
     redisReply                      *e;
     ngx_queue_t                     *q;
@@ -2714,6 +2830,28 @@ ngx_http_dynamo_rl_store_finish(ngx_http_dynamo_rl_store_conn_t *conn,
 
     if (cmd->nmembers) {
         /* a batch: each member its own element of an array reply */
+
+        shape = (rc == NGX_OK)
+                ? ngx_http_dynamo_rl_resp_batch(reply, cmd->nmembers)
+                : NGX_DECLINED;
+
+        if (shape == NGX_ERROR) {
+
+            /*
+             * a count or a shape other than what was sent: an answer to
+             * none of them, each refused as by an unavailable store
+             */
+
+            ngx_log_error(NGX_LOG_ERR, conn->log, 0,
+                          "dynamo rl store: \"%V\" answered a batch of %ui"
+                          " %V with a reply of another shape, refused",
+                          &store->url, cmd->nmembers,
+                          &ngx_http_dynamo_rl_scripts[cmd->script].name);
+
+            result = NGX_HTTP_DYNAMO_RL_STORE_R_ERROR;
+            rc = NGX_ERROR;
+            reply = NULL;
+        }
 
         i = 0;
 
@@ -2728,13 +2866,7 @@ ngx_http_dynamo_rl_store_finish(ngx_http_dynamo_rl_store_conn_t *conn,
                 continue;
             }
 
-            e = reply;
-
-            if (reply != NULL && reply->type == REDIS_REPLY_ARRAY
-                && reply->elements == cmd->nmembers)
-            {
-                e = reply->element[i];
-            }
+            e = (shape == NGX_OK) ? reply->element[i] : reply;
 
             ngx_http_dynamo_rl_store_finish(conn, m, result, rc, e);
             i++;

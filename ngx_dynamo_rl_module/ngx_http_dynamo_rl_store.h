@@ -59,6 +59,8 @@ typedef struct {
     ngx_atomic_t                    fallbacks;   /* on_error=local */
     ngx_atomic_t                    reconnects;
     ngx_atomic_t                    dropped;     /* writes given up */
+    ngx_atomic_t                    conflicts;   /* on_error=local's ids
+                                                    claimed meanwhile */
 } ngx_http_dynamo_rl_store_stats_t;
 
 
@@ -99,6 +101,8 @@ struct ngx_http_dynamo_rl_store_s {
     ngx_str_t                       gate_key;   /* "{P}:gate" */
     ngx_str_t                       fleet_key;  /* "{P}:fleet" */
     ngx_str_t                       attempt_key;  /* "{P}:a:" */
+    ngx_str_t                       live_key;   /* "{P}:live" */
+    ngx_str_t                       proc_key;   /* "{P}:p:" */
 
     /* set by the zone's owner before init_process, may stay NULL */
     ngx_http_dynamo_rl_store_stats_t  *stats;
@@ -106,6 +110,18 @@ struct ngx_http_dynamo_rl_store_s {
     /* called when the connection becomes ready or is lost */
     void                          (*changed)(void *data, ngx_uint_t up);
     void                           *changed_data;
+
+    /*
+     * per worker process: an identity drawn afresh as it starts, never
+     * that of an earlier process, whatever its pid (a container's pid
+     * namespace gives a restarted replica's worker the same pid), nor of
+     * another replica of the same name: "replica/pid.boot"; a record's
+     * owner is "identity/connection.request"; the process's list of its
+     * records in flight is "{P}:p:identity"
+     */
+    uint64_t                        boot;
+    ngx_str_t                       identity;
+    ngx_str_t                       records;
 
     /* per worker process: the client's own state */
     void                           *conn;
@@ -131,6 +147,8 @@ ngx_int_t ngx_http_dynamo_rl_store_batch(ngx_http_dynamo_rl_store_t *store,
     ngx_uint_t script, ngx_uint_t nshared, ngx_str_t *keys, ngx_uint_t argc,
     ngx_str_t *argv, ngx_http_dynamo_rl_store_pt handler, void *data,
     ngx_http_dynamo_rl_store_cmd_t **cmdp);
+void ngx_http_dynamo_rl_store_flush_batches(
+    ngx_http_dynamo_rl_store_t *store);
 void ngx_http_dynamo_rl_store_cancel(ngx_http_dynamo_rl_store_cmd_t *cmd);
 void ngx_http_dynamo_rl_store_cleanup(void *data);
 

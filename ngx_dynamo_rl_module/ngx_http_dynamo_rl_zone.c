@@ -471,7 +471,11 @@ ngx_http_dynamo_rl_zone_buckets(ngx_http_dynamo_rl_zone_t *zone, size_t size)
 
     for (n = 64; n * 128 < size; n *= 2) { /* void */ }
 
-    if (RAND_bytes(zone->sh->key, sizeof(zone->sh->key)) != 1) {
+    if (RAND_bytes(zone->sh->key, sizeof(zone->sh->key)) != 1
+        || RAND_bytes((u_char *) &zone->sh->instance,
+                      sizeof(zone->sh->instance))
+           != 1)
+    {
         ngx_log_error(NGX_LOG_EMERG, ngx_cycle->log, 0,
                       "RAND_bytes() failed for dynamo_rl zone \"%V\"",
                       &zone->name);

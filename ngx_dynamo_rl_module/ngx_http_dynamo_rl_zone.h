@@ -109,6 +109,11 @@ typedef struct {
     void                          **buckets;
     ngx_uint_t                      mask;
     u_char                          key[16];       /* SipHash's, secret */
+    /*
+     * drawn with the zone, kept across reloads: tells this instance from
+     * another replica of the same name (its fleet report's field)
+     */
+    uint32_t                        instance;
     ngx_queue_t                     finished;
     ngx_queue_t                     active;        /* in flight */
     ngx_uint_t                      records;
@@ -134,6 +139,11 @@ typedef struct {
      */
     ngx_atomic_t                    slot_requests[NGX_HTTP_DYNAMO_RL_SLOTS];
     ngx_pid_t                       slot_pid[NGX_HTTP_DYNAMO_RL_SLOTS];
+    /*
+     * with a store: the identity each process drew as it started, one
+     * for each slot, allocated by the first process that needs it
+     */
+    uint64_t                       *slot_boot;
 
     /* counters, updated without the mutex */
     ngx_atomic_t                    requests[NGX_HTTP_DYNAMO_RL_PLANES]
@@ -175,6 +185,8 @@ typedef struct {
     uint64_t                        store_changed;  /* the store's ms */
     ngx_uint_t                      store_known;
     ngx_atomic_t                    store_fallback;
+    /* records forwarded under on_error=local, not in the store yet */
+    ngx_uint_t                      store_local;
     ngx_atomic_t                    store_failing;
     ngx_http_dynamo_rl_store_stats_t  store;
 

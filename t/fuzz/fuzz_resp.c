@@ -8,12 +8,17 @@
 
 
 /*
- * The store's replies: the input is fed to hiredis's reader as if it came
- * from the connection, and every reply it yields goes through every
- * decoder.  An accepted reply keeps the decoders' promises (results in
+ * The store's replies: the input is a byte stream as it comes from the
+ * connection, cut into reads of a length the input chooses (its last
+ * byte), fed to the connection's reader (ngx_http_dynamo_rl_resp_feed()
+ * and _read(), with the bound on a reply's size); every reply it yields
+ * goes through every decoder, and through the batch check for batches of
+ * 1 to 3.  An accepted reply keeps the decoders' promises (results in
  * range, a drained fleet is a closed, acknowledged and idle one), and
  * every string they return is read whole, so that AddressSanitizer sees a
- * pointer outside the reply.
+ * pointer outside the reply.  The reader's count of the bytes of the
+ * reply being read never exceeds what was fed, and a reply is refused
+ * only once that count is over the bound.
  */
 
 
@@ -44,7 +49,8 @@ static void
 fuzz_resp_reply(redisReply *reply, uint64_t heartbeat)
 {
     ngx_int_t                         moved;
-    ngx_uint_t                        i;
+    ngx_str_t                         st, rp;
+    ngx_uint_t                        i, conflict;
     ngx_http_dynamo_rl_fleet_t       *fl;
     ngx_http_dynamo_rl_record_t       rec;
     ngx_http_dynamo_rl_claim_reply_t  cr;
@@ -105,13 +111,24 @@ fuzz_resp_reply(redisReply *reply, uint64_t heartbeat)
         } else if (rec.state < NGX_HTTP_DYNAMO_RL_ACCEPTED
                    || rec.state > NGX_HTTP_DYNAMO_RL_CANCELED
                    || rec.status > 999 || rec.stream > 1
-                   || rec.reason > NGX_HTTP_DYNAMO_RL_NOT_FORWARDED)
+                   || rec.reason > NGX_HTTP_DYNAMO_RL_REPLICA_LOST)
         {
             __builtin_trap();
         }
 
         fuzz_resp_touch(&rec.request_id);
         fuzz_resp_touch(&rec.replica);
+    }
+
+    if (ngx_http_dynamo_rl_resp_replay(reply, &conflict, &st, &rp) == NGX_OK) {
+        if (conflict > 1 || (conflict && st.len != 1)
+            || (!conflict && (st.len || rp.len)))
+        {
+            __builtin_trap();
+        }
+
+        fuzz_resp_touch(&st);
+        fuzz_resp_touch(&rp);
     }
 
     if (ngx_http_dynamo_rl_resp_noscript(reply) == NGX_OK
@@ -125,36 +142,84 @@ fuzz_resp_reply(redisReply *reply, uint64_t heartbeat)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    void         *reply;
+    size_t        pos, len, fed, count;
     uint64_t      heartbeat;
-    ngx_uint_t    n;
+    ngx_int_t     rc;
+    ngx_uint_t    n, cut;
+    redisReply   *reply;
     redisReader  *rd;
 
     /* the heartbeat comes from the size: the fleet's bands move with it */
 
     heartbeat = 1 + size * 97;
 
+    if (size == 0) {
+        return 0;
+    }
+
+    /*
+     * the last byte, still part of the stream, says how it is cut into
+     * reads (1 .. 256 bytes): the seeds stay whole replies
+     */
+
+    cut = (ngx_uint_t) data[size - 1] + 1;
+
     rd = ngx_http_dynamo_rl_resp_reader();
     if (rd == NULL) {
         return 0;
     }
 
-    if (redisReaderFeed(rd, (const char *) data, size) != REDIS_OK) {
-        redisReaderFree(rd);
-        return 0;
-    }
+    count = 0;
+    fed = 0;
+    n = 0;
 
-    for (n = 0; n < 64; n++) {
-        reply = NULL;
+    for (pos = 0; pos < size && n < 256; pos += len) {
+        len = ngx_min(cut, size - pos);
 
-        if (redisReaderGetReply(rd, &reply) != REDIS_OK || reply == NULL) {
+        if (ngx_http_dynamo_rl_resp_feed(rd, &count, (u_char *) data + pos,
+                                         len)
+            != NGX_OK)
+        {
             break;
         }
 
-        fuzz_resp_reply(reply, heartbeat);
+        fed += len;
 
-        freeReplyObject(reply);
+        for ( ;; ) {
+            rc = ngx_http_dynamo_rl_resp_read(rd, &count, &reply);
+
+            if (count > fed) {
+                __builtin_trap();
+            }
+
+            if (rc == NGX_DECLINED && count <= NGX_HTTP_DYNAMO_RL_RESP_MAX) {
+                __builtin_trap();
+            }
+
+            if (rc != NGX_OK) {
+                goto done;
+            }
+
+            if (reply == NULL) {
+                break;
+            }
+
+            fuzz_resp_reply(reply, heartbeat);
+
+            if (ngx_http_dynamo_rl_resp_batch(reply, 1 + n % 3) == NGX_OK
+                && (reply->type != REDIS_REPLY_ARRAY
+                    || reply->elements != 1 + n % 3))
+            {
+                __builtin_trap();
+            }
+
+            freeReplyObject(reply);
+
+            n++;
+        }
     }
+
+done:
 
     redisReaderFree(rd);
 

@@ -400,6 +400,27 @@ main(void)
     ok(gate(buf, 500, &gr) == NGX_OK && !gr.fleet.drained,
        "fleet: never drained while open");
 
+    /*
+     * closed 100 s ago: a replica alive then and silent since (cut off,
+     * its gate still open) stays lost; one gone before is forgotten
+     */
+
+    fleet[0] = '\0';
+    bulk(fleet, "A");
+    bulk(fleet, "5:0:999999900");
+    bulk(fleet, "G");
+    bulk(fleet, "4:0:999905000");        /* 95 s: alive at the close */
+    bulk(fleet, "H");
+    bulk(fleet, "4:0:999800000");        /* 200 s: gone before it */
+
+    gate_reply(buf, "ok", "closed", "5", fleet, 6);
+    memcpy(strstr(buf, ":999999000\r\n"), ":999900000", 10);
+
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.replicas == 1
+       && gr.fleet.lost_total == 1 && is(&gr.fleet.lost[0], "G")
+       && !gr.fleet.drained,
+       "fleet: alive at the close, silent since: lost, not drained");
+
     gate_reply(buf, "ok", "closed", "8", fleet, 6);
     ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.acked == 0
        && !gr.fleet.drained, "fleet: not drained before the acks");
@@ -516,6 +537,15 @@ main(void)
         ok(record(buf, &rec) == NGX_OK && rec.reason == i, name);
     }
 
+    ok(record("*10\r\n$1\r\nf\r\n" NIL NIL NIL NIL NIL NIL NIL
+              "$2\r\nrl\r\n" NIL, &rec) == NGX_OK
+       && rec.state == NGX_HTTP_DYNAMO_RL_FAILED
+       && rec.reason == NGX_HTTP_DYNAMO_RL_REPLICA_LOST,
+       "record: replica lost");
+    ok(record("*10\r\n$1\r\nr\r\n" NIL NIL NIL NIL NIL NIL "$1\r\nF\r\n"
+              NIL NIL, &rec) == NGX_OK
+       && !rec.found && rec.state == 0 && rec.replica.len == 0,
+       "record: a release's mark is no record");
     ok(record("*10\r\n$1\r\ns\r\n" NIL NIL NIL NIL NIL NIL NIL
               "$0\r\n\r\n" NIL, &rec) == NGX_OK
        && rec.state == NGX_HTTP_DYNAMO_RL_STREAMING && rec.reason == 0,
@@ -585,6 +615,192 @@ main(void)
 
         redisReaderFree(rd);
     }
+
+    /*
+     * the connection's bytes: replies cut anywhere, several in one read,
+     * sizes counted per reply; one larger than NGX_HTTP_DYNAMO_RL_RESP_MAX
+     * refused while it comes, whatever length it announced
+     */
+
+    {
+        void         *reply;
+        size_t        size, n, k;
+        ngx_int_t     rc;
+        ngx_uint_t    got, bad;
+        redisReader  *rd;
+        static char   stream[] = "*2\r\n$2\r\nok\r\n:7\r\n"
+                                 "+OK\r\n"
+                                 "*1\r\n*2\r\n$3\r\ndup\r\n$1\r\n0\r\n"
+                                 ":1\r\n";
+        static u_char chunk[65536];
+
+        for (n = 1; n <= 7; n++) {
+            rd = ngx_http_dynamo_rl_resp_reader();
+            size = 0;
+            got = 0;
+            bad = 0;
+
+            for (k = 0; k < sizeof(stream) - 1; k += n) {
+                if (ngx_http_dynamo_rl_resp_feed(rd, &size,
+                        (u_char *) stream + k,
+                        ngx_min(n, sizeof(stream) - 1 - k))
+                    != NGX_OK)
+                {
+                    bad++;
+                }
+
+                for ( ;; ) {
+                    rc = ngx_http_dynamo_rl_resp_read(rd, &size,
+                                                      (redisReply **) &reply);
+                    if (rc != NGX_OK) {
+                        bad++;
+                        break;
+                    }
+
+                    if (reply == NULL) {
+                        break;
+                    }
+
+                    got++;
+                    freeReplyObject(reply);
+                }
+            }
+
+            ok(got == 4 && bad == 0 && size == 0,
+               "stream: four replies, cut every few bytes, none left");
+
+            redisReaderFree(rd);
+        }
+
+        /* a bulk string of 2e9 bytes announced, sent 64 KB at a time */
+
+        rd = ngx_http_dynamo_rl_resp_reader();
+        size = 0;
+        rc = NGX_OK;
+        reply = NULL;
+
+        ngx_memset(chunk, 'x', sizeof(chunk));
+
+        (void) ngx_http_dynamo_rl_resp_feed(rd, &size,
+                                            (u_char *) "$2000000000\r\n", 13);
+
+        for (k = 0; k < 64 && rc == NGX_OK; k++) {
+            (void) ngx_http_dynamo_rl_resp_feed(rd, &size, chunk,
+                                                sizeof(chunk));
+            rc = ngx_http_dynamo_rl_resp_read(rd, &size,
+                                              (redisReply **) &reply);
+        }
+
+        ok(rc == NGX_DECLINED && reply == NULL
+           && k == NGX_HTTP_DYNAMO_RL_RESP_MAX / sizeof(chunk),
+           "stream: a huge bulk string refused past 1 MB");
+
+        redisReaderFree(rd);
+
+        /*
+         * a reply of exactly the bound (10 + 1048564 + 2 bytes), read
+         * after every feed, passes; the next reply's bytes count anew
+         */
+
+        rd = ngx_http_dynamo_rl_resp_reader();
+        size = 0;
+        rc = NGX_OK;
+        reply = NULL;
+
+        (void) ngx_http_dynamo_rl_resp_feed(rd, &size, (u_char *) "$1048564"
+                                            "\r\n", 10);
+
+        for (k = 0; k < 16 && rc == NGX_OK && reply == NULL; k++) {
+            (void) ngx_http_dynamo_rl_resp_feed(rd, &size, chunk,
+                                                k < 15 ? sizeof(chunk)
+                                                       : 1048564 - 15 * 65536);
+            rc = ngx_http_dynamo_rl_resp_read(rd, &size,
+                                              (redisReply **) &reply);
+        }
+
+        if (rc == NGX_OK && reply == NULL) {
+            (void) ngx_http_dynamo_rl_resp_feed(rd, &size,
+                                                (u_char *) "\r\n:5\r", 5);
+            rc = ngx_http_dynamo_rl_resp_read(rd, &size,
+                                              (redisReply **) &reply);
+        }
+
+        ok(rc == NGX_OK && reply != NULL
+           && ((redisReply *) reply)->len == 1048564 && size == 3,
+           "stream: a reply of 1 MB whole, the next one's bytes counted");
+
+        if (reply != NULL) {
+            freeReplyObject(reply);
+        }
+
+        redisReaderFree(rd);
+
+        /* bytes that are not RESP */
+
+        rd = ngx_http_dynamo_rl_resp_reader();
+        size = 0;
+
+        (void) ngx_http_dynamo_rl_resp_feed(rd, &size,
+                                            (u_char *) "&garbage\r\n", 10);
+
+        ok(ngx_http_dynamo_rl_resp_read(rd, &size, (redisReply **) &reply)
+           == NGX_ERROR, "stream: not RESP");
+
+        redisReaderFree(rd);
+    }
+
+    /* replay: one member's element */
+
+    {
+        ngx_str_t   st, rp;
+        ngx_uint_t  conflict;
+
+        ok(decoded("*1\r\n$2\r\nok\r\n")
+           && ngx_http_dynamo_rl_resp_replay(last, &conflict, &st, &rp)
+              == NGX_OK && !conflict && st.len == 0,
+           "replay: ok");
+        ok(decoded("*3\r\n$8\r\nconflict\r\n$1\r\nu\r\n$1\r\nB\r\n")
+           && ngx_http_dynamo_rl_resp_replay(last, &conflict, &st, &rp)
+              == NGX_OK && conflict && is(&st, "u") && is(&rp, "B"),
+           "replay: a conflict, its state and replica");
+        ok(decoded("*2\r\n$2\r\nok\r\n:1\r\n")
+           && ngx_http_dynamo_rl_resp_replay(last, &conflict, &st, &rp)
+              == NGX_ERROR, "replay: ok with more");
+        ok(decoded("*3\r\n$8\r\nconflict\r\n$2\r\nuu\r\n$1\r\nB\r\n")
+           && ngx_http_dynamo_rl_resp_replay(last, &conflict, &st, &rp)
+              == NGX_ERROR, "replay: a state of two letters");
+        ok(decoded("*2\r\n$8\r\nconflict\r\n$1\r\nu\r\n")
+           && ngx_http_dynamo_rl_resp_replay(last, &conflict, &st, &rp)
+              == NGX_ERROR, "replay: a conflict without its replica");
+        ok(decoded(":1\r\n")
+           && ngx_http_dynamo_rl_resp_replay(last, &conflict, &st, &rp)
+              == NGX_ERROR, "replay: an integer");
+        ok(ngx_http_dynamo_rl_resp_replay(NULL, &conflict, &st, &rp)
+           == NGX_ERROR, "replay: no reply");
+    }
+
+    /* a batch's reply: one element per member, else an answer to none */
+
+    ok(decoded("*2\r\n*2\r\n$2\r\nok\r\n:0\r\n*1\r\n$6\r\nnogate\r\n")
+       && ngx_http_dynamo_rl_resp_batch(last, 2) == NGX_OK,
+       "batch: two members, two elements");
+    ok(decoded("*2\r\n$2\r\nok\r\n:0\r\n")
+       && ngx_http_dynamo_rl_resp_batch(last, 1) == NGX_ERROR,
+       "batch: one member answered [ok, 0], not [[ok, 0]]");
+    ok(decoded("*1\r\n*2\r\n$2\r\nok\r\n:0\r\n")
+       && ngx_http_dynamo_rl_resp_batch(last, 2) == NGX_ERROR,
+       "batch: two members, one element");
+    ok(decoded("*3\r\n:1\r\n:1\r\n:1\r\n")
+       && ngx_http_dynamo_rl_resp_batch(last, 2) == NGX_ERROR,
+       "batch: two members, three elements");
+    ok(decoded("$2\r\nok\r\n")
+       && ngx_http_dynamo_rl_resp_batch(last, 1) == NGX_ERROR,
+       "batch: a string");
+    ok(decoded("-OOM command not allowed\r\n")
+       && ngx_http_dynamo_rl_resp_batch(last, 3) == NGX_DECLINED,
+       "batch: an error reply goes to each member");
+    ok(ngx_http_dynamo_rl_resp_batch(NULL, 1) == NGX_ERROR,
+       "batch: no reply");
 
     /* NOSCRIPT */
 

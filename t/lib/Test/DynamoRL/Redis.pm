@@ -12,6 +12,9 @@ package Test::DynamoRL::Redis;
 #
 #     my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
 #
+# (args => [ '--appendonly', 'yes' ] in new(): more redis-server options,
+# after the defaults, which they override)
+#
 #     $redis->url()         "redis://127.0.0.1:<port>"
 #     $redis->port(), pid() the port, the pid of redis-server
 #     $redis->start()       starts redis-server in <testdir>/redis-<n>
@@ -98,6 +101,16 @@ package Test::DynamoRL::Redis;
 #       instead of its reply;
 #     - an EVALSHA with "fault-noscript-<x>": not passed on, answered
 #       -NOSCRIPT after 0.6 s (past a timeout of 250ms);
+#     - "fault-huge-<x>": passed on, and "$2000000000" sent instead of
+#       its reply, then its bytes 64 KB every 5 ms, up to 64 MB;
+#     - "fault-drip-<x>": passed on, its reply sent a byte every 0.5 s;
+#     - "fault-late-<x>": held back, the connection closed at once, then
+#       passed on 1.5 s later (a claim that reaches Redis after the
+#       release sent on the next connection), its reply dropped, and the
+#       file <dir>/late-<x> written;
+#     - "fault-shape-<x>": passed on, and of a reply that is an array of
+#       one element, the element sent alone (a batch of one claim
+#       answered [ok, epoch] instead of [[ok, epoch]]);
 #
 # each of them once per id (a file <dir>/fired-<id>).  While the file
 # <dir>/mode holds "silent", it accepts connections and never answers,
@@ -141,6 +154,7 @@ sub new {
 		t => $t,
 		port => Test::DynamoRL::port($o{port} // 8379),
 		dir => $t->testdir() . "/redis-$n",
+		args => $o{args} // [],
 		owner => $$,
 	}, $class;
 
@@ -184,7 +198,8 @@ sub start {
 	my @cmd = ($BINARY, '--port', $self->{port}, '--bind', '127.0.0.1',
 		'--save', '', '--appendonly', 'no', '--dir', $d,
 		'--daemonize', 'no', '--pidfile', "$d/redis.pid",
-		'--logfile', "$d/redis.log", '--enable-debug-command', 'local');
+		'--logfile', "$d/redis.log", '--enable-debug-command', 'local',
+		@{$self->{args}});
 
 	my $pid = fork() // die "cannot fork: $!\n";
 
@@ -768,6 +783,16 @@ sub _proxy_conn {
 
 			my $fault = _fault($dir, $cmd);
 
+			if (defined $fault && $fault eq 'late') {
+				close $c;
+				select(undef, undef, undef, 1.5);
+				_write($r, resp_encode(@$cmd));
+				_read_reply($r, \(my $late = ''), 30);
+				my ($id) = map { /(fault-late-[\w.-]+)/ } @$cmd;
+				open my $fh, '>', "$dir/late-$id";
+				return;
+			}
+
 			if (defined $fault && $fault eq 'noscript') {
 
 				# the store lost its scripts, and says so after
@@ -784,6 +809,17 @@ sub _proxy_conn {
 
 			if (!defined $fault) {
 				_write($c, $raw);
+				next;
+			}
+
+			if ($fault eq 'shape') {
+				$raw =~ s/^\*1\r\n//;
+				_write($c, $raw);
+				next;
+			}
+
+			if ($fault eq 'drip' || $fault eq 'huge') {
+				_drip($c, $fault, $raw) or return;
 				next;
 			}
 
@@ -814,7 +850,8 @@ sub _fault {
 
 	for my $arg (@$cmd) {
 		my ($id, $kind) = $arg
-			=~ /(fault-(stall|close|garbage|noscript)-[\w.-]+)/
+			=~ /(fault-(stall|close|garbage|noscript|huge|drip|shape|late)
+				-[\w.-]+)/x
 			or next;
 
 		next if $kind eq 'noscript' && uc $cmd->[0] ne 'EVALSHA';
@@ -826,6 +863,46 @@ sub _fault {
 	}
 
 	return undef;
+}
+
+# a reply sent slowly: false once the client is gone
+
+sub _drip {
+	my ($c, $fault, $raw) = @_;
+
+	local $SIG{PIPE} = 'IGNORE';
+
+	if ($fault eq 'drip') {
+		for my $byte (split //, $raw) {
+			syswrite($c, $byte) or return 0;
+			select(undef, undef, undef, 0.5);
+		}
+
+		return 1;
+	}
+
+	syswrite($c, "\$2000000000\r\n") or return 0;
+
+	my $chunk = 'x' x 65536;
+
+	for (1 .. 1024) {
+		return 0 unless defined _write_all($c, $chunk);
+		select(undef, undef, undef, 0.005);
+	}
+
+	return 0;
+}
+
+sub _write_all {
+	my ($s, $data) = @_;
+
+	while (length $data) {
+		my $n = syswrite($s, $data);
+		return undef unless $n;
+		substr($data, 0, $n, '');
+	}
+
+	return 1;
 }
 
 sub _proxy_log {

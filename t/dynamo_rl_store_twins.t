@@ -1,0 +1,171 @@
+#!/usr/bin/perl
+
+# (C) ngx_dynamo_rl_module developers
+
+# Two replicas with one name (issue 24, item 9): "replica=" defaults to
+# the host name, and two containers on host networking share it; each in
+# its own pid namespace, their masters both have pid 1 and their worker
+# processes pid 2.  A1 and A2, both "A", on Debian's redis-server:
+#
+# - an attempt streaming through A1, its id sent to A2 as A2's first
+#   connection (the same worker pid and connection number as A1's): 409,
+#   forwarded once (an owner includes the identity its worker process
+#   drew as it started);
+# - the gate closed while A1 streams: the fleet counts two replicas and
+#   is never "drained" while the stream runs (each instance reports in a
+#   field of its own, not "A/1" for both).
+
+###############################################################################
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use JSON::PP;
+use POSIX qw/ WNOHANG /;
+
+use lib 't/lib';
+use Test::DynamoRL;
+use Test::DynamoRL::Fixture qw/ forwarded read_until start time_limit /;
+use Test::DynamoRL::Redis qw/ gate gate_post gen replica_conf store_key
+	wait_state /;
+
+###############################################################################
+
+time_limit(Test::DynamoRL::scale(120));
+
+system('unshare --pid --fork true >/dev/null 2>&1') == 0
+	or plan(skip_all => 'no pid namespaces here (unshare --pid)');
+
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(7 + 2);
+my $t2 = Test::DynamoRL->new()->check_at_end();
+
+my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
+
+my $STORE = 'redis://127.0.0.1:8379';
+my $PARAMS = 'heartbeat=250ms gate_poll=100ms gate_stale=2s';
+
+my %A1 = (name => 'A', listen => 8080, api => 8070);
+my %A2 = (name => 'A', listen => 8280, api => 8270);
+
+$t->write_file_expand('nginx.conf', replica_conf(%A1,
+	store => $STORE, params => $PARAMS));
+$t->run_fake_dynamo();
+
+$t2->write_file_expand('nginx.conf', replica_conf(%A2,
+	store => $STORE, params => $PARAMS));
+
+my (%NS, %clients);
+
+END {
+	local $?;
+	ns_kill($_) for keys %NS;
+}
+
+###############################################################################
+
+my $CHAT = '{"messages":[{"role":"user","content":"hi"}],"stream":true}';
+
+ns_start($t);
+ns_start($t2);
+
+my $s = start('POST', '/v1/chat/completions', port => $A1{listen},
+	body => $CHAT, headers => [ 'X-Dynamo-Attempt-Id' => 'twin-1',
+		'x-fake-scenario' => 'slow', 'x-fake-events' => 600,
+		'x-fake-interval-ms' => 100 ]);
+
+like(read_until($s, qr/data: \{/, 10), qr/^HTTP\/1\.1 200 /, 'A1 streams');
+
+is(gen(\%A2, 'twin-1')->{status}, 409, 'the same id through A2: 409');
+is(forwarded($t, 'twin-1'), 1, 'forwarded once');
+
+# the gate closed while A1 streams: never drained
+
+my $g = gate_post(\%A2, { action => 'close', reason => 'twins' });
+is($g->{status}, 200, 'closed through A2');
+
+my ($drained, $two) = (0, 0);
+
+Test::DynamoRL::wait_for(sub {
+	my $f = gate(\%A2)->{fleet} // {};
+	$drained++ if $f->{drained} && $f->{drained} ne 'false';
+	$two++ if ($f->{replicas} // 0) == 2;
+	return 0;
+}, 3, 0.05);
+
+is($drained, 0, 'closed: never drained while A1 streams');
+cmp_ok($two, '>', 0, 'closed: two replicas in the fleet');
+
+close $s;
+
+ok(Test::DynamoRL::wait_for(sub {
+	my $f = gate(\%A2)->{fleet} // {};
+	return $f->{drained} && $f->{drained} ne 'false';
+}, 10), 'closed: drained once the stream ended');
+
+###############################################################################
+
+sub ns_start {
+	my ($tt) = @_;
+
+	my $d = $tt->testdir();
+
+	my @env = ();
+
+	if ($ENV{TEST_NGINX_PRELOAD}) {
+		mkdir("$d/sanitizer") and chmod(01777, "$d/sanitizer");
+		push @env, "LD_PRELOAD=$ENV{TEST_NGINX_PRELOAD}",
+			'ASAN_OPTIONS=' . join(':', grep { length }
+				$ENV{ASAN_OPTIONS} // '',
+				"log_path=$d/sanitizer/asan");
+	}
+
+	my $pid = fork() // die "cannot fork: $!\n";
+
+	if ($pid == 0) {
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>>', "$d/stderr";
+		open STDERR, '>>', "$d/stderr";
+
+		my @cmd = ('unshare', '--pid', '--fork', '--kill-child',
+			'env', @env,
+			$ENV{TEST_NGINX_BINARY} // '/usr/sbin/nginx',
+			'-p', "$d/", '-c', 'nginx.conf', '-e', 'error.log',
+			'-g', 'daemon off;');
+
+		{ exec @cmd; }
+		POSIX::_exit(127);
+	}
+
+	$NS{$pid} = 1;
+
+	# ready once its worker process's connection to the store ran a
+	# script (a gate read): no connection to nginx before the test's
+
+	Test::DynamoRL::wait_for(sub {
+		die "nginx exited\n" if waitpid($pid, WNOHANG) == $pid;
+		my @c = grep { /\bcmd=evalsha\b/ && !$clients{(/\bid=(\d+)/)[0]} }
+			split /\n/, $redis->cmd('CLIENT', 'LIST');
+		return 0 unless @c;
+		$clients{(/\bid=(\d+)/)[0]} = 1 for @c;
+		return 1;
+	}, 10) or die "nginx does not use the store\n";
+}
+
+sub ns_kill {
+	my ($pid) = @_;
+
+	open my $fh, '<', "/proc/$pid/task/$pid/children";
+	my ($master) = ($fh ? <$fh> // '' : '') =~ /(\d+)/;
+
+	kill 'KILL', $master if $master;
+	kill 'KILL', $pid unless $master;
+
+	Test::DynamoRL::wait_for(sub { waitpid($pid, WNOHANG) == $pid }, 10)
+		or do { kill 'KILL', $pid; waitpid($pid, 0) };
+
+	delete $NS{$pid};
+}
+
+###############################################################################
