@@ -71,7 +71,8 @@
 #define NGX_HTTP_DYNAMO_RL_IN_STREAM_ERROR      8
 #define NGX_HTTP_DYNAMO_RL_ABORTED              9
 #define NGX_HTTP_DYNAMO_RL_UNDELIVERED          10
-#define NGX_HTTP_DYNAMO_RL_REPLICA_LOST         11  /* the store's records only */
+/* the store's records only */
+#define NGX_HTTP_DYNAMO_RL_REPLICA_LOST         11
 #define NGX_HTTP_DYNAMO_RL_ATTEMPT_REASONS      12
 
 typedef struct {

@@ -199,9 +199,10 @@ static u_char  ngx_http_dynamo_rl_lua_move[] =
 /*
  * end: the terminal moves of a turn, one script for them all; KEYS the
  * prefix of the processes' record lists ("{P}:p:"), then the records;
- * ARGV, 8 for each: owner, to, ttl, code, sse, b, t1, rs ("" or
- * a reason's code, "nf" for not_forwarded); a record that is gone, not ours or already ended is left as it
- * is; the reply is the number of records moved; an owner ending in "*"
+ * ARGV, 8 for each: owner, to, ttl, code, sse, b, t1, rs ("" or a
+ * reason's code, "nf" for not_forwarded); a record that is gone, not ours
+ * or already ended is left as it is; the reply is the number of records
+ * moved; an owner ending in "*"
  * names every owner it begins: a worker process that settles the records
  * of one that died knows its identity, not its requests
  */
