@@ -51,8 +51,9 @@ typedef struct {
     /*
      * the discovery sources, each dynamo_rl_discovery URI once, and the
      * largest max_size of the locations that store each one's snapshot;
-     * "orphan_max": of discovery-plane locations that name no source,
-     * which store into the only source when there is one
+     * "orphan_max": of discovery-plane locations that name no source in
+     * their own block, which store into a snapshot of their own when the
+     * configuration has no source, and into none otherwise
      */
     ngx_uint_t                      nsources;
     ngx_str_t                       sources[NGX_HTTP_DYNAMO_RL_SOURCES];
@@ -120,6 +121,7 @@ typedef struct {
 
     ngx_str_t                       discovery;
     ngx_uint_t                      source;     /* 1 + its index, 0: none */
+    ngx_flag_t                      source_named;   /* in its own block */
     ngx_msec_t                      discovery_valid;
     size_t                          discovery_max_size;
 

@@ -47,6 +47,9 @@ static ngx_int_t ngx_http_dynamo_rl_build(ngx_http_request_t *r, u_char *doc,
     ngx_str_t *reason);
 static ngx_int_t ngx_http_dynamo_rl_source_of(ngx_http_dynamo_rl_zone_t *zone,
     ngx_http_dynamo_rl_loc_conf_t *drlcf, ngx_uint_t *source);
+static ngx_int_t ngx_http_dynamo_rl_store_source(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_loc_conf_t *drlcf,
+    ngx_uint_t *source);
 static ngx_int_t ngx_http_dynamo_rl_snapshot_store(ngx_log_t *log,
     ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_snap_t *sh,
     u_char *doc, size_t len, ngx_uint_t source,
@@ -141,6 +144,10 @@ ngx_http_dynamo_rl_discovery(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     drlcf->source = i + 1;
+
+    /* a discovery-plane location stores only into a source named here */
+
+    drlcf->source_named = 1;
 
     for (i = 2; i < cf->args->nelts; i++) {
 
@@ -1400,6 +1407,38 @@ ngx_http_dynamo_rl_source_of(ngx_http_dynamo_rl_zone_t *zone,
 
 
 /*
+ * the source whose snapshot a discovery-plane answer refreshes: only one
+ * that the location names in its own block, where the operator sets its
+ * proxy_pass too; one inherited from the server (or the configuration's
+ * only source) may be another listener's or another file's, whose workers
+ * its admin location would then allow.  A configuration without sources
+ * keeps the answers in a snapshot of their own, which only the status page
+ * and the metrics read
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_source(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_loc_conf_t *drlcf,
+    ngx_uint_t *source)
+{
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    if (drlcf->source_named) {
+        return ngx_http_dynamo_rl_source_of(zone, drlcf, source);
+    }
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    if (drmcf->nsources == 0 && zone->nsources == 1) {
+        *source = 0;
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
  * proxy_pass with variables takes a host that names an upstream{} block
  * for that group, without a resolver: a system_url must never do so (the
  * admin plane logs the refusal, the discovery plane's rewrite does not)
@@ -1802,7 +1841,8 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     if (drmcf->shm_zone != NULL) {
         zone = drmcf->shm_zone->data;
 
-        if (ngx_http_dynamo_rl_source_of(zone, drlcf, &source) == NGX_OK
+        if (ngx_http_dynamo_rl_store_source(r, zone, drlcf, &source)
+               == NGX_OK
             && ngx_http_dynamo_rl_snapshot_store(
                    r->connection->log, zone,
                    &zone->sh->snaps[zone->slot[source]], ctx->doc,

@@ -1841,6 +1841,7 @@ $extra
 
         location = /v1/rl/workers {
             dynamo_rl_plane discovery;
+            dynamo_rl_discovery /_rl_fast;
             proxy_pass http://fast_listener;
         }
 
