@@ -315,6 +315,9 @@ ngx_int_t ngx_http_dynamo_rl_read_only(ngx_http_request_t *r);
 ngx_int_t ngx_http_dynamo_rl_cross_origin(ngx_http_request_t *r);
 ngx_int_t ngx_http_dynamo_rl_header_is(ngx_table_elt_t *h,
     ngx_str_t *name);
+void ngx_http_dynamo_rl_clear_urls(ngx_http_request_t *r);
+void ngx_http_dynamo_rl_headers_drop(ngx_http_request_t *r,
+    ngx_str_t *names);
 void *ngx_http_dynamo_rl_list_first(ngx_list_t *list,
     ngx_http_dynamo_rl_list_iter_t *it);
 void *ngx_http_dynamo_rl_list_next(ngx_http_dynamo_rl_list_iter_t *it);

@@ -1564,6 +1564,10 @@ ngx_http_dynamo_rl_discovery_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
+    /* a listener's redirect, on the 502 that replaces it: no URL */
+
+    ngx_http_dynamo_rl_clear_urls(r);
+
     rc = ngx_http_dynamo_rl_discovery_upstream(r, ctx);
 
     if (rc != NGX_OK) {
