@@ -72,6 +72,7 @@ static ngx_int_t ngx_http_dynamo_rl_discovery_append(ngx_http_request_t *r,
 static void ngx_http_dynamo_rl_discovery_discard(ngx_buf_t *b);
 static ngx_int_t ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
+static void ngx_http_dynamo_rl_discovery_rewritten(ngx_http_request_t *r);
 static ngx_uint_t ngx_http_dynamo_rl_admin_eligible(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_index_t *index,
     ngx_http_dynamo_rl_worker_t *w);
@@ -1586,12 +1587,18 @@ ngx_http_dynamo_rl_discovery_header_filter(ngx_http_request_t *r)
         if (r->headers_out.status == NGX_HTTP_OK) {
             ngx_str_set(&ctx->outcome, "ok");
 
-            /* the rewritten answer's length is not the listener's */
+            /*
+             * the answer to GET may be rewritten (admin_url, a scope):
+             * its length and validators would not be the listener's
+             */
 
             drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
 
-            if (drlcf->admin_url != NULL) {
+            if (drlcf->admin_url != NULL
+                || ngx_http_dynamo_rl_scope_any(r, ctx) != NGX_OK)
+            {
                 ngx_http_clear_content_length(r);
+                ngx_http_dynamo_rl_discovery_rewritten(r);
             }
 
         } else {
@@ -1981,6 +1988,8 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
         p = ngx_cpymem(p, q, ctx->doc + ctx->doc_len - q);
 
         len = p - out;
+
+        ngx_http_dynamo_rl_discovery_rewritten(r);
     }
 
     if (!installed) {
@@ -1990,6 +1999,35 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     ngx_str_set(&ctx->outcome, "ok");
 
     return ngx_http_dynamo_rl_discovery_output(r, NGX_HTTP_OK, out, len);
+}
+
+
+/*
+ * the listener's validators, ranges and digests describe its bytes, not
+ * those of an answer rewritten from them: a client's cache or conditional
+ * request (nginx's own not_modified filter included) must not match one
+ * against the other
+ */
+
+static void
+ngx_http_dynamo_rl_discovery_rewritten(ngx_http_request_t *r)
+{
+    static ngx_str_t  names[] = {
+        ngx_string("ETag"),
+        ngx_string("Last-Modified"),
+        ngx_string("Accept-Ranges"),
+        ngx_string("Content-MD5"),
+        ngx_string("Digest"),
+        ngx_string("Content-Digest"),
+        ngx_string("Repr-Digest"),
+        ngx_null_string
+    };
+
+    ngx_http_clear_etag(r);
+    ngx_http_clear_last_modified(r);
+    ngx_http_clear_accept_ranges(r);
+
+    ngx_http_dynamo_rl_headers_drop(r, names);
 }
 
 
