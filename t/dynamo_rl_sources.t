@@ -32,7 +32,7 @@ use Test::DynamoRL::Fixture qw/ doc err_since rl_test worker /;
 
 ###############################################################################
 
-my $t = rl_test(Test::DynamoRL::scale(180), 57, <<'EOF');
+my $t = rl_test(Test::DynamoRL::scale(180), 59, <<'EOF');
 
 %%RL_MAIN workers=1%%
 
@@ -509,6 +509,16 @@ $mixed =~ s!\@SGLANG_WORKERS\@!$top/examples/sglang-workers.json!g;
 is($rc, 0, 'examples/dynamo-rl-mixed.conf: nginx -t') or diag($out);
 unlike($out, qr/does not name its source/,
 	'examples/dynamo-rl-mixed.conf: its discovery location names its source');
+
+# and the shipped gateway's: its discovery location refreshes the snapshot
+
+my $main = Test::DynamoRL::Fixture::example_conf($t, 'dynamo-rl.conf');
+$main =~ s!\@FRONTEND\@!127.0.0.1:8081!g;
+
+($rc, $out) = $t->nginx_t($main);
+is($rc, 0, 'examples/dynamo-rl.conf: nginx -t') or diag($out);
+unlike($out, qr/does not name its source/,
+	'examples/dynamo-rl.conf: its discovery location names its source');
 
 my $set = eval { $JS->decode(Test::DynamoRL::Fixture::slurp(
 	"$top/examples/sglang-workers.json")) } // {};
