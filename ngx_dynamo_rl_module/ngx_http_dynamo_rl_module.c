@@ -1086,12 +1086,19 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY
         && !conf->source_named && drmcf->nsources && !clcf->lmt_excpt)
     {
-        ngx_log_error(NGX_LOG_WARN, cf->log, 0,
-                      "the discovery-plane location \"%V\"%s does not name "
-                      "its source in its own block: its answers refresh no "
-                      "snapshot; add \"dynamo_rl_discovery\" to it",
-                      &clcf->name,
-                      clcf->noname ? " (an \"if\" block in it)" : "");
+        if (clcf->noname) {
+            ngx_log_error(NGX_LOG_WARN, cf->log, 0,
+                          "an \"if\" block in the discovery-plane location "
+                          "\"%V\" may proxy elsewhere: its answers refresh "
+                          "no snapshot", &clcf->name);
+
+        } else {
+            ngx_log_error(NGX_LOG_WARN, cf->log, 0,
+                          "the discovery-plane location \"%V\" does not "
+                          "name its source in its own block: its answers "
+                          "refresh no snapshot; add \"dynamo_rl_discovery\" "
+                          "to it", &clcf->name);
+        }
     }
 
     if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_ADMIN) {

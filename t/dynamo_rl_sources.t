@@ -32,7 +32,7 @@ use Test::DynamoRL::Fixture qw/ doc err_since rl_test worker /;
 
 ###############################################################################
 
-my $t = rl_test(Test::DynamoRL::scale(180), 59, <<'EOF');
+my $t = rl_test(Test::DynamoRL::scale(180), 60, <<'EOF');
 
 %%RL_MAIN workers=1%%
 
@@ -478,6 +478,7 @@ http {
             dynamo_rl_discovery /_a;
             proxy_pass http://127.0.0.1:8082/v1/rl/workers;
             limit_except GET { deny all; }
+            if ($arg_x) { proxy_pass http://127.0.0.1:8084; }
         }
         location /a/ {
             dynamo_rl_plane admin;
@@ -498,6 +499,8 @@ is($rc, 0, 'nginx -t: discovery locations that name no source of their own');
 is(join(' ', $out =~ /\[warn\] the discovery-plane location "([^"]*)" does not name its source/g),
 	'/c/workers /v1/rl/workers', 'nginx -t: a warning for each')
 	or diag($out);
+like($out, qr!\[warn\] an "if" block in the discovery-plane location "/d/workers" may proxy elsewhere: its answers refresh no snapshot!,
+	'nginx -t: and for an "if" block in a location that names it');
 
 # the example of a mixed fleet, and its fixed worker set
 
