@@ -2004,9 +2004,8 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
 
 /*
  * the listener's validators, ranges and digests describe its bytes, not
- * those of an answer rewritten from them: a client's cache or conditional
- * request (nginx's own not_modified filter included) must not match one
- * against the other
+ * those of an answer rewritten from them: a client's cache must not
+ * revalidate or check one against the other
  */
 
 static void
