@@ -375,6 +375,10 @@ ngx_http_dynamo_rl_admin_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
+    /* a worker's redirect names its own address: never passed on */
+
+    ngx_http_dynamo_rl_clear_urls(r);
+
     if (r->headers_out.status == NGX_HTTP_SWITCHING_PROTOCOLS) {
 
         /*

@@ -729,6 +729,58 @@ ngx_http_dynamo_rl_header_is(ngx_table_elt_t *h, ngx_str_t *name)
 
 
 /*
+ * an upstream's headers that carry a URL, as a worker's own redirect
+ * does: with proxy_pass of variables proxy_redirect cannot rewrite them,
+ * and a client would follow them around the boundary; neither plane of
+ * the trusted side passes them on
+ */
+
+void
+ngx_http_dynamo_rl_clear_urls(ngx_http_request_t *r)
+{
+    static ngx_str_t  names[] = {
+        ngx_string("Location"),
+        ngx_string("Content-Location"),
+        ngx_string("Refresh"),
+        ngx_string("Link"),
+        ngx_null_string
+    };
+
+    ngx_http_clear_location(r);
+
+    if (r->headers_out.refresh != NULL) {
+        r->headers_out.refresh->hash = 0;
+        r->headers_out.refresh = NULL;
+    }
+
+    ngx_http_dynamo_rl_headers_drop(r, names);
+}
+
+
+/* the response headers of the names given, whatever their letter case */
+
+void
+ngx_http_dynamo_rl_headers_drop(ngx_http_request_t *r, ngx_str_t *names)
+{
+    ngx_str_t                       *name;
+    ngx_table_elt_t                 *h;
+    ngx_http_dynamo_rl_list_iter_t   it;
+
+    for (h = ngx_http_dynamo_rl_list_first(&r->headers_out.headers, &it);
+         h != NULL;
+         h = ngx_http_dynamo_rl_list_next(&it))
+    {
+        for (name = names; name->len; name++) {
+            if (ngx_http_dynamo_rl_header_is(h, name) == NGX_OK) {
+                h->hash = 0;
+                break;
+            }
+        }
+    }
+}
+
+
+/*
  * the walk of an ngx_list_t that core writes out at every use: the first
  * element, then the next one, NULL after the last
  */

@@ -51,8 +51,9 @@ typedef struct {
     /*
      * the discovery sources, each dynamo_rl_discovery URI once, and the
      * largest max_size of the locations that store each one's snapshot;
-     * "orphan_max": of discovery-plane locations that name no source,
-     * which store into the only source when there is one
+     * "orphan_max": of discovery-plane locations that name no source in
+     * their own block, which store into a snapshot of their own when the
+     * configuration has no source, and into none otherwise
      */
     ngx_uint_t                      nsources;
     ngx_str_t                       sources[NGX_HTTP_DYNAMO_RL_SOURCES];
@@ -123,6 +124,7 @@ typedef struct {
 
     ngx_str_t                       discovery;
     ngx_uint_t                      source;     /* 1 + its index, 0: none */
+    ngx_flag_t                      source_named;   /* in its own block */
     ngx_msec_t                      discovery_valid;
     size_t                          discovery_max_size;
 
@@ -327,6 +329,9 @@ ngx_int_t ngx_http_dynamo_rl_read_only(ngx_http_request_t *r);
 ngx_int_t ngx_http_dynamo_rl_cross_origin(ngx_http_request_t *r);
 ngx_int_t ngx_http_dynamo_rl_header_is(ngx_table_elt_t *h,
     ngx_str_t *name);
+void ngx_http_dynamo_rl_clear_urls(ngx_http_request_t *r);
+void ngx_http_dynamo_rl_headers_drop(ngx_http_request_t *r,
+    ngx_str_t *names);
 void *ngx_http_dynamo_rl_list_first(ngx_list_t *list,
     ngx_http_dynamo_rl_list_iter_t *it);
 void *ngx_http_dynamo_rl_list_next(ngx_http_dynamo_rl_list_iter_t *it);

@@ -47,6 +47,9 @@ static ngx_int_t ngx_http_dynamo_rl_build(ngx_http_request_t *r, u_char *doc,
     ngx_str_t *reason);
 static ngx_int_t ngx_http_dynamo_rl_source_of(ngx_http_dynamo_rl_zone_t *zone,
     ngx_http_dynamo_rl_loc_conf_t *drlcf, ngx_uint_t *source);
+static ngx_int_t ngx_http_dynamo_rl_store_source(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_loc_conf_t *drlcf,
+    ngx_uint_t *source);
 static ngx_int_t ngx_http_dynamo_rl_snapshot_store(ngx_log_t *log,
     ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_snap_t *sh,
     u_char *doc, size_t len, ngx_uint_t source,
@@ -69,6 +72,7 @@ static ngx_int_t ngx_http_dynamo_rl_discovery_append(ngx_http_request_t *r,
 static void ngx_http_dynamo_rl_discovery_discard(ngx_buf_t *b);
 static ngx_int_t ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx);
+static void ngx_http_dynamo_rl_discovery_rewritten(ngx_http_request_t *r);
 static ngx_uint_t ngx_http_dynamo_rl_admin_eligible(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_index_t *index,
     ngx_http_dynamo_rl_worker_t *w);
@@ -141,6 +145,10 @@ ngx_http_dynamo_rl_discovery(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     drlcf->source = i + 1;
+
+    /* a discovery-plane location stores only into a source named here */
+
+    drlcf->source_named = 1;
 
     for (i = 2; i < cf->args->nelts; i++) {
 
@@ -1400,6 +1408,38 @@ ngx_http_dynamo_rl_source_of(ngx_http_dynamo_rl_zone_t *zone,
 
 
 /*
+ * the source whose snapshot a discovery-plane answer refreshes: only one
+ * that the location names in its own block, where the operator sets its
+ * proxy_pass too; one inherited from the server (or the configuration's
+ * only source) may be another listener's or another file's, whose workers
+ * its admin location would then allow.  A configuration without sources
+ * keeps the answers in a snapshot of their own, which only the status page
+ * and the metrics read
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_source(ngx_http_request_t *r,
+    ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_loc_conf_t *drlcf,
+    ngx_uint_t *source)
+{
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    if (drlcf->source_named) {
+        return ngx_http_dynamo_rl_source_of(zone, drlcf, source);
+    }
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    if (drmcf->nsources == 0 && zone->nsources == 1) {
+        *source = 0;
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
  * proxy_pass with variables takes a host that names an upstream{} block
  * for that group, without a resolver: a system_url must never do so (the
  * admin plane logs the refusal, the discovery plane's rewrite does not)
@@ -1525,6 +1565,10 @@ ngx_http_dynamo_rl_discovery_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
+    /* a listener's redirect, on the 502 that replaces it: no URL */
+
+    ngx_http_dynamo_rl_clear_urls(r);
+
     rc = ngx_http_dynamo_rl_discovery_upstream(r, ctx);
 
     if (rc != NGX_OK) {
@@ -1543,12 +1587,18 @@ ngx_http_dynamo_rl_discovery_header_filter(ngx_http_request_t *r)
         if (r->headers_out.status == NGX_HTTP_OK) {
             ngx_str_set(&ctx->outcome, "ok");
 
-            /* the rewritten answer's length is not the listener's */
+            /*
+             * the answer to GET may be rewritten (admin_url, a scope):
+             * its length and validators would not be the listener's
+             */
 
             drlcf = ngx_http_get_module_loc_conf(r, ngx_http_dynamo_rl_module);
 
-            if (drlcf->admin_url != NULL) {
+            if (drlcf->admin_url != NULL
+                || ngx_http_dynamo_rl_scope_any(r, ctx) != NGX_OK)
+            {
                 ngx_http_clear_content_length(r);
+                ngx_http_dynamo_rl_discovery_rewritten(r);
             }
 
         } else {
@@ -1802,7 +1852,8 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     if (drmcf->shm_zone != NULL) {
         zone = drmcf->shm_zone->data;
 
-        if (ngx_http_dynamo_rl_source_of(zone, drlcf, &source) == NGX_OK
+        if (ngx_http_dynamo_rl_store_source(r, zone, drlcf, &source)
+               == NGX_OK
             && ngx_http_dynamo_rl_snapshot_store(
                    r->connection->log, zone,
                    &zone->sh->snaps[zone->slot[source]], ctx->doc,
@@ -1937,6 +1988,8 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
         p = ngx_cpymem(p, q, ctx->doc + ctx->doc_len - q);
 
         len = p - out;
+
+        ngx_http_dynamo_rl_discovery_rewritten(r);
     }
 
     if (!installed) {
@@ -1946,6 +1999,34 @@ ngx_http_dynamo_rl_discovery_send(ngx_http_request_t *r,
     ngx_str_set(&ctx->outcome, "ok");
 
     return ngx_http_dynamo_rl_discovery_output(r, NGX_HTTP_OK, out, len);
+}
+
+
+/*
+ * the listener's validators, ranges and digests describe its bytes, not
+ * those of an answer rewritten from them: a client's cache must not
+ * revalidate or check one against the other
+ */
+
+static void
+ngx_http_dynamo_rl_discovery_rewritten(ngx_http_request_t *r)
+{
+    static ngx_str_t  names[] = {
+        ngx_string("ETag"),
+        ngx_string("Last-Modified"),
+        ngx_string("Accept-Ranges"),
+        ngx_string("Content-MD5"),
+        ngx_string("Digest"),
+        ngx_string("Content-Digest"),
+        ngx_string("Repr-Digest"),
+        ngx_null_string
+    };
+
+    ngx_http_clear_etag(r);
+    ngx_http_clear_last_modified(r);
+    ngx_http_clear_accept_ranges(r);
+
+    ngx_http_dynamo_rl_headers_drop(r, names);
 }
 
 

@@ -1068,7 +1068,10 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
      */
 
     if (conf->plane != NGX_HTTP_DYNAMO_RL_PLANE_REQUEST) {
-        if (conf->source) {
+        if (conf->source
+            && (conf->source_named
+                || conf->plane != NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY))
+        {
             if (conf->discovery_max_size
                 > drmcf->source_max[conf->source - 1])
             {
@@ -1078,6 +1081,33 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
         } else if (conf->discovery_max_size > drmcf->orphan_max) {
             drmcf->orphan_max = conf->discovery_max_size;
+        }
+    }
+
+    /*
+     * a discovery-plane answer refreshes only the snapshot of a source the
+     * location names in its own block (see store_source); the method check
+     * refuses what a "limit_except" block would serve
+     */
+
+    clcf = ((ngx_http_conf_ctx_t *) cf->ctx)
+               ->loc_conf[ngx_http_core_module.ctx_index];
+
+    if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY
+        && !conf->source_named && drmcf->nsources && !clcf->lmt_excpt)
+    {
+        if (clcf->noname) {
+            ngx_log_error(NGX_LOG_WARN, cf->log, 0,
+                          "an \"if\" block in the discovery-plane location "
+                          "\"%V\" may proxy elsewhere: its answers refresh "
+                          "no snapshot", &clcf->name);
+
+        } else {
+            ngx_log_error(NGX_LOG_WARN, cf->log, 0,
+                          "the discovery-plane location \"%V\" does not "
+                          "name its source in its own block: its answers "
+                          "refresh no snapshot; add \"dynamo_rl_discovery\" "
+                          "to it", &clcf->name);
         }
     }
 
@@ -1477,8 +1507,9 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
     }
 
     /*
-     * a discovery-plane location that names no source stores into the
-     * only one, or, without any, into one of its own
+     * a discovery-plane location that names no source of its own stores
+     * into none, or, when the configuration has no source, into one of
+     * its own (see store_source)
      */
 
     if (drmcf->nsources == 0 && drmcf->orphan_max) {
@@ -1488,18 +1519,6 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 
     } else {
         n = drmcf->nsources;
-
-        if (n == 1 && drmcf->orphan_max > drmcf->source_max[0]) {
-            drmcf->source_max[0] = drmcf->orphan_max;
-        }
-
-        if (n > 1 && drmcf->orphan_max) {
-            ngx_log_error(NGX_LOG_WARN, cf->log, 0,
-                          "a discovery-plane location without "
-                          "\"dynamo_rl_discovery\" stores no snapshot when "
-                          "the configuration has %ui discovery sources: "
-                          "name its source on it or on its server", n);
-        }
     }
 
     if (drmcf->shm_zone != NULL

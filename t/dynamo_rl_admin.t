@@ -43,7 +43,7 @@ alarm(Test::DynamoRL::scale(300));
 my $VALID = Test::DynamoRL::scale(1);
 my $DELAY = Test::DynamoRL::scale(300);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(291);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(295);
 
 $t->write_file_expand('nginx.conf', nginx_conf(1));
 $t->run_fake_dynamo()->run();
@@ -109,6 +109,31 @@ $r = admin("$W/$ID1/engine/flush_cache");
 is($r->{status}, 500, 'handler error: status passed on');
 is($r->{body}, '{"error":"Handler error","message":"boom"}',
 	'handler error: body passed on');
+
+# a worker's own redirect: the headers that carry its URL never leave the
+# gateway (a client would follow a 307 POST straight to the worker); the
+# rest of the answer passes, not followed, and is an admin error
+
+my $WURL = 'http://127.0.0.1:' . port(8092);
+
+$t->fake_set('worker-1.respond.json', $JS->encode({ status => 307,
+	body => { status => 'ok' },
+	headers => [ [ 'Location', "$WURL/engine/flush_cache" ],
+		[ 'content-location', "$WURL/engine/x" ],
+		[ 'Refresh', "0; url=$WURL/" ],
+		[ 'Link', "<$WURL/>; rel=preload" ],
+		[ 'X-Other', 'kept' ] ] }));
+
+$r = admin("$W/$ID1/engine/flush_cache");
+is($r->{status} . ' ' . $r->{body}, '307 {"status":"ok"}',
+	'worker redirect: status and body passed on');
+is(join(' ', map { $r->{headers}{$_} // '-' }
+	qw/ location content-location refresh link x-other /),
+	'- - - - kept', 'worker redirect: no header with its URL');
+is(join(' ', map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
+	'1 /engine/flush_cache', 'worker redirect: not followed');
+is(scalar(grep { /answered \/engine\/flush_cache with an error, status 307/ } @{$r->{err}}),
+	1, 'worker redirect: an admin error') or diag(@{$r->{err}});
 
 $t->fake_unset('worker-1.respond.json');
 

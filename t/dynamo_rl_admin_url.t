@@ -11,7 +11,9 @@
 # listener answer of exactly max_size, ids above 2^63, a caller's scope;
 # identical bytes from two worker processes and two servers; a URL from
 # variables, and one that evaluates to no usable URL (no system_url at
-# all, one log line); the off switch; nginx -t on a bad URL.  And GET
+# all, one log line); the off switch; nginx -t on a bad URL; no validator
+# or digest of the listener's bytes on a rewritten answer, no URL header
+# of a redirecting listener.  And GET
 # {instance_id}/live, forwarded to the worker's /live under the checks of
 # /health.
 
@@ -32,7 +34,7 @@ use Test::DynamoRL::Fixture qw/ doc err_since json_lines rl_test worker /;
 
 ###############################################################################
 
-my $t = rl_test(Test::DynamoRL::scale(240), 55, <<'EOF', has => [qw/ http proxy map http_v2 /]);
+my $t = rl_test(Test::DynamoRL::scale(240), 61, <<'EOF', has => [qw/ http proxy map http_v2 /]);
 
 %%RL_MAIN workers=2%%
 
@@ -92,6 +94,47 @@ http {
         }
 
         %%RL_DISCOVERY_FETCH rl_listener%%
+    }
+
+    # a listener that serves a file (ETag, Last-Modified, Accept-Ranges,
+    # digests), and one that redirects
+
+    server {
+        %%RL_LISTEN 8084%%
+
+        location = /v1/rl/workers {
+            alias         %%TESTDIR%%/file.json;
+            default_type  application/json;
+            add_header    Content-MD5 "bm90IHRoZXNlIGJ5dGVz";
+            add_header    Digest "sha-256=bm90IHRoZXNlIGJ5dGVz";
+        }
+
+        location = /redirect {
+            add_header  Content-Location http://10.9.9.9:8000/x always;
+            add_header  Refresh "0; url=http://10.9.9.9:8000/" always;
+            add_header  Link "<http://10.9.9.9:8000/>; rel=preload" always;
+            return 307 http://10.9.9.9:8000/v1/rl/workers;
+        }
+    }
+
+    server {
+        %%RL_LISTEN 8086%%
+
+        location = /v1/rl/workers {
+            dynamo_rl_plane discovery;
+            dynamo_rl_admin_url http://127.0.0.1:8080/v1/rl/workers/;
+            proxy_pass http://127.0.0.1:8084;
+        }
+
+        location = /plain/v1/rl/workers {
+            dynamo_rl_plane discovery;
+            proxy_pass http://127.0.0.1:8084/v1/rl/workers;
+        }
+
+        location = /redirect/v1/rl/workers {
+            dynamo_rl_plane discovery;
+            proxy_pass http://127.0.0.1:8084/redirect;
+        }
     }
 
     # another replica of the same gateway, for the same clients
@@ -380,6 +423,41 @@ is(calls($before_w), '', 'live: nothing forwarded for the refusals');
 
 is(scalar(grep { /"instance_id":103/ && /system_url/ } @want), 0,
 	'error worker: no system_url in the expected answer');
+
+###############################################################################
+
+# the listener's validators and digests describe its bytes: a rewritten
+# answer (GET, and HEAD of it) carries none of them; an answer passed on
+# as the listener's bytes keeps them
+
+my $FILE = doc(worker(id => '501', w => 0));
+$t->write_file('file.json', $FILE);
+
+my @VALIDATORS = qw/ etag last-modified accept-ranges content-md5 digest /;
+
+$r = get($W, undef, 8086);
+like($r->{body}, qr!"system_url":"\Q$GW\E501"!, 'file: rewritten');
+is(join(' ', map { $r->{headers}{$_} // '-' } @VALIDATORS), '- - - - -',
+	'file: rewritten, no validator nor digest of the listener\'s bytes');
+
+$r = parse_response(Test::DynamoRL::http("HEAD $W HTTP/1.1\r\n"
+	. "Host: localhost\r\nConnection: close\r\n\r\n",
+	PeerAddr => '127.0.0.1:' . port(8086))) // { headers => {} };
+is(join(' ', $r->{status} // 0,
+	map { $r->{headers}{$_} // '-' } 'content-length', @VALIDATORS),
+	'200 - - - - - -', 'file: HEAD, neither length nor validators');
+
+$r = get("/plain$W", undef, 8086);
+is($r->{body}, $FILE, 'file: passed on unchanged');
+like($r->{headers}{etag} // '', qr/^"/, 'file: unchanged, its ETag kept');
+
+# a listener's redirect: a 502, without the URLs it named
+
+$r = get("/redirect$W", undef, 8086);
+is(join(' ', $r->{status}, json($r)->{error} // '',
+	map { $r->{headers}{$_} // '-' }
+		qw/ location content-location refresh link /),
+	'502 discovery_invalid - - - -', 'redirect: 502, no URL header');
 
 ###############################################################################
 

@@ -61,11 +61,11 @@ http {
     server {
         %%RL_LISTEN 8070 8074 reuseport%%
 
-        %%RL_DISCOVERY_PLANE%%
+        # one refresh, then the snapshot stays fresh for the whole test;
+        # the discovery plane names the admin plane's source, which its
+        # answers refresh
 
-        # one refresh, then the snapshot stays fresh for the whole test
-
-        %%RL_ADMIN_PLANE valid=1h%%
+        %%RL_CONTROL_PLANES valid=1h%%
 
         %%RL_APIS%%
     }

@@ -210,7 +210,13 @@ http {
 
         dynamo_rl_discovery /_rl_discovery valid=0 max_size=2m;
 
-        %%RL_DISCOVERY_PLANE%%
+        # named here too: its answers are stored into the snapshot
+
+        location = /v1/rl/workers {
+            dynamo_rl_plane discovery;
+            dynamo_rl_discovery /_rl_discovery;
+            proxy_pass http://rl_listener;
+        }
 
         location /v1/rl/workers/ {
             dynamo_rl_plane admin;

@@ -590,7 +590,15 @@ http {
     server {
         listen 127.0.0.1:$trusted;
 
-        %%RL_DISCOVERY_PLANE%%
+        # rl-refresh reads discovery before it closes each gate: the
+        # location names its source, so that the read is the snapshot
+        # the gate closes on
+
+        location = /v1/rl/workers {
+            dynamo_rl_plane discovery;
+            dynamo_rl_discovery /_rl_discovery;
+            proxy_pass http://rl_listener;
+        }
 
         %%RL_ADMIN_LOCATION /_rl_discovery valid=1s%%
 

@@ -74,8 +74,11 @@ http {
     server {
         %%RL_LISTEN 8080 8085 http2%%
 
+        # its reads are stored (members_changed below)
+
         location = /v1/rl/workers {
             dynamo_rl_plane discovery;
+            dynamo_rl_discovery /_rl_discovery;
             dynamo_rl_namespace $rl_ns;
             proxy_pass http://rl_listener;
         }

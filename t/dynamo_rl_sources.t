@@ -11,8 +11,10 @@
 # workers of the fake and their Dynamo route spellings: a valid file, the
 # namespace scope, a file replaced while running (picked up after valid=),
 # removed, truncated, not JSON, the wrong protocol_version, duplicate
-# instance ids, each refusing with one log line that names the file; and
-# nginx -t sizing the zone for every source.
+# instance ids, each refusing with one log line that names the file;
+# a discovery-plane location stores only into a source it names in its
+# own block (one inherited from its server may be another document's);
+# and nginx -t sizing the zone for every source.
 
 ###############################################################################
 
@@ -30,7 +32,7 @@ use Test::DynamoRL::Fixture qw/ doc err_since rl_test worker /;
 
 ###############################################################################
 
-my $t = rl_test(Test::DynamoRL::scale(180), 47, <<'EOF');
+my $t = rl_test(Test::DynamoRL::scale(180), 60, <<'EOF');
 
 %%RL_MAIN workers=1%%
 
@@ -90,6 +92,46 @@ http {
             alias          %%TESTDIR%%/fixed.json;
             default_type   application/json;
             log_not_found  off;
+        }
+    }
+
+    # the server's source is the listener's; /c/workers inherits it but
+    # proxies another document
+
+    server {
+        %%RL_LISTEN 8083%%
+
+        dynamo_rl_discovery  /_rl_a valid=1h max_size=1m;
+
+        location = /v1/rl/workers {
+            dynamo_rl_plane      discovery;
+            dynamo_rl_discovery  /_rl_a;
+            proxy_pass           http://rl_listener;
+        }
+
+        location = /c/workers {
+            dynamo_rl_plane  discovery;
+            proxy_pass       http://127.0.0.1:8084/c.json;
+        }
+
+        location /v1/rl/workers/ {
+            dynamo_rl_plane      admin;
+            proxy_pass           $dynamo_rl_system_url$dynamo_rl_engine_path;
+            proxy_next_upstream  off;
+        }
+
+        location = /_rl_a {
+            internal;
+            proxy_pass  http://rl_listener/v1/rl/workers;
+        }
+    }
+
+    server {
+        %%RL_LISTEN 8084%%
+
+        location = /c.json {
+            alias         %%TESTDIR%%/c.json;
+            default_type  application/json;
         }
     }
 }
@@ -197,6 +239,49 @@ ok($seen, 'fixed: the new file is picked up');
 $r = call('GET', '/v1/rl/fixed/301/health');
 is(join(' ', $r->{status}, error($r)), '404 unknown_worker',
 	'fixed: the old worker is gone');
+
+###############################################################################
+
+# a discovery location's answer refreshes a source only when the location
+# names it itself: /c/workers inherits the server's source and proxies
+# another document, whose worker 401 the admin location must not allow,
+# nor lose the listener's worker 101
+
+$t->write_file('c.json', doc(worker(id => '401', w => 2)));
+
+$r = call('POST', '/v1/rl/workers/101/engine/pause_generation', '{}', 8083);
+is($r->{status} . ' ' . fwd($r), '200 0 /engine/pause_generation',
+	'inherited source: the listener\'s worker');
+
+$r = call('GET', '/c/workers', undef, 8083);
+like($r->{body}, qr/"instance_id":401/, 'inherited source: the other answer');
+
+$r = call('POST', '/v1/rl/workers/401/engine/pause_generation', '{}', 8083);
+is(join(' ', $r->{status}, error($r), fwd($r)), '404 unknown_worker ',
+	'inherited source: the other answer\'s worker is not forwarded');
+
+$r = call('POST', '/v1/rl/workers/101/engine/flush_cache', '{}', 8083);
+is($r->{status} . ' ' . fwd($r), '200 0 /engine/flush_cache',
+	'inherited source: the listener\'s worker is still known');
+
+# the location that names the source refreshes it (valid=1h: nothing else
+# would)
+
+$t->fake_set('discovery.json', doc(worker(id => '101', w => 0),
+	worker(id => '102', w => 1)));
+
+$r = call('POST', '/v1/rl/workers/102/engine/flush_cache', '{}', 8083);
+is(join(' ', $r->{status}, error($r), fwd($r)), '404 unknown_worker ',
+	'named source: a new worker, before the discovery answer');
+
+$r = call('GET', '/v1/rl/workers', undef, 8083);
+like($r->{body}, qr/"instance_id":102/, 'named source: the discovery answer');
+
+$r = call('POST', '/v1/rl/workers/102/engine/flush_cache', '{}', 8083);
+is($r->{status} . ' ' . fwd($r), '200 1 /engine/flush_cache',
+	'named source: refreshed by the discovery answer');
+
+$t->fake_set('discovery.json', doc(worker(id => '101', w => 0)));
 
 ###############################################################################
 
@@ -337,7 +422,7 @@ http {
 EOF
 
 is($rc, 0, 'nginx -t: two 4m sources in 10m accepted') or diag($out);
-unlike($out, qr/\[warn\].*stores no snapshot/,
+unlike($out, qr/\[warn\].*does not name its source/,
 	'nginx -t: no orphan discovery location, no warning');
 
 # a discovery-plane location that names no source among several
@@ -369,8 +454,53 @@ http {
 EOF
 
 is($rc, 0, 'nginx -t: an orphan discovery location is accepted');
-like($out, qr/\[warn\] a discovery-plane location without "dynamo_rl_discovery" stores no snapshot when the configuration has 2 discovery sources/,
+like($out, qr!\[warn\] the discovery-plane location "/v1/rl/workers" does not name its source in its own block: its answers refresh no snapshot; add "dynamo_rl_discovery" to it!,
 	'nginx -t: with a warning');
+
+# with one source, inherited from the server, or the only one: no snapshot
+# is refreshed either, with the same warning
+
+($rc, $out) = $t->nginx_t(<<'EOF');
+%%TEST_GLOBALS%%
+events { }
+http {
+    %%TEST_GLOBALS_HTTP%%
+    dynamo_rl_zone zone=rl:10m;
+    server {
+        listen 127.0.0.1:8080;
+        dynamo_rl_discovery /_a;
+        location = /c/workers {
+            dynamo_rl_plane discovery;
+            proxy_pass http://127.0.0.1:8082/c.json;
+        }
+        location = /d/workers {
+            dynamo_rl_plane discovery;
+            dynamo_rl_discovery /_a;
+            proxy_pass http://127.0.0.1:8082/v1/rl/workers;
+            limit_except GET { deny all; }
+            if ($arg_x) { proxy_pass http://127.0.0.1:8084; }
+        }
+        location /a/ {
+            dynamo_rl_plane admin;
+            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
+        }
+    }
+    server {
+        listen 127.0.0.1:8081;
+        location = /v1/rl/workers {
+            dynamo_rl_plane discovery;
+            proxy_pass http://127.0.0.1:8082;
+        }
+    }
+}
+EOF
+
+is($rc, 0, 'nginx -t: discovery locations that name no source of their own');
+is(join(' ', $out =~ /\[warn\] the discovery-plane location "([^"]*)" does not name its source/g),
+	'/c/workers /v1/rl/workers', 'nginx -t: a warning for each')
+	or diag($out);
+like($out, qr!\[warn\] an "if" block in the discovery-plane location "/d/workers" may proxy elsewhere: its answers refresh no snapshot!,
+	'nginx -t: and for an "if" block in a location that names it');
 
 # the example of a mixed fleet, and its fixed worker set
 
@@ -380,6 +510,18 @@ $mixed =~ s!\@SGLANG_WORKERS\@!$top/examples/sglang-workers.json!g;
 
 ($rc, $out) = $t->nginx_t($mixed);
 is($rc, 0, 'examples/dynamo-rl-mixed.conf: nginx -t') or diag($out);
+unlike($out, qr/does not name its source/,
+	'examples/dynamo-rl-mixed.conf: its discovery location names its source');
+
+# and the shipped gateway's: its discovery location refreshes the snapshot
+
+my $main = Test::DynamoRL::Fixture::example_conf($t, 'dynamo-rl.conf');
+$main =~ s!\@FRONTEND\@!127.0.0.1:8081!g;
+
+($rc, $out) = $t->nginx_t($main);
+is($rc, 0, 'examples/dynamo-rl.conf: nginx -t') or diag($out);
+unlike($out, qr/does not name its source/,
+	'examples/dynamo-rl.conf: its discovery location names its source');
 
 my $set = eval { $JS->decode(Test::DynamoRL::Fixture::slurp(
 	"$top/examples/sglang-workers.json")) } // {};
@@ -393,12 +535,13 @@ is(scalar(grep { grep { m!^control/update_weights_from_disk$! }
 my %BEFORE;
 
 sub call {
-	my ($method, $uri, $body) = @_;
+	my ($method, $uri, $body, $port) = @_;
 
 	%BEFORE = map { $_ => scalar @{$t->fake_records("worker-$_")} } 0 .. 2;
 
 	my $raw = Test::DynamoRL::http(Test::DynamoRL::Fixture::raw($method,
-		$uri, defined $body ? (body => $body) : ()));
+		$uri, defined $body ? (body => $body) : ()),
+		PeerAddr => '127.0.0.1:' . port($port // 8080));
 
 	my $r = parse_response($raw) // { status => 0, body => '',
 		headers => {} };

@@ -519,7 +519,7 @@ sub replica_conf {
 	if ($o{trusted}) {
 		$zone = '8m';
 		$listener = 'upstream rl_listener { server 127.0.0.1:8082; }';
-		$trusted = '%%RL_DISCOVERY_PLANE%% %%RL_ADMIN_PLANE valid=1s%%'
+		$trusted = '%%RL_CONTROL_PLANES valid=1s%%'
 			. ' location /v1/ { dynamo_rl_plane request;'
 			. ' dynamo_rl_ledger off; dynamo_rl_gate off;'
 			. ' proxy_pass http://frontend; }'
