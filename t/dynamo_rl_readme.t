@@ -309,7 +309,7 @@ sub sh {
 	if ($pid == 0) {
 		chdir $REPO;
 		open STDERR, '>&', \*STDOUT;
-		exec 'bash', '-c', $cmd, @args;
+		{ exec 'bash', '-c', $cmd, @args; }
 		POSIX::_exit(127);
 	}
 
