@@ -1063,6 +1063,26 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     /*
+     * what the gateway assigns is removed from bodies by the body policy
+     * only: without it a client's nvext.cache_salt and agent_hints
+     * priorities would reach the frontend beside the gateway's headers
+     */
+
+    if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST && !conf->body_policy
+        && (conf->tenant != NULL || conf->priority != NULL))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%s\" requires \"dynamo_rl_body_policy on\": "
+                           "a body's %s would reach the frontend",
+                           conf->tenant != NULL ? "dynamo_rl_tenant"
+                                                : "dynamo_rl_priority",
+                           conf->tenant != NULL
+                           ? "nvext.cache_salt"
+                           : "nvext.agent_hints.priority");
+        return NGX_CONF_ERROR;
+    }
+
+    /*
      * the zone reserves room for each source's largest snapshot: see
      * zone_reserve
      */
