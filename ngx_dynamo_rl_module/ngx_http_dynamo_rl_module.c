@@ -1008,7 +1008,6 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     if (conf->discovery.data == NULL) {
         conf->discovery = prev->discovery;
-        conf->source = prev->source;
     }
 
     ngx_conf_merge_msec_value(conf->discovery_valid, prev->discovery_valid,
@@ -1039,6 +1038,19 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_ptr_value(conf->upload_prefixes, prev->upload_prefixes,
                              NULL);
     ngx_conf_merge_ptr_value(conf->admin_url, prev->admin_url, NULL);
+
+    /*
+     * the source of a location that reads or stores a snapshot: its
+     * discovery URI as resolved in its own server
+     */
+
+    if (conf->discovery.data != NULL
+        && (conf->api || conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY
+            || conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_ADMIN)
+        && ngx_http_dynamo_rl_discovery_source(cf, conf) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
     if (conf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
         return NGX_CONF_OK;
@@ -1114,7 +1126,7 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                ->loc_conf[ngx_http_core_module.ctx_index];
 
     if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY
-        && !conf->source_named && drmcf->nsources && !clcf->lmt_excpt)
+        && !conf->source_named && drmcf->named && !clcf->lmt_excpt)
     {
         if (clcf->noname) {
             ngx_log_error(NGX_LOG_WARN, cf->log, 0,
@@ -1534,6 +1546,7 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 
     if (drmcf->nsources == 0 && drmcf->orphan_max) {
         ngx_str_set(&drmcf->sources[0], "");
+        drmcf->source_key[0] = 0;
         drmcf->source_max[0] = drmcf->orphan_max;
         n = 1;
 
@@ -1544,6 +1557,7 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
     if (drmcf->shm_zone != NULL
         && ngx_http_dynamo_rl_zone_reserve(cf, drmcf->shm_zone, n,
                                            drmcf->sources,
+                                           drmcf->source_key,
                                            drmcf->source_max)
            != NGX_OK)
     {
