@@ -12,8 +12,9 @@
 
 
 /*
- * The body policy of the request plane: each POST or PUT body is read
- * whole in the precontent phase, before the ledger records the attempt
+ * The body policy of the request plane: each POST or PUT body, and the
+ * body of any other method that carries one, is read whole in the
+ * precontent phase, before the ledger records the attempt
  * and before anything is forwarded, as the mirror module reads a body it
  * mirrors; the scanner of _scan.c judges it in one pass, and the phases
  * go on from the same handler with the verdict in the request context.
@@ -22,6 +23,7 @@
 
 static ngx_int_t ngx_http_dynamo_rl_body_verdict(
     ngx_http_dynamo_rl_ctx_t *ctx);
+static ngx_uint_t ngx_http_dynamo_rl_body_carried(ngx_http_request_t *r);
 static void ngx_http_dynamo_rl_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_loc_conf_t *drlcf);
@@ -68,7 +70,15 @@ ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
         return NGX_DONE;
     }
 
-    if (!drlcf->body_policy || !(r->method & (NGX_HTTP_POST|NGX_HTTP_PUT))) {
+    /*
+     * a body is judged whatever the method: a GET's or a PATCH's body is
+     * forwarded as a POST's is, with the same controls in it
+     */
+
+    if (!drlcf->body_policy
+        || (!(r->method & (NGX_HTTP_POST|NGX_HTTP_PUT))
+            && !ngx_http_dynamo_rl_body_carried(r)))
+    {
         ctx->body_state = NGX_HTTP_DYNAMO_RL_BODY_DONE;
         return NGX_OK;
     }
@@ -150,6 +160,30 @@ ngx_http_dynamo_rl_body_start(ngx_http_request_t *r,
 }
 
 
+/*
+ * a request that carries a body: a Content-Length above 0, chunked
+ * framing, or an HTTP/2 stream that the client has not closed with its
+ * headers (nginx marks such a stream chunked when it has no length; the
+ * stream's own state is checked as well)
+ */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_body_carried(ngx_http_request_t *r)
+{
+    if (r->headers_in.content_length_n > 0 || r->headers_in.chunked) {
+        return 1;
+    }
+
+#if (NGX_HTTP_V2)
+    if (r->stream != NULL && !r->stream->in_closed) {
+        return 1;
+    }
+#endif
+
+    return 0;
+}
+
+
 static ngx_int_t
 ngx_http_dynamo_rl_body_verdict(ngx_http_dynamo_rl_ctx_t *ctx)
 {
@@ -213,6 +247,15 @@ ngx_http_dynamo_rl_body_check(ngx_http_request_t *r,
     body = ngx_http_dynamo_rl_body_whole(r, &len);
     if (body == NULL) {
         return NGX_ERROR;
+    }
+
+    /*
+     * a GET whose HTTP/2 stream ended with an empty DATA frame carries
+     * nothing: it is not a body to judge
+     */
+
+    if (len == 0 && !(r->method & (NGX_HTTP_POST|NGX_HTTP_PUT))) {
+        return NGX_OK;
     }
 
     /*

@@ -49,16 +49,23 @@ typedef struct {
     ngx_pool_cleanup_pt             ctx_cleanup;
 
     /*
-     * the discovery sources, each dynamo_rl_discovery URI once, and the
-     * largest max_size of the locations that store each one's snapshot;
+     * the discovery sources, each dynamo_rl_discovery URI once per server
+     * it is resolved in (the server's core configuration while the
+     * configuration is read, and a hash of its listen addresses and
+     * names, which names the source across reloads), and the largest
+     * max_size of the locations that store each one's snapshot;
      * "orphan_max": of discovery-plane locations that name no source in
      * their own block, which store into a snapshot of their own when the
-     * configuration has no source, and into none otherwise
+     * configuration has no source, and into none otherwise; "named": the
+     * dynamo_rl_discovery directives of the configuration
      */
     ngx_uint_t                      nsources;
     ngx_str_t                       sources[NGX_HTTP_DYNAMO_RL_SOURCES];
+    void                           *source_srv[NGX_HTTP_DYNAMO_RL_SOURCES];
+    uint32_t                        source_key[NGX_HTTP_DYNAMO_RL_SOURCES];
     size_t                          source_max[NGX_HTTP_DYNAMO_RL_SOURCES];
     size_t                          orphan_max;
+    ngx_uint_t                      named;
 
     /* per-process room of the body scanner, which never yields */
     void                           *body_scan;

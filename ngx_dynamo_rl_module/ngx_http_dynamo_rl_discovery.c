@@ -47,6 +47,8 @@ static ngx_int_t ngx_http_dynamo_rl_build(ngx_http_request_t *r, u_char *doc,
     ngx_str_t *reason);
 static ngx_int_t ngx_http_dynamo_rl_source_of(ngx_http_dynamo_rl_zone_t *zone,
     ngx_http_dynamo_rl_loc_conf_t *drlcf, ngx_uint_t *source);
+static uint32_t ngx_http_dynamo_rl_server_key(ngx_conf_t *cf,
+    ngx_http_core_srv_conf_t *cscf);
 static ngx_int_t ngx_http_dynamo_rl_store_source(ngx_http_request_t *r,
     ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_loc_conf_t *drlcf,
     ngx_uint_t *source);
@@ -109,42 +111,24 @@ ngx_http_dynamo_rl_discovery(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    if (value[1].len > NGX_HTTP_DYNAMO_RL_SOURCE_NAME) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "discovery location \"%V\" is longer than "
+                           "%d bytes", &value[1],
+                           NGX_HTTP_DYNAMO_RL_SOURCE_NAME);
+        return NGX_CONF_ERROR;
+    }
+
     drlcf->discovery = value[1];
 
-    /* each URI is one source, with a snapshot of its own */
+    /*
+     * the URI is resolved in the server of each location that uses it:
+     * its source is known once the configuration is merged (see
+     * discovery_source)
+     */
 
     drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
-
-    for (i = 0; i < drmcf->nsources; i++) {
-        if (drmcf->sources[i].len == value[1].len
-            && ngx_strncmp(drmcf->sources[i].data, value[1].data,
-                           value[1].len)
-               == 0)
-        {
-            break;
-        }
-    }
-
-    if (i == drmcf->nsources) {
-        if (i == NGX_HTTP_DYNAMO_RL_SOURCES) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "more than %d discovery locations",
-                               NGX_HTTP_DYNAMO_RL_SOURCES);
-            return NGX_CONF_ERROR;
-        }
-
-        if (value[1].len > NGX_HTTP_DYNAMO_RL_SOURCE_NAME) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "discovery location \"%V\" is longer than "
-                               "%d bytes", &value[1],
-                               NGX_HTTP_DYNAMO_RL_SOURCE_NAME);
-            return NGX_CONF_ERROR;
-        }
-
-        drmcf->sources[drmcf->nsources++] = value[1];
-    }
-
-    drlcf->source = i + 1;
+    drmcf->named++;
 
     /* a discovery-plane location stores only into a source named here */
 
@@ -1483,6 +1467,129 @@ ngx_http_dynamo_rl_upstream_group(ngx_http_request_t *r, ngx_str_t *url,
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * the source of a location that names a discovery URI: the internal
+ * location that the URI resolves to, in the location's own server (a
+ * refresh is a subrequest, which nginx looks up in the server of its
+ * request), so that two servers with one URI for two listeners or two
+ * files have two sources, each with its own snapshot; a location, its
+ * nested ones and its server's other locations naming the URI share one.
+ * The key that names the source in the zone across reloads hashes the
+ * server's listen addresses and names; servers alike in both are told
+ * apart by their order in the configuration.
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_discovery_source(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_loc_conf_t *drlcf)
+{
+    uint32_t                         key;
+    ngx_uint_t                       i;
+    ngx_http_core_srv_conf_t        *cscf;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    drmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_dynamo_rl_module);
+    cscf = ngx_http_conf_get_module_srv_conf(cf, ngx_http_core_module);
+
+    for (i = 0; i < drmcf->nsources; i++) {
+        if (drmcf->source_srv[i] == cscf
+            && drmcf->sources[i].len == drlcf->discovery.len
+            && ngx_strncmp(drmcf->sources[i].data, drlcf->discovery.data,
+                           drlcf->discovery.len)
+               == 0)
+        {
+            drlcf->source = i + 1;
+            return NGX_OK;
+        }
+    }
+
+    if (drmcf->nsources == NGX_HTTP_DYNAMO_RL_SOURCES) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "more than %d discovery sources (each "
+                           "\"dynamo_rl_discovery\" location once in each "
+                           "server that uses it)",
+                           NGX_HTTP_DYNAMO_RL_SOURCES);
+        return NGX_ERROR;
+    }
+
+    key = ngx_http_dynamo_rl_server_key(cf, cscf);
+
+again:
+
+    for (i = 0; i < drmcf->nsources; i++) {
+        if (drmcf->source_key[i] == key
+            && drmcf->sources[i].len == drlcf->discovery.len
+            && ngx_strncmp(drmcf->sources[i].data, drlcf->discovery.data,
+                           drlcf->discovery.len)
+               == 0)
+        {
+            key++;
+            goto again;
+        }
+    }
+
+    i = drmcf->nsources++;
+
+    drmcf->sources[i] = drlcf->discovery;
+    drmcf->source_srv[i] = cscf;
+    drmcf->source_key[i] = key;
+
+    drlcf->source = i + 1;
+
+    return NGX_OK;
+}
+
+
+/* a hash of a server's listen addresses and names, in their order */
+
+static uint32_t
+ngx_http_dynamo_rl_server_key(ngx_conf_t *cf, ngx_http_core_srv_conf_t *cscf)
+{
+    uint32_t                    crc;
+    ngx_uint_t                  p, a, s;
+    ngx_http_conf_port_t       *port;
+    ngx_http_conf_addr_t       *addr;
+    ngx_http_server_name_t     *sn;
+    ngx_http_core_srv_conf_t  **servers;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    ngx_crc32_init(crc);
+
+    port = cmcf->ports ? cmcf->ports->elts : NULL;
+
+    for (p = 0; cmcf->ports && p < cmcf->ports->nelts; p++) {
+        addr = port[p].addrs.elts;
+
+        for (a = 0; a < port[p].addrs.nelts; a++) {
+            servers = addr[a].servers.elts;
+
+            for (s = 0; s < addr[a].servers.nelts; s++) {
+                if (servers[s] == cscf) {
+                    ngx_crc32_update(&crc, addr[a].opt.addr_text.data,
+                                     addr[a].opt.addr_text.len);
+                    ngx_crc32_update(&crc, (u_char *) " ", 1);
+                }
+            }
+        }
+    }
+
+    ngx_crc32_update(&crc, (u_char *) "|", 1);
+
+    sn = cscf->server_names.elts;
+
+    for (s = 0; s < cscf->server_names.nelts; s++) {
+        ngx_crc32_update(&crc, sn[s].name.data, sn[s].name.len);
+        ngx_crc32_update(&crc, (u_char *) " ", 1);
+    }
+
+    ngx_crc32_final(crc);
+
+    return crc;
 }
 
 

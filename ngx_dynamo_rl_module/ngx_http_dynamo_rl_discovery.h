@@ -33,6 +33,8 @@ ngx_http_dynamo_rl_index_t *ngx_http_dynamo_rl_discovery_index(
     ngx_http_request_t *r);
 ngx_http_dynamo_rl_snap_t *ngx_http_dynamo_rl_snapshot_of(
     ngx_http_request_t *r, ngx_uint_t *source);
+ngx_int_t ngx_http_dynamo_rl_discovery_source(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_loc_conf_t *drlcf);
 ngx_int_t ngx_http_dynamo_rl_discovery_filter_init(ngx_conf_t *cf);
 ngx_int_t ngx_http_dynamo_rl_upstream_group(ngx_http_request_t *r,
     ngx_str_t *url, ngx_uint_t log);

@@ -1008,7 +1008,6 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     if (conf->discovery.data == NULL) {
         conf->discovery = prev->discovery;
-        conf->source = prev->source;
     }
 
     ngx_conf_merge_msec_value(conf->discovery_valid, prev->discovery_valid,
@@ -1040,6 +1039,19 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                              NULL);
     ngx_conf_merge_ptr_value(conf->admin_url, prev->admin_url, NULL);
 
+    /*
+     * the source of a location that reads or stores a snapshot: its
+     * discovery URI as resolved in its own server
+     */
+
+    if (conf->discovery.data != NULL
+        && (conf->api || conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY
+            || conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_ADMIN)
+        && ngx_http_dynamo_rl_discovery_source(cf, conf) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
     if (conf->plane <= NGX_HTTP_DYNAMO_RL_PLANE_NONE) {
         return NGX_CONF_OK;
     }
@@ -1059,6 +1071,26 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                              ? "discovery" : "request",
                            conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST
                            ? " for the attempt ledger and the gate" : "");
+        return NGX_CONF_ERROR;
+    }
+
+    /*
+     * what the gateway assigns is removed from bodies by the body policy
+     * only: without it a client's nvext.cache_salt and agent_hints
+     * priorities would reach the frontend beside the gateway's headers
+     */
+
+    if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_REQUEST && !conf->body_policy
+        && (conf->tenant != NULL || conf->priority != NULL))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%s\" requires \"dynamo_rl_body_policy on\": "
+                           "a body's %s would reach the frontend",
+                           conf->tenant != NULL ? "dynamo_rl_tenant"
+                                                : "dynamo_rl_priority",
+                           conf->tenant != NULL
+                           ? "nvext.cache_salt"
+                           : "nvext.agent_hints.priority");
         return NGX_CONF_ERROR;
     }
 
@@ -1094,7 +1126,7 @@ ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                ->loc_conf[ngx_http_core_module.ctx_index];
 
     if (conf->plane == NGX_HTTP_DYNAMO_RL_PLANE_DISCOVERY
-        && !conf->source_named && drmcf->nsources && !clcf->lmt_excpt)
+        && !conf->source_named && drmcf->named && !clcf->lmt_excpt)
     {
         if (clcf->noname) {
             ngx_log_error(NGX_LOG_WARN, cf->log, 0,
@@ -1514,6 +1546,7 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
 
     if (drmcf->nsources == 0 && drmcf->orphan_max) {
         ngx_str_set(&drmcf->sources[0], "");
+        drmcf->source_key[0] = 0;
         drmcf->source_max[0] = drmcf->orphan_max;
         n = 1;
 
@@ -1524,6 +1557,7 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
     if (drmcf->shm_zone != NULL
         && ngx_http_dynamo_rl_zone_reserve(cf, drmcf->shm_zone, n,
                                            drmcf->sources,
+                                           drmcf->source_key,
                                            drmcf->source_max)
            != NGX_OK)
     {

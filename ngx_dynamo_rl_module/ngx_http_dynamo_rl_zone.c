@@ -22,7 +22,7 @@ static ngx_int_t ngx_http_dynamo_rl_init_zone(ngx_shm_zone_t *shm_zone,
 static ngx_int_t ngx_http_dynamo_rl_zone_slots(ngx_shm_zone_t *shm_zone,
     ngx_http_dynamo_rl_zone_t *zone, ngx_uint_t fresh);
 static ngx_int_t ngx_http_dynamo_rl_zone_slot_is(
-    ngx_http_dynamo_rl_snap_t *snap, ngx_str_t *name);
+    ngx_http_dynamo_rl_snap_t *snap, ngx_str_t *name, uint32_t key);
 
 
 char *
@@ -149,7 +149,7 @@ ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 ngx_int_t
 ngx_http_dynamo_rl_zone_reserve(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone,
-    ngx_uint_t n, ngx_str_t *names, size_t *max_size)
+    ngx_uint_t n, ngx_str_t *names, uint32_t *keys, size_t *max_size)
 {
     size_t                      need, sum;
     ngx_uint_t                  i;
@@ -163,6 +163,7 @@ ngx_http_dynamo_rl_zone_reserve(ngx_conf_t *cf, ngx_shm_zone_t *shm_zone,
 
     for (i = 0; i < n; i++) {
         zone->source_names[i] = names[i];
+        zone->source_keys[i] = keys[i];
         zone->reserve[i] = ngx_align(max_size[i], ngx_pagesize);
 
         need += max_size[i] + max_size[i] / 64;
@@ -358,7 +359,8 @@ ngx_http_dynamo_rl_zone_slots(ngx_shm_zone_t *shm_zone,
         ngx_shmtx_lock(&zone->shpool->mutex);
 
         for (j = 0; j < NGX_HTTP_DYNAMO_RL_SOURCES; j++) {
-            if (ngx_http_dynamo_rl_zone_slot_is(&zone->sh->snaps[j], name)
+            if (ngx_http_dynamo_rl_zone_slot_is(&zone->sh->snaps[j], name,
+                                                zone->source_keys[i])
                 == NGX_OK)
             {
                 break;
@@ -413,6 +415,7 @@ ngx_http_dynamo_rl_zone_slots(ngx_shm_zone_t *shm_zone,
             ngx_memcpy(snap->name, name->data, name->len);
             snap->name_len = name->len ? name->len : (size_t) -1;
             snap->name_crc = ngx_crc32_short(name->data, name->len);
+            snap->server = zone->source_keys[i];
 
         } else if (zone->reserve[i] > snap->room_size) {
             ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -436,17 +439,18 @@ ngx_http_dynamo_rl_zone_slots(ngx_shm_zone_t *shm_zone,
 }
 
 
-/* the slot that holds the snapshot of the source "name" */
+/* the slot that holds the snapshot of the source "name" in server "key" */
 
 static ngx_int_t
 ngx_http_dynamo_rl_zone_slot_is(ngx_http_dynamo_rl_snap_t *snap,
-    ngx_str_t *name)
+    ngx_str_t *name, uint32_t key)
 {
     size_t  len;
 
     len = name->len ? name->len : (size_t) -1;
 
     if (snap->name_len != len
+        || snap->server != key
         || snap->name_crc != ngx_crc32_short(name->data, name->len)
         || ngx_memcmp(snap->name, name->data, name->len) != 0)
     {

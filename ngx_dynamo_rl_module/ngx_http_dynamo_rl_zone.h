@@ -64,13 +64,15 @@ typedef struct {
  * the snapshot of one discovery source: the listener's (or the file's)
  * bytes, never a parse of them; "raw" is NULL or "room", pages reserved
  * for the source's largest max_size, which the ledger never uses; the
- * source's URI names the slot, so that a reload that changes the sources
- * never hands one source's workers to another
+ * source's URI and the key of the server it is resolved in name the slot,
+ * so that a reload that changes the sources never hands one source's
+ * workers to another
  */
 
 typedef struct {
     size_t                          name_len;      /* 0: a free slot */
     uint32_t                        name_crc;
+    uint32_t                        server;        /* the server's key */
     u_char                          name[NGX_HTTP_DYNAMO_RL_SOURCE_NAME];
 
     u_char                         *raw;
@@ -211,12 +213,14 @@ struct ngx_http_dynamo_rl_zone_s {
     ngx_str_t                       name;
 
     /*
-     * the configuration's discovery sources: their URIs, the room each
-     * snapshot needs (from the largest max_size of its locations), and
-     * the slot of the zone that holds it
+     * the configuration's discovery sources: their URIs and the keys of
+     * the servers they are resolved in, the room each snapshot needs
+     * (from the largest max_size of its locations), and the slot of the
+     * zone that holds it
      */
     ngx_uint_t                      nsources;
     ngx_str_t                       source_names[NGX_HTTP_DYNAMO_RL_SOURCES];
+    uint32_t                        source_keys[NGX_HTTP_DYNAMO_RL_SOURCES];
     size_t                          reserve[NGX_HTTP_DYNAMO_RL_SOURCES];
     ngx_uint_t                      slot[NGX_HTTP_DYNAMO_RL_SOURCES];
 
@@ -262,7 +266,7 @@ char *ngx_http_dynamo_rl_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 ngx_int_t ngx_http_dynamo_rl_zone_reserve(ngx_conf_t *cf,
     ngx_shm_zone_t *shm_zone, ngx_uint_t n, ngx_str_t *names,
-    size_t *max_size);
+    uint32_t *keys, size_t *max_size);
 uint64_t ngx_http_dynamo_rl_zone_members(ngx_http_dynamo_rl_shctx_t *sh,
     ngx_uint_t *known);
 void ngx_http_dynamo_rl_zone_observe(ngx_http_dynamo_rl_shctx_t *sh,

@@ -544,7 +544,10 @@ is(join(' ', $r->{status}, $r->{json}{error} // '', scalar @{$r->{fwd}}),
 $r = admin("$W/$B/engine/liveness_probe");
 is($r->{status}, 200, 'churn: other routes stay');
 
-# valid=30s: a change of the document is not seen, and not fetched
+# valid=30s: a change of the document is not seen, and not fetched (a
+# location of the valid=0 server's own source: $K)
+
+my $K = '/v1/rl/kept';
 
 $t->fake_set('discovery.json', $doc_ab);
 
@@ -553,12 +556,12 @@ is($r->{status}, 200, 'valid=30s: snapshot taken (valid=0 server)');
 
 my $fetches = listener_fetches($t);
 
-$r = admin("$W/$B/engine/flush_cache", port => 8083);
+$r = admin("$K/$B/engine/flush_cache");
 is($r->{status}, 200, 'valid=30s: allowed from the snapshot');
 
 $t->fake_set('discovery.json', doc(worker(id => $A, w => 0)));
 
-$r = admin("$W/$B/engine/flush_cache", port => 8083);
+$r = admin("$K/$B/engine/flush_cache");
 is(join(' ', $r->{status}, map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
 	'200 1 /engine/flush_cache', 'valid=30s: change not seen');
 is(listener_fetches($t), $fetches, 'valid=30s: no fetch');
@@ -569,7 +572,7 @@ is(listener_fetches($t), $fetches + 1, 'valid=30s: one fetch');
 
 # valid=30s again: the snapshot the valid=0 server just took is used
 
-$r = admin("$W/$B/engine/flush_cache", port => 8083);
+$r = admin("$K/$B/engine/flush_cache");
 is($r->{status}, 404, 'valid=30s: the newer snapshot is used');
 is(listener_fetches($t), $fetches + 1, 'valid=30s: still no fetch');
 
@@ -734,7 +737,7 @@ sub nginx_conf {
 %%RL_MAIN workers=$workers%%
 
 http {
-    %%RL_HTTP 20m%%
+    %%RL_HTTP 32m%%
 
     %%RL_ACCESS_LOG t status port pid plane deny system_url engine_path instance_id route generation uri%%
 
@@ -748,6 +751,16 @@ http {
         %%RL_LISTEN 8080%%
 
         %%RL_CONTROL_PLANES valid=0%%
+
+        # valid=30s on the same source (a source is its URI in its server)
+
+        location /v1/rl/kept/ {
+            dynamo_rl_plane admin;
+            dynamo_rl_discovery /_rl_discovery valid=30s;
+
+            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
+            proxy_next_upstream off;
+        }
 
         %%RL_NOT_FOUND error%%
     }

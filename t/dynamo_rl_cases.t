@@ -1527,10 +1527,10 @@ $t->write_file_expand('nginx.conf', main_conf());
 
 	$t->fake_set('discovery.status', '500');
 
-	$t->write_file_expand('nginx.conf', main_conf(zone => '20m'));
+	$t->write_file_expand('nginx.conf', main_conf(zone => '28m'));
 	$t->reload();
 
-	ok(!$t->reload_failed(), 'L3: reloaded with zone=rl:20m');
+	ok(!$t->reload_failed(), 'L3: reloaded with zone=rl:28m');
 
 	$r = request(port => 8086, target => "$W/$IDA/engine/flush_cache");
 
@@ -1710,7 +1710,7 @@ alarm(0);
 sub main_conf {
 	my (%o) = @_;
 
-	my $zone = $o{zone} // '16m';
+	my $zone = $o{zone} // '24m';
 
 	my $extra = ($o{bad} // '') eq 'plane'
 		? "\n    dynamo_rl_plane admin;\n" : '';

@@ -59,7 +59,7 @@ events {
 }
 
 http {
-    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:5m;
+    %%TEST_GLOBALS_HTTP%% dynamo_rl_zone zone=rl:20m;
 
     upstream frontend {
         server 127.0.0.1:8081;

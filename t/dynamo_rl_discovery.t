@@ -312,7 +312,10 @@ is($r->{status}, 200, 'non-object entries: the object entry allowed');
 ###############################################################################
 
 # a valid document through the discovery plane becomes the snapshot: the
-# valid=60s admin location allows a worker it never fetched itself
+# valid=60s admin location of its server ($K) allows a worker it never
+# fetched itself
+
+my $K = '/v1/rl/kept';
 
 $t->fake_set('discovery.json', doc(worker(id => '4242', w => 1)));
 
@@ -321,7 +324,7 @@ is($r->{status}, 200, 'plane snapshot: discovery plane');
 
 my $fetches = listener_fetches($t);
 
-$r = admin("$W/4242/engine/flush_cache", port => 8083);
+$r = admin("$K/4242/engine/flush_cache");
 is(join(' ', $r->{status}, map { "$_->{worker} $_->{uri}" } @{$r->{fwd}}),
 	'200 1 /engine/flush_cache', 'plane snapshot: admin allowed');
 is(listener_fetches($t), $fetches, 'plane snapshot: no fetch by admin');
@@ -331,11 +334,11 @@ $t->fake_set('discovery.json', doc(worker(id => '4343', w => 1)));
 $r = get($W);
 is($r->{status}, 200, 'plane snapshot: next document');
 
-$r = admin("$W/4242/engine/flush_cache", port => 8083);
+$r = admin("$K/4242/engine/flush_cache");
 is(join(' ', $r->{status}, $r->{json}{error} // ''), '404 unknown_worker',
 	'plane snapshot: worker gone with the next document');
 
-$r = admin("$W/4343/engine/flush_cache", port => 8083);
+$r = admin("$K/4343/engine/flush_cache");
 is($r->{status}, 200, 'plane snapshot: new worker allowed');
 is(listener_fetches($t), $fetches + 1,
 	'plane snapshot: only the plane fetched');
@@ -347,7 +350,7 @@ $t->fake_set('discovery.json', '{"protocol_version":1,"workers":7}');
 $r = get($W);
 is($r->{status}, 502, 'plane snapshot: invalid document refused');
 
-$r = admin("$W/4343/engine/flush_cache", port => 8083);
+$r = admin("$K/4343/engine/flush_cache");
 is($r->{status}, 200, 'plane snapshot: the valid snapshot stays');
 
 ###############################################################################
@@ -545,7 +548,7 @@ sub nginx_conf {
 %%RL_MAIN%%
 
 http {
-    %%RL_HTTP 16m%%
+    %%RL_HTTP 48m%%
 
     %%RL_ACCESS_LOG t status port plane deny uri%%
 
@@ -563,6 +566,16 @@ http {
         gzip_min_length 1;
 
         %%RL_CONTROL_PLANES valid=0%%
+
+        # valid=60s on the same source (a source is its URI in its server)
+
+        location /v1/rl/kept/ {
+            dynamo_rl_plane admin;
+            dynamo_rl_discovery /_rl_discovery valid=60s;
+
+            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
+            proxy_next_upstream off;
+        }
 
         %%RL_NOT_FOUND error%%
     }

@@ -54,7 +54,7 @@ my $t = rl_test(Test::DynamoRL::scale(180), 51 + 2, <<'EOF');
 %%RL_MAIN faketime%%
 
 http {
-    %%RL_HTTP 5m%%
+    %%RL_HTTP 10m%%
 
     %%RL_UPSTREAMS%%
     %%RL_PROXY_KEEPALIVE unbuffered%%

@@ -329,7 +329,7 @@ EOF
 %%RL_MAIN workers=1%%
 
 http {
-    %%RL_HTTP 5m%%
+    %%RL_HTTP 20m%%
 
     %%RL_UPSTREAMS%%
     %%RL_PROXY_KEEPALIVE%%

@@ -103,7 +103,7 @@ is(join(' ', sort { $a <=> $b } keys %{{ map { $_->{generation} => 1 }
 # the valid=0 location refreshes and sees the new document, which then
 # becomes the snapshot for all
 
-$r = admin("$W/$ID/engine/liveness_probe", port => 8084);
+$r = admin("/v1/rl/fresh/$ID/engine/liveness_probe");
 is(join(' ', $r->{status}, $r->{json}{error} // ''), '404 unknown_worker',
 	'refresh: new document');
 is(listener_fetches($t), 2, 'refresh: one fetch');
@@ -151,9 +151,17 @@ http {
         }
 
         %%RL_ADMIN_PLANE valid=60s%%
-    }
 
-    %%RL_ADMIN_SERVER 8084 valid=0%%
+        # valid=0 on the same source (a source is its URI in its server)
+
+        location /v1/rl/fresh/ {
+            dynamo_rl_plane admin;
+            dynamo_rl_discovery /_rl_discovery valid=0;
+
+            proxy_pass \$dynamo_rl_system_url\$dynamo_rl_engine_path;
+            proxy_next_upstream off;
+        }
+    }
 }
 
 EOF

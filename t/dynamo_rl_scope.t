@@ -35,7 +35,7 @@ my $t = rl_test(Test::DynamoRL::scale(240), 150, <<'EOF', has => [qw/ http proxy
 %%RL_MAIN workers=1%%
 
 http {
-    %%RL_HTTP 5m%%
+    %%RL_HTTP 10m%%
 
     %%RL_ACCESS_LOG t status deny result=dynamo_rl_admin_result engine_path uri%%
 
