@@ -37,6 +37,7 @@
 #define NGX_HTTP_DYNAMO_RL_STORE_CONFIG      3
 #define NGX_HTTP_DYNAMO_RL_STORE_LOAD        4
 #define NGX_HTTP_DYNAMO_RL_STORE_RELOAD      5
+#define NGX_HTTP_DYNAMO_RL_STORE_WAIT        6
 
 #define NGX_HTTP_DYNAMO_RL_STORE_NOSCRIPT    ((ngx_uint_t) -1)
 
@@ -125,6 +126,10 @@ typedef struct {
     ngx_uint_t                      next_addr;
     ngx_uint_t                      connects;
 
+    /* wait=: a claim's reply, held until the WAIT after it is answered */
+    ngx_http_dynamo_rl_store_cmd_t *held;
+    redisReply                     *held_reply;
+
     u_char                          cause[256];
 
     unsigned                        up:1;
@@ -154,6 +159,7 @@ struct ngx_http_dynamo_rl_store_cmd_s {
     unsigned                            own:1;     /* buf is ngx_alloc()'s */
     unsigned                            live:1;
     unsigned                            open:1;    /* in a batch, unsent */
+    unsigned                            wait:1;    /* a WAIT follows it */
 
     /* a batch's command: its waited members, answered by position */
     ngx_queue_t                         members;
@@ -255,6 +261,12 @@ static void ngx_http_dynamo_rl_store_cmd_release(
 static u_char *ngx_http_dynamo_rl_store_format(u_char *p, u_char type,
     size_t n);
 static uint64_t ngx_http_dynamo_rl_store_us(void);
+static ngx_int_t ngx_http_dynamo_rl_store_wait(
+    ngx_http_dynamo_rl_store_conn_t *conn, ngx_http_dynamo_rl_store_cmd_t *cmd);
+static ngx_int_t ngx_http_dynamo_rl_store_waited_reply(
+    ngx_http_dynamo_rl_store_conn_t *conn, redisReply *reply);
+static void ngx_http_dynamo_rl_store_wait_drop(
+    ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t call);
 
 
 /* the upper bounds of the round-trip buckets, in microseconds */
@@ -299,7 +311,8 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     static const char  *names[] = {
         "prefix=", "on_error=", "replica=", "password_file=", "user=",
-        "timeout=", "lease=", "gate_poll=", "gate_stale=", "heartbeat="
+        "timeout=", "lease=", "gate_poll=", "gate_stale=", "heartbeat=",
+        "wait="
     };
 
     /* the times, from names[5] on */
@@ -435,6 +448,21 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             }
 
             store->user = s;
+            break;
+
+        case 10: /* wait */
+            rv = NGX_CONF_OK;
+            store->wait = ngx_atoi(s.data, s.len);
+
+            if (store->wait == (ngx_uint_t) NGX_ERROR || store->wait == 0
+                || store->wait > 64)
+            {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid wait \"%V\", it must be"
+                                   " a number of replicas, 1 to 64", &s);
+                return NGX_CONF_ERROR;
+            }
+
             break;
 
         default: /* timeout, lease, gate_poll, gate_stale, heartbeat */
@@ -1009,6 +1037,8 @@ ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
     if (conn->retry.timer_set) {
         ngx_del_timer(&conn->retry);
     }
+
+    ngx_http_dynamo_rl_store_wait_drop(conn, 0);
 
     while (!ngx_queue_empty(&conn->fifo)) {
         q = ngx_queue_head(&conn->fifo);
@@ -1796,7 +1826,9 @@ ngx_http_dynamo_rl_store_internal(ngx_http_dynamo_rl_store_conn_t *conn,
         return NGX_ERROR;
     }
 
-    if (kind != NGX_HTTP_DYNAMO_RL_STORE_RELOAD) {
+    if (kind != NGX_HTTP_DYNAMO_RL_STORE_RELOAD
+        && kind != NGX_HTTP_DYNAMO_RL_STORE_WAIT)
+    {
         /* one more reply that the handshake waits for */
         conn->handshake++;
     }
@@ -1828,9 +1860,18 @@ ngx_http_dynamo_rl_store_enqueue(ngx_http_dynamo_rl_store_conn_t *conn,
                                  (cmd->waited
                                   || (cmd->kind != NGX_HTTP_DYNAMO_RL_STORE_USER
                                       && cmd->kind
-                                         != NGX_HTTP_DYNAMO_RL_STORE_RELOAD))
+                                         != NGX_HTTP_DYNAMO_RL_STORE_RELOAD
+                                      && cmd->kind
+                                         != NGX_HTTP_DYNAMO_RL_STORE_WAIT))
                                  ? cmd->deadline
                                  : conn->progress + conn->stall);
+
+    if (conn->store->wait && cmd->script == NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM
+        && cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_USER && cmd->waited
+        && ngx_http_dynamo_rl_store_wait(conn, cmd) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
 
     c = conn->peer.connection;
 
@@ -2201,6 +2242,8 @@ ngx_http_dynamo_rl_store_fail(ngx_http_dynamo_rl_store_conn_t *conn,
 
     conn->reported = 1;
 
+    ngx_http_dynamo_rl_store_wait_drop(conn, !conn->exiting);
+
     ngx_queue_init(&waiters);
 
     while (!ngx_queue_empty(&conn->fifo)) {
@@ -2512,6 +2555,11 @@ ngx_http_dynamo_rl_store_dispatch(ngx_http_dynamo_rl_store_conn_t *conn,
 
     cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
 
+    if (cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_WAIT) {
+        ngx_http_dynamo_rl_store_cmd_free(conn, cmd);
+        return ngx_http_dynamo_rl_store_waited_reply(conn, reply);
+    }
+
     if (cmd->kind != NGX_HTTP_DYNAMO_RL_STORE_USER) {
         rc = ngx_http_dynamo_rl_store_handshake(conn, cmd, reply);
         freeReplyObject(reply);
@@ -2564,6 +2612,17 @@ ngx_http_dynamo_rl_store_dispatch(ngx_http_dynamo_rl_store_conn_t *conn,
 
     readonly = (reply->type == REDIS_REPLY_ERROR && reply->len >= 8
                 && ngx_strncmp(reply->str, "READONLY", 8) == 0);
+
+    /* wait=: the claims are answered once the replicas have them */
+
+    if (cmd->wait && reply->type != REDIS_REPLY_ERROR) {
+        ngx_http_dynamo_rl_store_wait_drop(conn, 1);
+
+        conn->held = cmd;
+        conn->held_reply = reply;
+
+        return NGX_OK;
+    }
 
     ngx_http_dynamo_rl_store_finish(conn, cmd,
                                     (reply->type == REDIS_REPLY_ERROR)
@@ -2943,7 +3002,9 @@ ngx_http_dynamo_rl_store_timer_handler(ngx_event_t *ev)
     {
         cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
 
-        if (cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_RELOAD) {
+        if (cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_RELOAD
+            || cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_WAIT)
+        {
             continue;
         }
 
@@ -3115,4 +3176,134 @@ ngx_http_dynamo_rl_store_us(void)
     (void) clock_gettime(CLOCK_MONOTONIC, &ts);
 
     return (uint64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+
+/*
+ * wait=N: "WAIT N ms" right after a claim, on the same connection, within
+ * what is left of the claim's timeout (WAIT 0 would block for ever)
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_wait(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_http_dynamo_rl_store_cmd_t *cmd)
+{
+    size_t           len[3];
+    u_char          *p;
+    const char      *argv[3];
+    ngx_msec_int_t   left;
+    u_char           n[NGX_INT_T_LEN], ms[NGX_INT_T_LEN];
+
+    left = (ngx_msec_int_t) (cmd->deadline - ngx_current_msec);
+
+    if (left < 1) {
+        left = 1;
+    }
+
+    argv[0] = "WAIT";
+    len[0] = 4;
+
+    p = ngx_sprintf(n, "%ui", conn->store->wait);
+    argv[1] = (const char *) n;
+    len[1] = p - n;
+
+    p = ngx_sprintf(ms, "%i", (ngx_int_t) left);
+    argv[2] = (const char *) ms;
+    len[2] = p - ms;
+
+    if (ngx_http_dynamo_rl_store_internal(conn, NGX_HTTP_DYNAMO_RL_STORE_WAIT,
+                                          0, 3, argv, len)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    cmd->wait = 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * the reply to a WAIT: the claim held before it is answered with its own
+ * reply if enough replicas have it, or as by an unavailable store (its
+ * requests release their ids); a WAIT after a claim that went again as
+ * EVAL (NOSCRIPT) has nothing held
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_waited_reply(ngx_http_dynamo_rl_store_conn_t *conn,
+    redisReply *reply)
+{
+    ngx_http_dynamo_rl_store_t      *store;
+    ngx_http_dynamo_rl_store_cmd_t  *cmd;
+
+    cmd = conn->held;
+    store = conn->store;
+
+    if (cmd == NULL) {
+        freeReplyObject(reply);
+        return NGX_OK;
+    }
+
+    if (reply->type == REDIS_REPLY_INTEGER
+        && reply->integer >= (long long) store->wait)
+    {
+        conn->held = NULL;
+
+        ngx_http_dynamo_rl_store_finish(conn, cmd,
+                                        NGX_HTTP_DYNAMO_RL_STORE_R_OK,
+                                        NGX_OK, conn->held_reply);
+
+        freeReplyObject(conn->held_reply);
+        conn->held_reply = NULL;
+        ngx_http_dynamo_rl_store_cmd_free(conn, cmd);
+
+    } else {
+        ngx_log_error(NGX_LOG_WARN, conn->log, 0,
+                      "dynamo rl store: \"%V\" had the claims on %L of %ui"
+                      " replicas within the timeout, refused",
+                      &store->url,
+                      reply->type == REDIS_REPLY_INTEGER
+                      ? (int64_t) reply->integer : (int64_t) -1,
+                      store->wait);
+
+        ngx_http_dynamo_rl_store_wait_drop(conn, 1);
+    }
+
+    freeReplyObject(reply);
+
+    if (conn->nfifo == 0 && conn->timer.timer_set) {
+        ngx_del_timer(&conn->timer);
+    }
+
+    return NGX_OK;
+}
+
+
+/* the held claim, if any, answered as by an unavailable store, or not */
+
+static void
+ngx_http_dynamo_rl_store_wait_drop(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_uint_t call)
+{
+    ngx_http_dynamo_rl_store_cmd_t  *cmd;
+
+    cmd = conn->held;
+
+    if (cmd == NULL) {
+        return;
+    }
+
+    conn->held = NULL;
+
+    if (call) {
+        ngx_http_dynamo_rl_store_finish(conn, cmd,
+                                        NGX_HTTP_DYNAMO_RL_STORE_R_ERROR,
+                                        NGX_ERROR, NULL);
+    }
+
+    freeReplyObject(conn->held_reply);
+    conn->held_reply = NULL;
+    ngx_http_dynamo_rl_store_cmd_free(conn, cmd);
 }
