@@ -16,9 +16,9 @@
  * 1 to 3.  An accepted reply keeps the decoders' promises (results in
  * range, a drained fleet is a closed, acknowledged and idle one), and
  * every string they return is read whole, so that AddressSanitizer sees a
- * pointer outside the reply (a sentinel's host too).  The reader's count of the bytes of the
- * reply being read never exceeds what was fed, and a reply is refused
- * only once that count is over the bound.
+ * pointer outside the reply (a sentinel's host too).  The reader's
+ * count of the bytes of the reply being read never exceeds what was fed,
+ * and a reply is refused only once that count is over the bound.
  */
 
 
