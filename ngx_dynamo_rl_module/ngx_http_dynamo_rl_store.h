@@ -85,6 +85,7 @@ struct ngx_http_dynamo_rl_store_s {
     ngx_addr_t                     *addrs;
     ngx_uint_t                      naddrs;
     ngx_uint_t                      db;
+    ngx_str_t                       sentinel;   /* sentinel://.../name */
     ngx_str_t                       prefix;     /* default "dynamo-rl" */
     ngx_str_t                       replica;    /* default: hostname */
     ngx_str_t                       user;
