@@ -3603,25 +3603,30 @@ ngx_http_dynamo_rl_store_sentinel_reply(ngx_http_dynamo_rl_store_conn_t *conn,
 
     inaddr = ngx_inet_addr(host.data, host.len);
 
+    conn->primary.socklen = 0;
+
     if (inaddr != INADDR_NONE) {
         sin = &conn->primary_sa.sockaddr_in;
         sin->sin_family = AF_INET;
         sin->sin_port = htons(port);
         sin->sin_addr.s_addr = inaddr;
         conn->primary.socklen = sizeof(struct sockaddr_in);
+    }
 
 #if (NGX_HAVE_INET6)
-    } else if (ngx_inet6_addr(host.data, host.len,
-                              conn->primary_sa.sockaddr_in6.sin6_addr.s6_addr)
-               == NGX_OK)
+    if (conn->primary.socklen == 0
+        && ngx_inet6_addr(host.data, host.len,
+                          conn->primary_sa.sockaddr_in6.sin6_addr.s6_addr)
+           == NGX_OK)
     {
         sin6 = &conn->primary_sa.sockaddr_in6;
         sin6->sin6_family = AF_INET6;
         sin6->sin6_port = htons(port);
         conn->primary.socklen = sizeof(struct sockaddr_in6);
+    }
 #endif
 
-    } else {
+    if (conn->primary.socklen == 0) {
         p = ngx_snprintf(conn->cause, sizeof(conn->cause) - 1,
                          "the sentinel names the primary by a host name,"
                          " \"%V\", not an address", &host);
