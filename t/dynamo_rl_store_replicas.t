@@ -12,8 +12,9 @@
 #   forwarded;
 # - P turned into a replica of R while the gateway runs (a demoted
 #   primary): the claims are refused 503 (-READONLY), never forwarded,
-#   the gateway drops the connection and reconnects; once P is a primary
-#   again, the claims pass without a reload.
+#   the gateway drops the connection and reconnects, and does not use P
+#   while its ROLE is a replica's; once P is a primary again, the claims
+#   pass without a reload.
 
 ###############################################################################
 
@@ -25,14 +26,14 @@ use Test::More;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ forwarded time_limit /;
-use Test::DynamoRL::Redis qw/ admit gen reason replica_conf store_key
-	store_lines /;
+use Test::DynamoRL::Redis qw/ admit gen reason replica_conf status
+	store_key store_lines wait_status /;
 
 ###############################################################################
 
 time_limit(Test::DynamoRL::scale(120));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(17);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(22);
 
 my $p = Test::DynamoRL::Redis->new($t, port => 8379)->start();
 my $r = Test::DynamoRL::Redis->new($t, port => 8380,
@@ -103,16 +104,30 @@ is(forwarded($t, 'wait-2'), 1, 'wait=1, the replica back: forwarded once');
 
 # P demoted: a replica of R; -READONLY, refused, reconnects
 
+$off = -s $t->testdir() . '/error.log';
+my $reconnects = status(\%A)->{store}{reconnects};
+
 $r->cmd('REPLICAOF', 'NO', 'ONE');
 $p->cmd('REPLICAOF', '127.0.0.1', $r->port());
 ok(Test::DynamoRL::wait_for(sub { (replicas($p))[1] eq 'up' }, 10),
 	'P is a replica of R');
 
-$off = -s $t->testdir() . '/error.log';
-
 $res = gen(\%A, 'ro-1');
 is($res->{status}, 503, 'P demoted: 503');
 is(forwarded($t, 'ro-1'), 0, 'P demoted: nothing forwarded');
+
+# ROLE: the replica is not used again (no "connected"), nor forwarded to
+
+my $st = wait_status(\%A, sub {
+	my $s = $_[0]{store};
+	!$s->{up} && $s->{reconnects} >= $reconnects + 3 });
+ok(!$st->{store}{up} && $st->{store}{reconnects} >= $reconnects + 3,
+	'P demoted: down, its ROLE refused at each reconnect');
+
+$res = gen(\%A, 'ro-3');
+is($res->{status}, 503, 'P demoted: 503 again');
+is(scalar(grep { /connected to/ } store_lines($t, $off, 'notice')), 0,
+	'P demoted: never connected to as a store');
 
 # P a primary again, R its replica: the gateway follows without a reload
 
@@ -120,8 +135,14 @@ $p->cmd('REPLICAOF', 'NO', 'ONE');
 $r->cmd('REPLICAOF', '127.0.0.1', $p->port());
 attached();
 
-ok(Test::DynamoRL::wait_for(sub { gen(\%A, 'ro-2')->{status} == 200 }, 10)
-	&& scalar(grep { /read-only/ } store_lines($t, $off, 'error')) >= 1,
-	'P a primary again: the claims pass, after a read-only reconnect');
+ok(attached(), 'P a primary again, R its replica');
+
+my $last = {};
+ok(Test::DynamoRL::wait_for(sub {
+	$last = gen(\%A, 'ro-2');
+	$last->{status} == 200 }, 10), 'P a primary again: the claims pass')
+	or diag(explain($last));
+is(scalar(grep { /read-only/ } store_lines($t, $off, 'error')), 1,
+	'P a primary again: after one read-only line');
 
 ###############################################################################
