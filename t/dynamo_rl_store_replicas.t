@@ -9,7 +9,7 @@
 # - R detached (REPLICAOF NO ONE): a claim is refused 503
 #   store_unavailable, nothing forwarded, one warning naming the replicas
 #   that had it, and the id released: the retry once R is back is
-#   forwarded;
+#   forwarded; a claim answered NOSCRIPT (SCRIPT FLUSH) passes too;
 # - P turned into a replica of R while the gateway runs (a demoted
 #   primary): the claims are refused 503 (-READONLY), never forwarded,
 #   the gateway drops the connection and reconnects, and does not use P
@@ -33,7 +33,7 @@ use Test::DynamoRL::Redis qw/ admit gen reason replica_conf status
 
 time_limit(Test::DynamoRL::scale(120));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(22);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(24);
 
 my $p = Test::DynamoRL::Redis->new($t, port => 8379)->start();
 my $r = Test::DynamoRL::Redis->new($t, port => 8380,
@@ -101,6 +101,16 @@ $res = gen(\%A, 'wait-2');
 is($res->{status}, 200, 'wait=1, the replica back: the retry is 200')
 	or diag(explain($res));
 is(forwarded($t, 'wait-2'), 1, 'wait=1, the replica back: forwarded once');
+
+# the scripts flushed: the claims pass (one answered NOSCRIPT goes again
+# as EVAL with a WAIT of its own; the first WAIT's reply finds nothing
+# held)
+
+$p->cmd('SCRIPT', 'FLUSH');
+
+$res = gen(\%A, 'wait-3');
+is($res->{status}, 200, 'wait=1, NOSCRIPT: 200');
+is(forwarded($t, 'wait-3'), 1, 'wait=1, NOSCRIPT: forwarded once');
 
 # P demoted: a replica of R; -READONLY, refused, reconnects
 
