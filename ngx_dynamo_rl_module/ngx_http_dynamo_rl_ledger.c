@@ -748,8 +748,8 @@ ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
 
     } else {
         ngx_log_error(NGX_LOG_INFO, c->log, 0,
-                      "dynamo rl store: connection lost before the claim's "
-                      "answer");
+                      "dynamo rl store: connection lost, or too few "
+                      "replicas (wait=), before the claim's answer");
 
         /* the claim may have run: the release is sent on reconnecting */
 

@@ -1087,6 +1087,88 @@ ngx_http_dynamo_rl_resp_noscript(redisReply *reply)
 }
 
 
+/*
+ * ROLE: NGX_OK for a primary ("master"), NGX_DECLINED for a replica or a
+ * sentinel (another role word), NGX_ERROR for a reply of another shape
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_role(redisReply *reply)
+{
+    redisReply  *r;
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements == 0)
+    {
+        return NGX_ERROR;
+    }
+
+    r = reply->element[0];
+
+    if (r == NULL || r->type != REDIS_REPLY_STRING || r->str == NULL
+        || r->len == 0 || r->len > 32)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_dynamo_rl_resp_is(r, "master") ? NGX_OK : NGX_DECLINED;
+}
+
+
+/*
+ * SENTINEL get-master-addr-by-name: [host, port]; NGX_DECLINED: nil, the
+ * sentinel does not know the name; NGX_ERROR: another shape, a host that
+ * is not 1..255 of [0-9A-Za-z.:_-], a port not 1..65535
+ */
+
+ngx_int_t
+ngx_http_dynamo_rl_resp_primary(redisReply *reply, ngx_str_t *host,
+    in_port_t *port)
+{
+    u_char     c;
+    size_t     i;
+    uint64_t   n;
+    ngx_str_t  h, p;
+
+    if (reply != NULL && reply->type == REDIS_REPLY_NIL) {
+        return NGX_DECLINED;
+    }
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements != 2
+        || ngx_http_dynamo_rl_resp_str(reply->element[0], &h) != NGX_OK
+        || ngx_http_dynamo_rl_resp_str(reply->element[1], &p) != NGX_OK
+        || h.len == 0 || h.len > 255)
+    {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < h.len; i++) {
+        c = h.data[i];
+
+        if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')
+            || (c >= 'A' && c <= 'Z') || c == '.' || c == ':' || c == '-'
+            || c == '_')
+        {
+            continue;
+        }
+
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_dynamo_rl_resp_digits(p.data, p.len, &n) != NGX_OK
+        || n == 0 || n > 65535)
+    {
+        return NGX_ERROR;
+    }
+
+    *host = h;
+    *port = (in_port_t) n;
+
+    return NGX_OK;
+}
+
+
 /* a number: an integer reply >= 0, or a bulk string of 1..20 digits */
 
 static ngx_int_t

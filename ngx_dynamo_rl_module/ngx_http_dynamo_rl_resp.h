@@ -152,6 +152,9 @@ ngx_int_t ngx_http_dynamo_rl_resp_gate(redisReply *reply,
 ngx_int_t ngx_http_dynamo_rl_resp_record(redisReply *reply,
     ngx_http_dynamo_rl_record_t *rec);
 ngx_int_t ngx_http_dynamo_rl_resp_noscript(redisReply *reply);
+ngx_int_t ngx_http_dynamo_rl_resp_role(redisReply *reply);
+ngx_int_t ngx_http_dynamo_rl_resp_primary(redisReply *reply, ngx_str_t *host,
+    in_port_t *port);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_RESP_H_INCLUDED_ */

@@ -37,6 +37,10 @@
 #define NGX_HTTP_DYNAMO_RL_STORE_CONFIG      3
 #define NGX_HTTP_DYNAMO_RL_STORE_LOAD        4
 #define NGX_HTTP_DYNAMO_RL_STORE_RELOAD      5
+#define NGX_HTTP_DYNAMO_RL_STORE_WAIT        6
+#define NGX_HTTP_DYNAMO_RL_STORE_ROLE        7
+#define NGX_HTTP_DYNAMO_RL_STORE_SAUTH       8   /* AUTH to a sentinel */
+#define NGX_HTTP_DYNAMO_RL_STORE_SENTINEL    9
 
 #define NGX_HTTP_DYNAMO_RL_STORE_NOSCRIPT    ((ngx_uint_t) -1)
 
@@ -125,6 +129,15 @@ typedef struct {
     ngx_uint_t                      next_addr;
     ngx_uint_t                      connects;
 
+    /* wait=: a claim's reply, held until the WAIT after it is answered */
+    ngx_http_dynamo_rl_store_cmd_t *held;
+    redisReply                     *held_reply;
+
+    /* sentinel://: the primary a sentinel named, for the next connect */
+    ngx_addr_t                      primary;
+    ngx_sockaddr_t                  primary_sa;
+    u_char                          primary_text[NGX_SOCKADDR_STRLEN];
+
     u_char                          cause[256];
 
     unsigned                        up:1;
@@ -133,6 +146,8 @@ typedef struct {
     unsigned                        loading:1;
     unsigned                        exiting:1;
     unsigned                        flushing:1;
+    unsigned                        asking:1;   /* a sentinel */
+    unsigned                        primary_known:1;
 } ngx_http_dynamo_rl_store_conn_t;
 
 
@@ -154,6 +169,7 @@ struct ngx_http_dynamo_rl_store_cmd_s {
     unsigned                            own:1;     /* buf is ngx_alloc()'s */
     unsigned                            live:1;
     unsigned                            open:1;    /* in a batch, unsent */
+    unsigned                            wait:1;    /* a WAIT follows it */
 
     /* a batch's command: its waited members, answered by position */
     ngx_queue_t                         members;
@@ -255,6 +271,20 @@ static void ngx_http_dynamo_rl_store_cmd_release(
 static u_char *ngx_http_dynamo_rl_store_format(u_char *p, u_char type,
     size_t n);
 static uint64_t ngx_http_dynamo_rl_store_us(void);
+static ngx_int_t ngx_http_dynamo_rl_store_wait(
+    ngx_http_dynamo_rl_store_conn_t *conn, ngx_http_dynamo_rl_store_cmd_t *cmd);
+static ngx_int_t ngx_http_dynamo_rl_store_waited_reply(
+    ngx_http_dynamo_rl_store_conn_t *conn, redisReply *reply);
+static void ngx_http_dynamo_rl_store_wait_drop(
+    ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t call);
+static char *ngx_http_dynamo_rl_store_sentinel_url(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_store_t *store, ngx_str_t *url);
+static ngx_addr_t *ngx_http_dynamo_rl_store_peer(
+    ngx_http_dynamo_rl_store_conn_t *conn);
+static ngx_int_t ngx_http_dynamo_rl_store_sentinel_ask(
+    ngx_http_dynamo_rl_store_conn_t *conn);
+static ngx_int_t ngx_http_dynamo_rl_store_sentinel_reply(
+    ngx_http_dynamo_rl_store_conn_t *conn, redisReply *reply);
 
 
 /* the upper bounds of the round-trip buckets, in microseconds */
@@ -299,7 +329,8 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     static const char  *names[] = {
         "prefix=", "on_error=", "replica=", "password_file=", "user=",
-        "timeout=", "lease=", "gate_poll=", "gate_stale=", "heartbeat="
+        "timeout=", "lease=", "gate_poll=", "gate_stale=", "heartbeat=",
+        "wait="
     };
 
     /* the times, from names[5] on */
@@ -437,6 +468,21 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             store->user = s;
             break;
 
+        case 10: /* wait */
+            rv = NGX_CONF_OK;
+            store->wait = ngx_atoi(s.data, s.len);
+
+            if (store->wait == (ngx_uint_t) NGX_ERROR || store->wait == 0
+                || store->wait > 64)
+            {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid wait \"%V\", it must be"
+                                   " a number of replicas, 1 to 64", &s);
+                return NGX_CONF_ERROR;
+            }
+
+            break;
+
         default: /* timeout, lease, gate_poll, gate_stale, heartbeat */
             rv = ngx_http_dynamo_rl_store_time(cf, &value[i],
                                                ngx_strlen(names[j]),
@@ -535,6 +581,12 @@ ngx_http_dynamo_rl_store_url(ngx_conf_t *cf, ngx_http_dynamo_rl_store_t *store,
                            " version: \"%V\" (use \"redis://\" to a TLS"
                            " proxy on loopback)", url);
         return NGX_CONF_ERROR;
+    }
+
+    if (url->len >= 11
+        && ngx_strncasecmp(p, (u_char *) "sentinel://", 11) == 0)
+    {
+        return ngx_http_dynamo_rl_store_sentinel_url(cf, store, url);
     }
 
     if (url->len >= 8 && ngx_strncasecmp(p, (u_char *) "redis://", 8) == 0) {
@@ -1009,6 +1061,8 @@ ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
     if (conn->retry.timer_set) {
         ngx_del_timer(&conn->retry);
     }
+
+    ngx_http_dynamo_rl_store_wait_drop(conn, 0);
 
     while (!ngx_queue_empty(&conn->fifo)) {
         q = ngx_queue_head(&conn->fifo);
@@ -1796,7 +1850,9 @@ ngx_http_dynamo_rl_store_internal(ngx_http_dynamo_rl_store_conn_t *conn,
         return NGX_ERROR;
     }
 
-    if (kind != NGX_HTTP_DYNAMO_RL_STORE_RELOAD) {
+    if (kind != NGX_HTTP_DYNAMO_RL_STORE_RELOAD
+        && kind != NGX_HTTP_DYNAMO_RL_STORE_WAIT)
+    {
         /* one more reply that the handshake waits for */
         conn->handshake++;
     }
@@ -1828,9 +1884,18 @@ ngx_http_dynamo_rl_store_enqueue(ngx_http_dynamo_rl_store_conn_t *conn,
                                  (cmd->waited
                                   || (cmd->kind != NGX_HTTP_DYNAMO_RL_STORE_USER
                                       && cmd->kind
-                                         != NGX_HTTP_DYNAMO_RL_STORE_RELOAD))
+                                         != NGX_HTTP_DYNAMO_RL_STORE_RELOAD
+                                      && cmd->kind
+                                         != NGX_HTTP_DYNAMO_RL_STORE_WAIT))
                                  ? cmd->deadline
                                  : conn->progress + conn->stall);
+
+    if (conn->store->wait && cmd->script == NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM
+        && cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_USER && cmd->waited
+        && ngx_http_dynamo_rl_store_wait(conn, cmd) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
 
     c = conn->peer.connection;
 
@@ -1910,7 +1975,7 @@ ngx_http_dynamo_rl_store_connect(ngx_http_dynamo_rl_store_conn_t *conn)
 
     store = conn->store;
 
-    addr = &store->addrs[conn->next_addr++ % store->naddrs];
+    addr = ngx_http_dynamo_rl_store_peer(conn);
 
     ngx_memzero(&conn->peer, sizeof(ngx_peer_connection_t));
 
@@ -1993,6 +2058,14 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
     conn->state = NGX_HTTP_DYNAMO_RL_STORE_HANDSHAKE;
     conn->handshake = 0;
 
+    if (conn->asking) {
+        if (ngx_http_dynamo_rl_store_sentinel_ask(conn) == NGX_OK) {
+            return;
+        }
+
+        goto failed;
+    }
+
     if (store->password.len) {
         argv[0] = "AUTH";
         len[0] = 4;
@@ -2028,6 +2101,18 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
         {
             goto failed;
         }
+    }
+
+    /* a replica would refuse every write: not a store to use */
+
+    argv[0] = "ROLE";
+    len[0] = 4;
+
+    if (ngx_http_dynamo_rl_store_internal(conn, NGX_HTTP_DYNAMO_RL_STORE_ROLE,
+                                          0, 1, argv, len)
+        != NGX_OK)
+    {
+        goto failed;
     }
 
     argv[0] = "CONFIG";
@@ -2200,6 +2285,8 @@ ngx_http_dynamo_rl_store_fail(ngx_http_dynamo_rl_store_conn_t *conn,
     }
 
     conn->reported = 1;
+
+    ngx_http_dynamo_rl_store_wait_drop(conn, !conn->exiting);
 
     ngx_queue_init(&waiters);
 
@@ -2512,6 +2599,11 @@ ngx_http_dynamo_rl_store_dispatch(ngx_http_dynamo_rl_store_conn_t *conn,
 
     cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
 
+    if (cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_WAIT) {
+        ngx_http_dynamo_rl_store_cmd_free(conn, cmd);
+        return ngx_http_dynamo_rl_store_waited_reply(conn, reply);
+    }
+
     if (cmd->kind != NGX_HTTP_DYNAMO_RL_STORE_USER) {
         rc = ngx_http_dynamo_rl_store_handshake(conn, cmd, reply);
         freeReplyObject(reply);
@@ -2565,6 +2657,17 @@ ngx_http_dynamo_rl_store_dispatch(ngx_http_dynamo_rl_store_conn_t *conn,
     readonly = (reply->type == REDIS_REPLY_ERROR && reply->len >= 8
                 && ngx_strncmp(reply->str, "READONLY", 8) == 0);
 
+    /* wait=: the claims are answered once the replicas have them */
+
+    if (cmd->wait && reply->type != REDIS_REPLY_ERROR) {
+        ngx_http_dynamo_rl_store_wait_drop(conn, 1);
+
+        conn->held = cmd;
+        conn->held_reply = reply;
+
+        return NGX_OK;
+    }
+
     ngx_http_dynamo_rl_store_finish(conn, cmd,
                                     (reply->type == REDIS_REPLY_ERROR)
                                     ? NGX_HTTP_DYNAMO_RL_STORE_R_ERROR
@@ -2610,6 +2713,27 @@ ngx_http_dynamo_rl_store_handshake(ngx_http_dynamo_rl_store_conn_t *conn,
         }
 
         break;
+
+    case NGX_HTTP_DYNAMO_RL_STORE_ROLE:
+
+        /* a service that refuses ROLE is taken at its word */
+
+        if (ngx_http_dynamo_rl_resp_role(reply) == NGX_DECLINED) {
+            ngx_http_dynamo_rl_store_fail(conn,
+                                          "the store is not a primary"
+                                          " (ROLE)", 0);
+            return NGX_ERROR;
+        }
+
+        break;
+
+    case NGX_HTTP_DYNAMO_RL_STORE_SAUTH:
+
+        /* a sentinel without a password refuses AUTH: SENTINEL says more */
+        break;
+
+    case NGX_HTTP_DYNAMO_RL_STORE_SENTINEL:
+        return ngx_http_dynamo_rl_store_sentinel_reply(conn, reply);
 
     case NGX_HTTP_DYNAMO_RL_STORE_CONFIG:
 
@@ -2943,7 +3067,9 @@ ngx_http_dynamo_rl_store_timer_handler(ngx_event_t *ev)
     {
         cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
 
-        if (cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_RELOAD) {
+        if (cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_RELOAD
+            || cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_WAIT)
+        {
             continue;
         }
 
@@ -3115,4 +3241,417 @@ ngx_http_dynamo_rl_store_us(void)
     (void) clock_gettime(CLOCK_MONOTONIC, &ts);
 
     return (uint64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+
+/*
+ * wait=N: "WAIT N ms" right after a claim, on the same connection, within
+ * what is left of the claim's timeout (WAIT 0 would block for ever)
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_wait(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_http_dynamo_rl_store_cmd_t *cmd)
+{
+    size_t           len[3];
+    u_char          *p;
+    const char      *argv[3];
+    ngx_msec_int_t   left;
+    u_char           n[NGX_INT_T_LEN], ms[NGX_INT_T_LEN];
+
+    left = (ngx_msec_int_t) (cmd->deadline - ngx_current_msec);
+
+    if (left < 1) {
+        left = 1;
+    }
+
+    argv[0] = "WAIT";
+    len[0] = 4;
+
+    p = ngx_sprintf(n, "%ui", conn->store->wait);
+    argv[1] = (const char *) n;
+    len[1] = p - n;
+
+    p = ngx_sprintf(ms, "%i", (ngx_int_t) left);
+    argv[2] = (const char *) ms;
+    len[2] = p - ms;
+
+    if (ngx_http_dynamo_rl_store_internal(conn, NGX_HTTP_DYNAMO_RL_STORE_WAIT,
+                                          0, 3, argv, len)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    cmd->wait = 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * the reply to a WAIT: the claim held before it is answered with its own
+ * reply if enough replicas have it, or as by an unavailable store (its
+ * requests release their ids); a WAIT after a claim that went again as
+ * EVAL (NOSCRIPT) has nothing held
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_waited_reply(ngx_http_dynamo_rl_store_conn_t *conn,
+    redisReply *reply)
+{
+    ngx_http_dynamo_rl_store_t      *store;
+    ngx_http_dynamo_rl_store_cmd_t  *cmd;
+
+    cmd = conn->held;
+    store = conn->store;
+
+    if (cmd == NULL) {
+        freeReplyObject(reply);
+        return NGX_OK;
+    }
+
+    if (reply->type == REDIS_REPLY_INTEGER
+        && reply->integer >= (long long) store->wait)
+    {
+        conn->held = NULL;
+
+        ngx_http_dynamo_rl_store_finish(conn, cmd,
+                                        NGX_HTTP_DYNAMO_RL_STORE_R_OK,
+                                        NGX_OK, conn->held_reply);
+
+        freeReplyObject(conn->held_reply);
+        conn->held_reply = NULL;
+        ngx_http_dynamo_rl_store_cmd_free(conn, cmd);
+
+    } else {
+        ngx_log_error(NGX_LOG_WARN, conn->log, 0,
+                      "dynamo rl store: \"%V\" had the claims on %L of %ui"
+                      " replicas within the timeout, refused",
+                      &store->url,
+                      reply->type == REDIS_REPLY_INTEGER
+                      ? (int64_t) reply->integer : (int64_t) -1,
+                      store->wait);
+
+        ngx_http_dynamo_rl_store_wait_drop(conn, 1);
+
+        if (store->sentinel.len) {
+            /*
+             * a primary without its replicas: after a failover, the
+             * demoted one, until the sentinels reconfigure it; they are
+             * asked again
+             */
+
+            freeReplyObject(reply);
+            ngx_http_dynamo_rl_store_fail(conn, "too few replicas (wait=),"
+                                          " the sentinels asked again", 0);
+            return NGX_ERROR;
+        }
+    }
+
+    freeReplyObject(reply);
+
+    if (conn->nfifo == 0 && conn->timer.timer_set) {
+        ngx_del_timer(&conn->timer);
+    }
+
+    return NGX_OK;
+}
+
+
+/* the held claim, if any, answered as by an unavailable store, or not */
+
+static void
+ngx_http_dynamo_rl_store_wait_drop(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_uint_t call)
+{
+    ngx_http_dynamo_rl_store_cmd_t  *cmd;
+
+    cmd = conn->held;
+
+    if (cmd == NULL) {
+        return;
+    }
+
+    conn->held = NULL;
+
+    if (call) {
+        ngx_http_dynamo_rl_store_finish(conn, cmd,
+                                        NGX_HTTP_DYNAMO_RL_STORE_R_ERROR,
+                                        NGX_ERROR, NULL);
+    }
+
+    freeReplyObject(conn->held_reply);
+    conn->held_reply = NULL;
+    ngx_http_dynamo_rl_store_cmd_free(conn, cmd);
+}
+
+
+/*
+ * sentinel://host[:port][,host[:port]...]/name: the sentinels, asked in
+ * turn for the primary of "name" on every connect
+ */
+
+static char *
+ngx_http_dynamo_rl_store_sentinel_url(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_store_t *store, ngx_str_t *url)
+{
+    u_char       *p, *last, *q, *comma;
+    ngx_url_t     u;
+    ngx_uint_t    i;
+    ngx_addr_t   *addr;
+    ngx_array_t  *addrs;
+
+    p = url->data + 11;
+    last = url->data + url->len;
+
+    q = ngx_strlchr(p, last, '/');
+
+    if (q == NULL || q + 1 == last || q == p) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid store URL \"%V\", it must be"
+                           " \"sentinel://host[:port][,host[:port]...]/name\"",
+                           url);
+        return NGX_CONF_ERROR;
+    }
+
+    store->sentinel.data = q + 1;
+    store->sentinel.len = last - q - 1;
+
+    if (store->sentinel.len > 64
+        || ngx_strlchr(q + 1, last, '/') != NULL
+        || ngx_strlchr(q + 1, last, '@') != NULL
+        || ngx_http_dynamo_rl_store_name_valid(&store->sentinel) != NGX_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid primary name \"%V\" in the store URL"
+                           " \"%V\"", &store->sentinel, url);
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_strlchr(p, q, '@') != NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "credentials in the store URL \"%V\" are not"
+                           " supported: use \"user=\" and"
+                           " \"password_file=\"", url);
+        return NGX_CONF_ERROR;
+    }
+
+    addrs = ngx_array_create(cf->pool, 3, sizeof(ngx_addr_t));
+    if (addrs == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    while (p < q) {
+        comma = ngx_strlchr(p, q, ',');
+
+        if (comma == NULL) {
+            comma = q;
+        }
+
+        ngx_memzero(&u, sizeof(ngx_url_t));
+
+        u.url.data = p;
+        u.url.len = comma - p;
+        u.default_port = 26379;
+
+        if (u.url.len == 0 || ngx_parse_url(cf->pool, &u) != NGX_OK
+            || u.uri.len || u.naddrs == 0 || u.family == AF_UNIX)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "%s in the store URL \"%V\"",
+                               u.err ? u.err : "invalid sentinel", url);
+            return NGX_CONF_ERROR;
+        }
+
+        for (i = 0; i < u.naddrs; i++) {
+            addr = ngx_array_push(addrs);
+            if (addr == NULL) {
+                return NGX_CONF_ERROR;
+            }
+
+            *addr = u.addrs[i];
+        }
+
+        p = comma + 1;
+    }
+
+    store->addrs = addrs->elts;
+    store->naddrs = addrs->nelts;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * the address of the next connect: with sentinel://, the primary a
+ * sentinel has just named, else the next sentinel (every other connect
+ * asks again: on a reconnect, on -READONLY, on a replica's ROLE)
+ */
+
+static ngx_addr_t *
+ngx_http_dynamo_rl_store_peer(ngx_http_dynamo_rl_store_conn_t *conn)
+{
+    ngx_http_dynamo_rl_store_t  *store;
+
+    store = conn->store;
+
+    conn->asking = 0;
+
+    if (store->sentinel.len) {
+        if (conn->primary_known) {
+            conn->primary_known = 0;
+            return &conn->primary;
+        }
+
+        conn->asking = 1;
+    }
+
+    return &store->addrs[conn->next_addr++ % store->naddrs];
+}
+
+
+/* AUTH if a password is set, then SENTINEL get-master-addr-by-name */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_sentinel_ask(ngx_http_dynamo_rl_store_conn_t *conn)
+{
+    size_t                       len[3];
+    ngx_uint_t                   i;
+    const char                  *argv[3];
+    ngx_http_dynamo_rl_store_t  *store;
+
+    store = conn->store;
+
+    if (store->password.len) {
+        argv[0] = "AUTH";
+        len[0] = 4;
+        i = 1;
+
+        if (store->user.len) {
+            argv[i] = (const char *) store->user.data;
+            len[i++] = store->user.len;
+        }
+
+        argv[i] = (const char *) store->password.data;
+        len[i++] = store->password.len;
+
+        if (ngx_http_dynamo_rl_store_internal(conn,
+                                              NGX_HTTP_DYNAMO_RL_STORE_SAUTH,
+                                              0, (int) i, argv, len)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    argv[0] = "SENTINEL";
+    len[0] = 8;
+    argv[1] = "get-master-addr-by-name";
+    len[1] = 23;
+    argv[2] = (const char *) store->sentinel.data;
+    len[2] = store->sentinel.len;
+
+    return ngx_http_dynamo_rl_store_internal(conn,
+                                             NGX_HTTP_DYNAMO_RL_STORE_SENTINEL,
+                                             0, 3, argv, len);
+}
+
+
+/*
+ * the sentinel's answer: the connection is closed and the primary it
+ * names connected at once; NGX_ERROR: the connection was closed
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_sentinel_reply(ngx_http_dynamo_rl_store_conn_t *conn,
+    redisReply *reply)
+{
+    u_char                      *p;
+    ngx_int_t                    rc;
+    in_port_t                    port;
+    ngx_str_t                    host;
+    in_addr_t                    inaddr;
+    struct sockaddr_in          *sin;
+#if (NGX_HAVE_INET6)
+    struct sockaddr_in6         *sin6;
+#endif
+    ngx_http_dynamo_rl_store_t  *store;
+
+    store = conn->store;
+
+    rc = ngx_http_dynamo_rl_resp_primary(reply, &host, &port);
+
+    if (rc == NGX_DECLINED) {
+        p = ngx_snprintf(conn->cause, sizeof(conn->cause) - 1,
+                         "the sentinel knows no primary \"%V\"",
+                         &store->sentinel);
+        *p = '\0';
+
+        ngx_http_dynamo_rl_store_fail(conn, (char *) conn->cause, 0);
+        return NGX_ERROR;
+    }
+
+    if (rc != NGX_OK) {
+        ngx_http_dynamo_rl_store_fail_reply(conn,
+                                            "SENTINEL get-master-addr-by-name",
+                                            reply);
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(&conn->primary_sa, sizeof(ngx_sockaddr_t));
+
+    inaddr = ngx_inet_addr(host.data, host.len);
+
+    conn->primary.socklen = 0;
+
+    if (inaddr != INADDR_NONE) {
+        sin = &conn->primary_sa.sockaddr_in;
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons(port);
+        sin->sin_addr.s_addr = inaddr;
+        conn->primary.socklen = sizeof(struct sockaddr_in);
+    }
+
+#if (NGX_HAVE_INET6)
+    if (conn->primary.socklen == 0
+        && ngx_inet6_addr(host.data, host.len,
+                          conn->primary_sa.sockaddr_in6.sin6_addr.s6_addr)
+           == NGX_OK)
+    {
+        sin6 = &conn->primary_sa.sockaddr_in6;
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons(port);
+        conn->primary.socklen = sizeof(struct sockaddr_in6);
+    }
+#endif
+
+    if (conn->primary.socklen == 0) {
+        p = ngx_snprintf(conn->cause, sizeof(conn->cause) - 1,
+                         "the sentinel names the primary by a host name,"
+                         " \"%V\", not an address", &host);
+        *p = '\0';
+
+        ngx_http_dynamo_rl_store_fail(conn, (char *) conn->cause, 0);
+        return NGX_ERROR;
+    }
+
+    conn->primary.sockaddr = &conn->primary_sa.sockaddr;
+    conn->primary.name.data = conn->primary_text;
+    conn->primary.name.len = ngx_sock_ntop(conn->primary.sockaddr,
+                                           conn->primary.socklen,
+                                           conn->primary_text,
+                                           NGX_SOCKADDR_STRLEN, 1);
+    conn->primary_known = 1;
+
+    ngx_log_error(NGX_LOG_INFO, conn->log, 0,
+                  "dynamo rl store: sentinel %V names %V the primary of"
+                  " \"%V\"", conn->peer.name, &conn->primary.name,
+                  &store->sentinel);
+
+    ngx_http_dynamo_rl_store_close(conn);
+
+    ngx_add_timer(&conn->retry, 1);
+
+    return NGX_ERROR;
 }

@@ -85,6 +85,7 @@ struct ngx_http_dynamo_rl_store_s {
     ngx_addr_t                     *addrs;
     ngx_uint_t                      naddrs;
     ngx_uint_t                      db;
+    ngx_str_t                       sentinel;   /* sentinel://.../name */
     ngx_str_t                       prefix;     /* default "dynamo-rl" */
     ngx_str_t                       replica;    /* default: hostname */
     ngx_str_t                       user;
@@ -96,6 +97,7 @@ struct ngx_http_dynamo_rl_store_s {
     ngx_msec_t                      heartbeat;  /* default 500ms */
     ngx_uint_t                      on_error;   /* STORE_FAIL | STORE_LOCAL */
     ngx_uint_t                      queue_max;  /* default 4096 */
+    ngx_uint_t                      wait;       /* WAIT N after claims */
 
     /* key names, built at configuration time */
     ngx_str_t                       gate_key;   /* "{P}:gate" */

@@ -16,9 +16,9 @@
  * 1 to 3.  An accepted reply keeps the decoders' promises (results in
  * range, a drained fleet is a closed, acknowledged and idle one), and
  * every string they return is read whole, so that AddressSanitizer sees a
- * pointer outside the reply.  The reader's count of the bytes of the
- * reply being read never exceeds what was fed, and a reply is refused
- * only once that count is over the bound.
+ * pointer outside the reply (a sentinel's host too).  The reader's
+ * count of the bytes of the reply being read never exceeds what was fed,
+ * and a reply is refused only once that count is over the bound.
  */
 
 
@@ -55,6 +55,7 @@ fuzz_resp_reply(redisReply *reply, uint64_t heartbeat)
     ngx_http_dynamo_rl_record_t       rec;
     ngx_http_dynamo_rl_claim_reply_t  cr;
     ngx_http_dynamo_rl_gate_reply_t   gr;
+    in_port_t                         port;
 
     if (ngx_http_dynamo_rl_resp_claim(reply, &cr) == NGX_OK) {
         if (cr.result > NGX_HTTP_DYNAMO_RL_CLAIM_NOGATE
@@ -135,6 +136,27 @@ fuzz_resp_reply(redisReply *reply, uint64_t heartbeat)
         && (reply->type != REDIS_REPLY_ERROR || reply->len < 8))
     {
         __builtin_trap();
+    }
+
+    /* ROLE: a primary is an array whose first word is "master" */
+
+    if (ngx_http_dynamo_rl_resp_role(reply) == NGX_OK
+        && (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0
+            || reply->element[0]->len != 6))
+    {
+        __builtin_trap();
+    }
+
+    /* SENTINEL get-master-addr-by-name: a host to connect to, a port */
+
+    port = 0;
+
+    if (ngx_http_dynamo_rl_resp_primary(reply, &st, &port) == NGX_OK) {
+        if (st.len == 0 || st.len > 255 || port == 0) {
+            __builtin_trap();
+        }
+
+        fuzz_resp_touch(&st);
     }
 }
 

@@ -29,6 +29,8 @@ static ngx_int_t claim(const char *s, ngx_http_dynamo_rl_claim_reply_t *cr);
 static ngx_int_t move(const char *s, ngx_int_t *moved);
 static ngx_int_t record(const char *s, ngx_http_dynamo_rl_record_t *rec);
 static ngx_int_t noscript(const char *s);
+static ngx_int_t role(const char *s);
+static ngx_int_t primary(const char *s, ngx_str_t *host, in_port_t *port);
 static ngx_uint_t decoded(const char *s);
 static ngx_uint_t is(ngx_str_t *s, const char *want);
 
@@ -146,6 +148,21 @@ static ngx_int_t
 noscript(const char *s)
 {
     return decoded(s) ? ngx_http_dynamo_rl_resp_noscript(last) : -100;
+}
+
+
+static ngx_int_t
+role(const char *s)
+{
+    return decoded(s) ? ngx_http_dynamo_rl_resp_role(last) : -100;
+}
+
+
+static ngx_int_t
+primary(const char *s, ngx_str_t *host, in_port_t *port)
+{
+    return decoded(s) ? ngx_http_dynamo_rl_resp_primary(last, host, port)
+                      : -100;
 }
 
 
@@ -812,6 +829,58 @@ main(void)
     ok(noscript("+OK\r\n") == NGX_DECLINED, "noscript: a status");
     ok(ngx_http_dynamo_rl_resp_noscript(NULL) == NGX_DECLINED,
        "noscript: no reply");
+
+    /* ROLE and SENTINEL get-master-addr-by-name */
+
+    {
+        ngx_str_t  host;
+        in_port_t  port;
+
+        ok(role("*3\r\n$6\r\nmaster\r\n:42\r\n*0\r\n") == NGX_OK,
+           "role: master");
+        ok(role("*5\r\n$5\r\nslave\r\n$9\r\n127.0.0.1\r\n:6379\r\n"
+                "$9\r\nconnected\r\n:10\r\n") == NGX_DECLINED,
+           "role: slave");
+        ok(role("*2\r\n$8\r\nsentinel\r\n*0\r\n") == NGX_DECLINED,
+           "role: sentinel");
+        ok(role("*1\r\n$7\r\nmasterx\r\n") == NGX_DECLINED,
+           "role: another word");
+        ok(role("*0\r\n") == NGX_ERROR, "role: empty array");
+        ok(role("+master\r\n") == NGX_ERROR, "role: a status");
+        ok(role("*1\r\n:1\r\n") == NGX_ERROR, "role: an integer");
+        ok(role("*1\r\n$0\r\n\r\n") == NGX_ERROR, "role: empty word");
+        ok(role("-ERR unknown command 'ROLE'\r\n") == NGX_ERROR,
+           "role: an error");
+        ok(ngx_http_dynamo_rl_resp_role(NULL) == NGX_ERROR, "role: none");
+
+        port = 0;
+        ok(primary("*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6380\r\n", &host,
+                   &port) == NGX_OK
+           && is(&host, "127.0.0.1") && port == 6380, "primary: v4");
+        ok(primary("*2\r\n$3\r\n::1\r\n$5\r\n65535\r\n", &host,
+                   &port) == NGX_OK
+           && is(&host, "::1") && port == 65535, "primary: v6");
+        ok(primary("*-1\r\n", &host, &port) == NGX_DECLINED,
+           "primary: nil array, an unknown name");
+        ok(primary(NIL, &host, &port) == NGX_DECLINED,
+           "primary: nil bulk");
+        ok(primary("*2\r\n$9\r\n127.0.0.1\r\n$1\r\n0\r\n", &host,
+                   &port) == NGX_ERROR, "primary: port 0");
+        ok(primary("*2\r\n$9\r\n127.0.0.1\r\n$5\r\n65536\r\n", &host,
+                   &port) == NGX_ERROR, "primary: port 65536");
+        ok(primary("*2\r\n$9\r\n127.0.0.1\r\n:6379\r\n", &host,
+                   &port) == NGX_ERROR, "primary: port an integer");
+        ok(primary("*2\r\n$0\r\n\r\n$4\r\n6379\r\n", &host,
+                   &port) == NGX_ERROR, "primary: no host");
+        ok(primary("*2\r\n$3\r\na b\r\n$4\r\n6379\r\n", &host,
+                   &port) == NGX_ERROR, "primary: host with spaces");
+        ok(primary("*3\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\n1\r\n", &host,
+                   &port) == NGX_ERROR, "primary: three elements");
+        ok(primary("-IDONTKNOW\r\n", &host, &port) == NGX_ERROR,
+           "primary: an error");
+        ok(ngx_http_dynamo_rl_resp_primary(NULL, &host, &port) == NGX_ERROR,
+           "primary: none");
+    }
 
     if (last != NULL) {
         freeReplyObject(last);

@@ -31,6 +31,12 @@ package Test::DynamoRL::Redis;
 #     pause($ms) (CLIENT PAUSE), hgetall($key) (a hash ref),
 #     has_key($key) (EXISTS)
 #
+# A sentinel (issue 25): sentinel => [ 'monitor rl 127.0.0.1 <port> 2',
+# 'down-after-milliseconds rl 1000', ... ] in new(): Debian's
+# redis-sentinel (TEST_REDIS_SENTINEL_BINARY) runs with a configuration
+# of those "sentinel ..." lines, on its port; url(), cmd() and stop() as
+# for a server.
+#
 # The server is stopped by its pid when $t stops (after nginx), at the
 # end of the test process in any case, and by a watcher process if the
 # test process is killed: no server outlives its test.
@@ -140,6 +146,7 @@ use Test::DynamoRL ();
 use Test::DynamoRL::Fixture qw/ api call err_since fork_server json /;
 
 my $BINARY = $ENV{TEST_REDIS_BINARY} // 'redis-server';
+my $SENTINEL = $ENV{TEST_REDIS_SENTINEL_BINARY} // 'redis-sentinel';
 
 my (@SERVERS, $N);
 
@@ -155,6 +162,7 @@ sub new {
 		port => Test::DynamoRL::port($o{port} // 8379),
 		dir => $t->testdir() . "/redis-$n",
 		args => $o{args} // [],
+		sentinel => $o{sentinel},
 		owner => $$,
 	}, $class;
 
@@ -200,6 +208,17 @@ sub start {
 		'--daemonize', 'no', '--pidfile', "$d/redis.pid",
 		'--logfile', "$d/redis.log", '--enable-debug-command', 'local',
 		@{$self->{args}});
+
+	if ($self->{sentinel}) {
+		open my $fh, '>', "$d/sentinel.conf" or die "$d: $!\n";
+		print $fh join '', map { "$_\n" } "port $self->{port}",
+			'bind 127.0.0.1', "dir $d", "logfile $d/redis.log",
+			"pidfile $d/redis.pid", 'daemonize no',
+			map { "sentinel $_" } @{$self->{sentinel}};
+		close $fh;
+
+		@cmd = ($SENTINEL, "$d/sentinel.conf");
+	}
 
 	my $pid = fork() // die "cannot fork: $!\n";
 
