@@ -8,6 +8,7 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 #include "ngx_http_dynamo_rl_store.h"
+#include "ngx_http_dynamo_rl_store_tls.h"
 #include <ngx_sha1.h>
 
 #include <openssl/rand.h>
@@ -194,6 +195,7 @@ static void ngx_http_dynamo_rl_store_sha(void);
 
 static void ngx_http_dynamo_rl_store_connect(
     ngx_http_dynamo_rl_store_conn_t *conn);
+static void ngx_http_dynamo_rl_store_tls_handshaked(ngx_connection_t *c);
 static void ngx_http_dynamo_rl_store_connected(
     ngx_http_dynamo_rl_store_conn_t *conn);
 static void ngx_http_dynamo_rl_store_ready_now(
@@ -389,6 +391,16 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     for (i = 2; i < cf->args->nelts; i++) {
 
+        if (ngx_strncmp(value[i].data, "tls_", 4) == 0) {
+            rv = ngx_http_dynamo_rl_store_tls_param(cf, store->tls,
+                                                    &value[i]);
+            if (rv != NGX_CONF_OK) {
+                return rv;
+            }
+
+            continue;
+        }
+
         for (j = 0; j < sizeof(names) / sizeof(names[0]); j++) {
             if (ngx_strncmp(value[i].data, names[j], ngx_strlen(names[j]))
                 == 0)
@@ -550,6 +562,13 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    if (store->tls != NULL) {
+        rv = ngx_http_dynamo_rl_store_tls_init(cf, store->tls);
+        if (rv != NGX_CONF_OK) {
+            return rv;
+        }
+    }
+
     ngx_http_dynamo_rl_store_sha();
 
     *field = store;
@@ -566,6 +585,7 @@ ngx_http_dynamo_rl_store_url(ngx_conf_t *cf, ngx_http_dynamo_rl_store_t *store,
     char       *hint;
     ngx_url_t   u;
     ngx_int_t   db;
+    ngx_uint_t  tls;
 
     p = url->data;
     last = p + url->len;
@@ -575,13 +595,7 @@ ngx_http_dynamo_rl_store_url(ngx_conf_t *cf, ngx_http_dynamo_rl_store_t *store,
     u.default_port = 6379;
     u.no_resolve = 0;
 
-    if (url->len >= 9 && ngx_strncasecmp(p, (u_char *) "rediss://", 9) == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "TLS to the store is not supported in this"
-                           " version: \"%V\" (use \"redis://\" to a TLS"
-                           " proxy on loopback)", url);
-        return NGX_CONF_ERROR;
-    }
+    /* "rediss://": TLS, ngx_http_dynamo_rl_store_tls.c */
 
     if (url->len >= 11
         && ngx_strncasecmp(p, (u_char *) "sentinel://", 11) == 0)
@@ -589,8 +603,14 @@ ngx_http_dynamo_rl_store_url(ngx_conf_t *cf, ngx_http_dynamo_rl_store_t *store,
         return ngx_http_dynamo_rl_store_sentinel_url(cf, store, url);
     }
 
-    if (url->len >= 8 && ngx_strncasecmp(p, (u_char *) "redis://", 8) == 0) {
-        p += 8;
+    tls = (url->len >= 9
+           && ngx_strncasecmp(p, (u_char *) "rediss://", 9) == 0);
+
+    if (tls
+        || (url->len >= 8
+            && ngx_strncasecmp(p, (u_char *) "redis://", 8) == 0))
+    {
+        p += tls ? 9 : 8;
 
         if (ngx_strlchr(p, last, '@') != NULL) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -619,7 +639,8 @@ ngx_http_dynamo_rl_store_url(ngx_conf_t *cf, ngx_http_dynamo_rl_store_t *store,
     } else {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid store URL \"%V\", it must begin with"
-                           " \"redis://\" or \"unix:\"", url);
+                           " \"redis://\", \"rediss://\" or \"unix:\"",
+                           url);
         return NGX_CONF_ERROR;
     }
 
@@ -665,6 +686,13 @@ ngx_http_dynamo_rl_store_url(ngx_conf_t *cf, ngx_http_dynamo_rl_store_t *store,
 
     store->addrs = u.addrs;
     store->naddrs = u.naddrs;
+
+    if (tls) {
+        store->tls = ngx_http_dynamo_rl_store_tls_create(cf, &u.host);
+        if (store->tls == NULL) {
+            return NGX_CONF_ERROR;
+        }
+    }
 
     return NGX_CONF_OK;
 }
@@ -1050,6 +1078,7 @@ ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
     }
 
     if (c != NULL) {
+        ngx_http_dynamo_rl_store_tls_close(c);
         ngx_close_connection(c);
         conn->peer.connection = NULL;
     }
@@ -2028,6 +2057,30 @@ ngx_http_dynamo_rl_store_connect(ngx_http_dynamo_rl_store_conn_t *conn)
 }
 
 
+/* rediss://: the TLS handshake ended, or timed out */
+
+static void
+ngx_http_dynamo_rl_store_tls_handshaked(ngx_connection_t *c)
+{
+    const char                       *cause;
+    ngx_http_dynamo_rl_store_conn_t  *conn;
+
+    conn = c->data;
+
+    cause = ngx_http_dynamo_rl_store_tls_check(conn->store->tls, c);
+
+    if (cause != NULL) {
+        ngx_http_dynamo_rl_store_fail(conn, cause, 0);
+        return;
+    }
+
+    c->read->handler = ngx_http_dynamo_rl_store_read_handler;
+    c->write->handler = ngx_http_dynamo_rl_store_write_handler;
+
+    ngx_http_dynamo_rl_store_connected(conn);
+}
+
+
 /* AUTH, SELECT, CONFIG GET, SCRIPT LOAD: pipelined, one round trip */
 
 static void
@@ -2045,6 +2098,18 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
 
     if (conn->peer.sockaddr->sa_family != AF_UNIX) {
         (void) ngx_tcp_nodelay(c);
+    }
+
+    if (store->tls != NULL && c->ssl == NULL) {
+        if (ngx_http_dynamo_rl_store_tls_connect(store->tls, c,
+                                    store->timeout,
+                                    ngx_http_dynamo_rl_store_tls_handshaked)
+            != NGX_AGAIN)
+        {
+            ngx_http_dynamo_rl_store_tls_handshaked(c);
+        }
+
+        return;
     }
 
     conn->reader = ngx_http_dynamo_rl_resp_reader();
@@ -2241,6 +2306,8 @@ ngx_http_dynamo_rl_store_fail(ngx_http_dynamo_rl_store_conn_t *conn,
     store = conn->store;
     was = conn->state;
 
+    cause = ngx_http_dynamo_rl_store_tls_cause(store->tls, cause, &err);
+
     ngx_http_dynamo_rl_store_close(conn);
 
     if (was != NGX_HTTP_DYNAMO_RL_STORE_READY) {
@@ -2348,6 +2415,7 @@ static void
 ngx_http_dynamo_rl_store_close(ngx_http_dynamo_rl_store_conn_t *conn)
 {
     if (conn->peer.connection != NULL) {
+        ngx_http_dynamo_rl_store_tls_close(conn->peer.connection);
         ngx_close_connection(conn->peer.connection);
         conn->peer.connection = NULL;
     }

@@ -99,6 +99,9 @@ struct ngx_http_dynamo_rl_store_s {
     ngx_uint_t                      queue_max;  /* default 4096 */
     ngx_uint_t                      wait;       /* WAIT N after claims */
 
+    /* rediss://: ngx_http_dynamo_rl_store_tls.c, NULL without TLS */
+    struct ngx_http_dynamo_rl_store_tls_s  *tls;
+
     /* key names, built at configuration time */
     ngx_str_t                       gate_key;   /* "{P}:gate" */
     ngx_str_t                       fleet_key;  /* "{P}:fleet" */

@@ -3,7 +3,7 @@
 # (C) ngx_dynamo_rl_module developers
 
 # Tests for the store client on its own: "nginx -t" on every bad
-# parameter of dynamo_rl_store (each exact message, rediss:// refused,
+# parameter of dynamo_rl_store (each exact message, the tls_* ones,
 # password_file errors), then a real redis-server on a free loopback port,
 # started and stopped here by its PID, with a password: each worker
 # process connects and authenticates (one notice each, with the address),
@@ -37,7 +37,7 @@ my $REDIS = '/usr/bin/redis-server';
 
 plan(skip_all => "no $REDIS (apt-get install redis-server)") unless -x $REDIS;
 
-my $t = Test::DynamoRL->new()->has(qw/http/)->plan(84);
+my $t = Test::DynamoRL->new()->has(qw/http/)->plan(84 + 4 + 8);
 
 my $d = $t->testdir();
 my $conf = "$d/nginx-t.conf";
@@ -57,7 +57,9 @@ for my $store (
 		. ' gate_stale=1s heartbeat=200ms',
 	'redis://localhost/ user=dynamo-rl password_file=password',
 	'unix:/run/redis.sock?db=2 on_error=fail',
-	'REDIS://127.0.0.1')
+	'REDIS://127.0.0.1',
+	'rediss://localhost:6380/1 tls_verify=off',
+	'rediss://127.0.0.1 tls_name=redis.test')
 {
 	my ($code, $out) = $t->nginx_t(config($store));
 
@@ -67,13 +69,19 @@ for my $store (
 
 # the URL
 
-emerg('rediss', 'rediss://127.0.0.1:6380',
-	'TLS to the store is not supported in this version:'
-	. ' "rediss://127.0.0.1:6380" (use "redis://" to a TLS proxy on'
-	. ' loopback)');
+emerg('tls without rediss', 'redis://127.0.0.1 tls_verify=off',
+	'"tls_verify=off" requires a "rediss://" store URL');
+emerg('tls parameter', 'rediss://127.0.0.1 tls_ciphers=ALL',
+	'invalid parameter "tls_ciphers=ALL"');
+emerg('tls_verify', 'rediss://127.0.0.1 tls_verify=maybe',
+	'invalid tls_verify "maybe", it must be "on" or "off"');
+emerg('tls duplicate', 'rediss://127.0.0.1 tls_name=a tls_name=b',
+	'duplicate parameter "tls_name=b"');
+emerg('tls_certificate alone', 'rediss://127.0.0.1 tls_certificate=c.crt',
+	'"tls_certificate" and "tls_certificate_key" go together');
 emerg('scheme', 'http://127.0.0.1:6379',
 	'invalid store URL "http://127.0.0.1:6379", it must begin with'
-	. ' "redis://" or "unix:"');
+	. ' "redis://", "rediss://" or "unix:"');
 emerg('credentials', 'redis://u:p@127.0.0.1',
 	'credentials in the store URL "redis://u:p@127.0.0.1" are not'
 	. ' supported: use "user=" and "password_file="');

@@ -15,6 +15,10 @@ package Test::DynamoRL::Redis;
 # (args => [ '--appendonly', 'yes' ] in new(): more redis-server options,
 # after the defaults, which they override)
 #
+# (tls => 8380 in new(): a TLS port too, --tls-port on a free port for
+# 8380, with the --tls-* options given in args; the plain port stays for
+# the test's own client; $redis->tls_port() is that port)
+#
 #     $redis->url()         "redis://127.0.0.1:<port>"
 #     $redis->port(), pid() the port, the pid of redis-server
 #     $redis->start()       starts redis-server in <testdir>/redis-<n>
@@ -166,6 +170,8 @@ sub new {
 		owner => $$,
 	}, $class;
 
+	$self->{tls_port} = Test::DynamoRL::port($o{tls}) if $o{tls};
+
 	make_path($self->{dir});
 	push @SERVERS, $self;
 
@@ -184,6 +190,11 @@ sub url {
 sub port {
 	my ($self) = @_;
 	return $self->{port};
+}
+
+sub tls_port {
+	my ($self) = @_;
+	return $self->{tls_port};
 }
 
 sub pid {
@@ -207,6 +218,7 @@ sub start {
 		'--save', '', '--appendonly', 'no', '--dir', $d,
 		'--daemonize', 'no', '--pidfile', "$d/redis.pid",
 		'--logfile', "$d/redis.log", '--enable-debug-command', 'local',
+		($self->{tls_port} ? ('--tls-port', $self->{tls_port}) : ()),
 		@{$self->{args}});
 
 	if ($self->{sentinel}) {
