@@ -684,13 +684,19 @@ sub race {
 
 	my @kids;
 
-	for my $rep (@reps) {
+	# the second replica's racers send their ids last first: however
+	# unevenly the machine schedules the racers, each replica is first
+	# at one end of the ids, and they meet in the middle
+
+	for my $i (0 .. $#reps) {
+		my $rep = $reps[$i];
+
 		for my $k (0 .. $procs - 1) {
 			my $pid = fork() // die "cannot fork: $!\n";
 
 			if ($pid == 0) {
 				close $wr;
-				eval { racer($rep, $k, $procs, $n, $rd, $dir) };
+				eval { racer($rep, $k, $procs, $n, $rd, $dir, $i % 2) };
 				POSIX::_exit(0);
 			}
 
@@ -734,9 +740,10 @@ sub race {
 }
 
 sub racer {
-	my ($rep, $k, $procs, $n, $barrier, $dir) = @_;
+	my ($rep, $k, $procs, $n, $barrier, $dir, $reverse) = @_;
 
 	my @ids = map { "race-$_" } grep { $_ % $procs == $k } 1 .. $n;
+	@ids = reverse @ids if $reverse;
 	my $addr = '127.0.0.1:' . port($rep->{listen});
 
 	my @conns = map {
