@@ -18,6 +18,7 @@
 #define NGX_HTTP_DYNAMO_RL_NODE_REQUEST_ID  1   /* 16 bytes follow the id */
 #define NGX_HTTP_DYNAMO_RL_NODE_STORE       2   /* claimed in the store */
 #define NGX_HTTP_DYNAMO_RL_NODE_TENANT      4   /* its length, then it */
+#define NGX_HTTP_DYNAMO_RL_NODE_ADOPTED     8   /* another zone's, in flight */
 
 
 /*

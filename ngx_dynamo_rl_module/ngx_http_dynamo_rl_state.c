@@ -385,7 +385,11 @@ ngx_http_dynamo_rl_state_inherit(ngx_http_dynamo_rl_zone_t *zone,
 }
 
 
-/* one record of the old zone: an id in flight there stays refused here */
+/*
+ * one record of the old zone: an id in flight there stays in flight here,
+ * owned by the old zone's process, which ends it there; the end reaches
+ * this zone through the file, which that process writes as it exits
+ */
 
 static ngx_int_t
 ngx_http_dynamo_rl_state_take(void *data, ngx_http_dynamo_rl_node_t *lr)
@@ -400,13 +404,6 @@ ngx_http_dynamo_rl_state_take(void *data, ngx_http_dynamo_rl_node_t *lr)
     }
 
     node = *lr;
-
-    if (lr->state < NGX_HTTP_DYNAMO_RL_SUCCEEDED) {
-        /* it ends in the old zone: here, failed, for the ttl it will get */
-        node.state = NGX_HTTP_DYNAMO_RL_FAILED;
-        node.ended = node.started;
-        node.expires = in->now + lr->expires;
-    }
 
     id.data = lr->id;
     id.len = lr->len;
@@ -706,6 +703,7 @@ ngx_http_dynamo_rl_state_apply(ngx_http_dynamo_rl_zone_t *zone,
     uint64_t                            now, wall, ttl;
     ngx_str_t                           id;
     ngx_uint_t                          adopted, restored, known, lost;
+    ngx_uint_t                          ended;
     ngx_http_dynamo_rl_node_t           node;
     ngx_http_dynamo_rl_shctx_t         *sh;
     ngx_http_dynamo_rl_state_record_t   rec;
@@ -720,6 +718,7 @@ ngx_http_dynamo_rl_state_apply(ngx_http_dynamo_rl_zone_t *zone,
     adopted = 0;
     restored = 0;
     known = 0;
+    ended = 0;
     lost = 0;
 
     ngx_memzero(&node, sizeof(ngx_http_dynamo_rl_node_t));
@@ -752,26 +751,44 @@ ngx_http_dynamo_rl_state_apply(ngx_http_dynamo_rl_zone_t *zone,
         id.data = rec.id;
         id.len = rec.len;
 
-        /* an attempt in flight then has not finished here: failed */
-
-        node.state = (u_char) (rec.in_flight ? NGX_HTTP_DYNAMO_RL_FAILED
-                                             : rec.state);
+        node.state = (u_char) rec.state;
+        node.reason = 0;
         node.status = (u_short) rec.status;
         node.stream = (u_char) rec.stream;
         node.bytes = rec.bytes;
+        node.pid = (ngx_pid_t) rec.owner;
 
         /* wall-clock times to show, elapsed time on the monotonic clock */
 
         node.started = wall - ngx_min(rec.started_ago, wall);
-        node.ended = rec.in_flight ? wall
-                                   : wall - ngx_min(rec.ended_ago, wall);
+        node.ended = rec.in_flight ? 0 : wall - ngx_min(rec.ended_ago, wall);
         node.begun = now - ngx_min(rec.started_ago, now);
-        node.expires = now + (rec.in_flight ? ttl : rec.remaining);
+        node.expires = rec.in_flight ? ttl : now + rec.remaining;
+
+        /*
+         * in flight then: it stays in flight, its owner's until the
+         * owner's end of it comes through the file; with no owner (a
+         * version 1 file) or an owner that is gone, it never ends: failed
+         */
+
+        if (rec.in_flight
+            && (rec.owner == 0
+                || (kill(node.pid, 0) == -1 && ngx_errno == NGX_ESRCH)))
+        {
+            node.state = NGX_HTTP_DYNAMO_RL_FAILED;
+            node.reason = rec.owner ? NGX_HTTP_DYNAMO_RL_WORKER_EXITED : 0;
+            node.ended = wall;
+            node.expires = now + ttl;
+        }
 
         switch (ngx_http_dynamo_rl_ledger_restore(zone, &node, &id)) {
 
         case NGX_OK:
             restored++;
+            break;
+
+        case NGX_DONE:
+            ended++;
             break;
 
         case NGX_DECLINED:
@@ -788,9 +805,9 @@ ngx_http_dynamo_rl_state_apply(ngx_http_dynamo_rl_zone_t *zone,
     ngx_log_error(NGX_LOG_NOTICE, log, 0,
                   "state file \"%V\" read into dynamo_rl zone \"%V\": "
                   "gate %s at epoch %ui%s, %ui attempts restored, "
-                  "%ui known", &zone->state, &zone->name,
+                  "%ui ended, %ui known", &zone->state, &zone->name,
                   sf->closed ? "closed" : "open", sf->epoch,
-                  adopted ? "" : " (not newer)", restored, known);
+                  adopted ? "" : " (not newer)", restored, ended, known);
 
     if (lost) {
         ngx_log_error(NGX_LOG_CRIT, log, 0,
@@ -994,7 +1011,8 @@ ngx_http_dynamo_rl_state_record_out(void *data, ngx_http_dynamo_rl_node_t *lr)
                         lr->expires - now);
 
     } else {
-        p = ngx_cpymem(p, "- -\n", 4);
+        /* in flight: its owner, which ends it */
+        p = ngx_sprintf(p, "- - %P\n", lr->pid);
     }
 
     out->pos = p;
