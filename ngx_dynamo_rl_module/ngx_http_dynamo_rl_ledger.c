@@ -29,8 +29,6 @@ static void ngx_http_dynamo_rl_ledger_reaper(ngx_event_t *ev);
 static void ngx_http_dynamo_rl_ledger_reap(ngx_http_dynamo_rl_zone_t *zone);
 static ngx_uint_t ngx_http_dynamo_rl_ledger_settle(
     ngx_http_dynamo_rl_zone_t *zone, ngx_uint_t slot, ngx_pid_t pid);
-static void ngx_http_dynamo_rl_ledger_orphans(
-    ngx_http_dynamo_rl_zone_t *zone);
 static ngx_int_t ngx_http_dynamo_rl_ledger_header_filter(
     ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_ledger_body_filter(ngx_http_request_t *r,
@@ -1220,21 +1218,21 @@ ngx_http_dynamo_rl_ledger_reap(ngx_http_dynamo_rl_zone_t *zone)
                           "failed", n, pid);
         }
     }
-
-    if (sh->adopted) {
-        ngx_http_dynamo_rl_ledger_orphans(zone);
-    }
 }
 
 
 /*
  * attempts adopted in flight from another zone (a reload that resized the
- * zone, a binary upgrade) whose owner, a process of that zone, is gone
- * without its end of them reaching this zone: nothing else would end them
+ * zone, a binary upgrade) whose owner, a process of that zone, is gone:
+ * the state file's writer (ngx_http_dynamo_rl_state.c) first marks those
+ * whose owner is gone ("settle" 0, the number marked), then merges the
+ * file, which has every end the owner made before it exited, then ends
+ * as failed those still marked ("settle" 1): nothing else would end them
  */
 
-static void
-ngx_http_dynamo_rl_ledger_orphans(ngx_http_dynamo_rl_zone_t *zone)
+ngx_uint_t
+ngx_http_dynamo_rl_ledger_orphans(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_uint_t settle)
 {
     uint64_t                     now;
     ngx_pid_t                    pid;
@@ -1257,14 +1255,27 @@ ngx_http_dynamo_rl_ledger_orphans(ngx_http_dynamo_rl_zone_t *zone)
         next = ngx_queue_next(q);
         lr = ngx_queue_data(q, ngx_http_dynamo_rl_node_t, queue);
 
-        if (!(lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_ADOPTED)
-            || lr->pid == ngx_pid
-            || kill(lr->pid, 0) == 0 || ngx_errno != NGX_ESRCH)
-        {
+        if (!(lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_ADOPTED)) {
             continue;
         }
 
-        lr->request_id &= ~NGX_HTTP_DYNAMO_RL_NODE_ADOPTED;
+        if (!settle) {
+            if (lr->pid != ngx_pid && kill(lr->pid, 0) == -1
+                && ngx_errno == NGX_ESRCH)
+            {
+                lr->request_id |= NGX_HTTP_DYNAMO_RL_NODE_ORPHAN;
+                n++;
+            }
+
+            continue;
+        }
+
+        if (!(lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_ORPHAN)) {
+            continue;
+        }
+
+        lr->request_id &= ~(NGX_HTTP_DYNAMO_RL_NODE_ADOPTED
+                            |NGX_HTTP_DYNAMO_RL_NODE_ORPHAN);
         sh->adopted--;
 
         ngx_http_dynamo_rl_ledger_end(zone, lr, NGX_HTTP_DYNAMO_RL_FAILED,
@@ -1275,12 +1286,14 @@ ngx_http_dynamo_rl_ledger_orphans(ngx_http_dynamo_rl_zone_t *zone)
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    if (n) {
+    if (settle && n) {
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
                       "dynamo rl ledger: %ui attempt(s) in flight in "
                       "worker process %P of another zone, which exited, "
                       "ended as failed", n, pid);
     }
+
+    return n;
 }
 
 
@@ -1325,7 +1338,8 @@ ngx_http_dynamo_rl_ledger_settle(ngx_http_dynamo_rl_zone_t *zone,
         }
 
         if (lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_ADOPTED) {
-            lr->request_id &= ~NGX_HTTP_DYNAMO_RL_NODE_ADOPTED;
+            lr->request_id &= ~(NGX_HTTP_DYNAMO_RL_NODE_ADOPTED
+                                |NGX_HTTP_DYNAMO_RL_NODE_ORPHAN);
             sh->adopted--;
         }
 
@@ -2130,7 +2144,8 @@ ngx_http_dynamo_rl_ledger_restore(ngx_http_dynamo_rl_zone_t *zone,
         lr->bytes = rec->bytes;
         lr->ended = rec->ended;
         lr->expires = rec->expires;
-        lr->request_id &= ~NGX_HTTP_DYNAMO_RL_NODE_ADOPTED;
+        lr->request_id &= ~(NGX_HTTP_DYNAMO_RL_NODE_ADOPTED
+                            |NGX_HTTP_DYNAMO_RL_NODE_ORPHAN);
 
         ngx_queue_remove(&lr->queue);
         ngx_queue_insert_head(&zone->sh->finished, &lr->queue);

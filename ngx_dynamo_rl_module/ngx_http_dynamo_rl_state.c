@@ -77,7 +77,7 @@ static ngx_uint_t ngx_http_dynamo_rl_state_changed(
 static ngx_int_t ngx_http_dynamo_rl_state_read(
     ngx_http_dynamo_rl_zone_t *zone, ngx_uint_t init, ngx_log_t *log);
 static void ngx_http_dynamo_rl_state_apply(ngx_http_dynamo_rl_zone_t *zone,
-    ngx_http_dynamo_rl_state_file_t *sf, ngx_log_t *log);
+    ngx_http_dynamo_rl_state_file_t *sf, ngx_uint_t cold, ngx_log_t *log);
 static void ngx_http_dynamo_rl_state_fail(ngx_http_dynamo_rl_zone_t *zone,
     ngx_uint_t level, ngx_err_t err, char *why, ngx_log_t *log);
 static void ngx_http_dynamo_rl_state_seen(ngx_http_dynamo_rl_zone_t *zone,
@@ -681,7 +681,16 @@ ngx_http_dynamo_rl_state_read(ngx_http_dynamo_rl_zone_t *zone,
         return NGX_ERROR;
     }
 
-    ngx_http_dynamo_rl_state_apply(zone, &sf, log);
+    /*
+     * a start that is neither a reload nor a binary upgrade: no process
+     * that wrote the file runs any more, whatever its pid is now
+     */
+
+    ngx_http_dynamo_rl_state_apply(zone, &sf,
+                                   init && !ngx_inherited
+                                   && ngx_is_init_cycle(
+                                          (ngx_cycle_t *) ngx_cycle),
+                                   log);
 
     ngx_free(buf);
 
@@ -697,7 +706,7 @@ ngx_http_dynamo_rl_state_read(ngx_http_dynamo_rl_zone_t *zone,
 
 static void
 ngx_http_dynamo_rl_state_apply(ngx_http_dynamo_rl_zone_t *zone,
-    ngx_http_dynamo_rl_state_file_t *sf, ngx_log_t *log)
+    ngx_http_dynamo_rl_state_file_t *sf, ngx_uint_t cold, ngx_log_t *log)
 {
     u_char                             *pos;
     uint64_t                            now, wall, ttl;
@@ -768,11 +777,12 @@ ngx_http_dynamo_rl_state_apply(ngx_http_dynamo_rl_zone_t *zone,
         /*
          * in flight then: it stays in flight, its owner's until the
          * owner's end of it comes through the file; with no owner (a
-         * version 1 file) or an owner that is gone, it never ends: failed
+         * version 1 file) or an owner that is gone (a cold start, or no
+         * such process), it never ends: failed
          */
 
         if (rec.in_flight
-            && (rec.owner == 0
+            && (rec.owner == 0 || cold
                 || (kill(node.pid, 0) == -1 && ngx_errno == NGX_ESRCH)))
         {
             node.state = NGX_HTTP_DYNAMO_RL_FAILED;
@@ -1209,7 +1219,7 @@ static void
 ngx_http_dynamo_rl_state_timer(ngx_event_t *ev)
 {
     ngx_err_t                   err;
-    ngx_uint_t                  due, changed, every, exiting;
+    ngx_uint_t                  due, changed, every, exiting, orphans;
     ngx_http_dynamo_rl_zone_t  *zone;
 
     zone = ev->data;
@@ -1240,7 +1250,16 @@ ngx_http_dynamo_rl_state_timer(ngx_event_t *ev)
     due = (exiting || ++zone->state_ticks % every == 0)
           && ngx_http_dynamo_rl_state_dirty(zone, 0);
 
-    if (due || changed) {
+    /*
+     * attempts adopted from another zone whose owner is gone: the file,
+     * which the owner wrote as it exited, is merged first, and only those
+     * that it did not end are settled
+     */
+
+    orphans = zone->sh->adopted ? ngx_http_dynamo_rl_ledger_orphans(zone, 0)
+                                : 0;
+
+    if (due || changed || orphans) {
         err = ngx_http_dynamo_rl_state_lock(zone);
 
         if (err) {
@@ -1251,6 +1270,11 @@ ngx_http_dynamo_rl_state_timer(ngx_event_t *ev)
 
         } else {
             (void) ngx_http_dynamo_rl_state_read(zone, 0, ev->log);
+
+            if (orphans && ngx_http_dynamo_rl_ledger_orphans(zone, 1)) {
+                due = 1;
+            }
+
             (void) ngx_http_dynamo_rl_state_end(zone, due, ev->log);
         }
     }
