@@ -27,7 +27,7 @@ use Test::DynamoRL::Fixture qw/ rl_conf slurp time_limit /;
 
 time_limit(240);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(19);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(22);
 
 my $d = $t->testdir();
 my $STATE = "$d/state/rl.state";
@@ -143,6 +143,29 @@ $t->reload();
 $a = api('flight-killed', 8075);
 is(join(' ', $a->{state} // '', $a->{reason} // ''), 'failed worker_exited',
 	'killed: still failed in the next zone');
+
+# a stop with TERM cuts a stream: the file has the attempt in flight, and
+# the next start, neither a reload nor an upgrade, knows that no process
+# of the file runs any more
+
+$s = stream('flight-cold', 8085, 150);
+
+ok(streaming('flight-cold', 8075), 'cold: streaming');
+
+my $master = $t->master();
+kill 'TERM', $master;
+$t->wait_for(sub { !Test::DynamoRL::_alive($master) }, 10);
+$t->stop_nginx();
+close $s;
+
+like(slurp($STATE) // '', qr/^a flight-cold 2 200 1 \d+ \d+ - - \d+$/m,
+	'cold: in the state file, in flight, with its owner');
+
+$t->run();
+
+$a = api('flight-cold', 8075);
+is(join(' ', $a->{state} // '', $a->{reason} // ''), 'failed worker_exited',
+	'cold: failed, worker_exited at once');
 
 ###############################################################################
 
