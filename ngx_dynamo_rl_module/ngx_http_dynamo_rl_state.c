@@ -1177,10 +1177,14 @@ ngx_http_dynamo_rl_state_init_process(ngx_cycle_t *cycle,
 {
     ngx_event_t  *ev;
 
+    /*
+     * every worker process: worker 0 watches and writes the file, the
+     * others only once they are on their way out (see the timer)
+     */
+
     if (zone->state.len == 0
         || (ngx_process != NGX_PROCESS_WORKER
-            && ngx_process != NGX_PROCESS_SINGLE)
-        || ngx_worker != 0)
+            && ngx_process != NGX_PROCESS_SINGLE))
     {
         return NGX_OK;
     }
@@ -1237,6 +1241,18 @@ ngx_http_dynamo_rl_state_timer(ngx_event_t *ev)
      */
 
     exiting = (ngx_exiting || ngx_quit);
+
+    /*
+     * the other worker processes, on their way out, write the ends of
+     * their attempts as they come: the new zone of a reload that resized
+     * the zone, or the other master, holds them in flight until then,
+     * and worker 0 may have exited already
+     */
+
+    if (ngx_worker != 0 && !exiting) {
+        ngx_add_timer(ev, NGX_HTTP_DYNAMO_RL_STATE_WATCH);
+        return;
+    }
 
     changed = ngx_http_dynamo_rl_state_changed(zone);
 

@@ -27,7 +27,7 @@ use Test::DynamoRL::Fixture qw/ rl_conf slurp time_limit /;
 
 time_limit(240);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(22);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(26);
 
 my $d = $t->testdir();
 my $STATE = "$d/state/rl.state";
@@ -167,10 +167,38 @@ $a = api('flight-cold', 8075);
 is(join(' ', $a->{state} // '', $a->{reason} // ''), 'failed worker_exited',
 	'cold: failed, worker_exited at once');
 
+# an old worker process other than the first, which exits at once, ends
+# one attempt while it streams another: the end reaches the new zone then,
+# not when the process exits; reuseport spreads the connections, and the
+# debug log says which process took each
+
+$t->stop_nginx();
+$t->write_file_expand('nginx.conf', nginx_conf('1m', 8075, 'reuseport'));
+$t->run();
+
+my ($w0, $w1) = $t->worker_pids();
+
+my ($sb, $idb) = owned_by($w1, 'flight-long', 150);
+my ($sa, $ida) = owned_by($w1, 'flight-short', 25);
+
+ok($sa && $sb, 'second worker: streams two attempts');
+
+$t->write_file_expand('nginx.conf', nginx_conf('2m', 8075, 'reuseport'));
+$t->reload();
+
+$a = settled($ida // '', 8075, 15);
+is($a->{state} // '', 'succeeded', 'second worker: one attempt ended');
+is(api($idb // '', 8075)->{state}, 'streaming',
+	'second worker: the other still streaming');
+ok(Test::DynamoRL::_alive($w1), 'second worker: the old process still runs');
+
+drain($sa) if $sa;
+close $sb if $sb;
+
 ###############################################################################
 
 sub nginx_conf {
-	my ($size, $extra) = @_;
+	my ($size, $extra, $listen) = @_;
 
 	# 8075 and 8085 for the new master of an upgrade, 8076 and 8086 for
 	# the old one
@@ -198,7 +226,7 @@ http {
     %%RL_FRONTEND%%
 
     server {
-        %%RL_LISTEN 8080 $request%%
+        %%RL_LISTEN 8080 $listen $request $listen%%
 
         %%RL_REQUEST_PLANE unbuffered%%
     }
@@ -231,6 +259,37 @@ sub stream {
 		. 'Content-Length: ' . length($body) . "\r\n\r\n$body");
 
 	return $s;
+}
+
+# a stream whose connection the worker process $pid took: others are
+# closed (canceled) and tried again under another id
+
+sub owned_by {
+	my ($pid, $id, $events) = @_;
+
+	for my $try (1 .. 40) {
+		my $s = stream("$id-$try", 8085, $events);
+		my $owner;
+
+		my $re = qr/(\d+)#\d+: \*\d+ dynamo rl request: attempt /
+			. qr/"\Q$id-$try\E" from client/;
+
+		$t->wait_for(sub {
+			($owner) = map { /$re/ ? $1 : () }
+				$t->log_lines('error.log', $re);
+			return defined $owner;
+		}, 5);
+
+		if (defined $owner && $owner == $pid) {
+			return $t->wait_for(sub {
+				(api("$id-$try", 8075)->{state} // '') eq 'streaming' }, 5)
+				? ($s, "$id-$try") : ();
+		}
+
+		close $s;
+	}
+
+	return;
 }
 
 sub drain {
