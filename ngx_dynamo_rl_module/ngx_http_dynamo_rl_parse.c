@@ -1997,14 +1997,15 @@ ngx_http_dynamo_rl_url_host_end(u_char *p, u_char *last)
  *     gate <open|closed> <epoch> <lease ms> <remaining ms|-> <changed s>
  *         <reason in hex|->
  *     a <id> <state> <status> <stream> <bytes> <started ms ago>
- *         <ended ms ago|-> <remaining ttl ms|-> [<owner pid>]
+ *         <ended ms ago|-> <remaining ttl ms|-> <reason|owner pid>
  *     ...
  *     end <records> <SipHash-2-4 of everything before "end", 16 hex>
  *
  * each on one line, fields separated by one space; "-" marks an unset
  * value; a record without an end was in flight when the file was written,
- * in the worker process "owner" (version 2; version 1, still read, has
- * no owner, and its records in flight are taken as failed)
+ * in the worker process "owner"; a finished one has its reason's code
+ * (0: none).  Version 1, still read, has neither (its records in flight
+ * are taken as failed)
  */
 
 uint64_t
@@ -2192,11 +2193,9 @@ ngx_http_dynamo_rl_state_parse(u_char *p, size_t len,
             break;
         }
 
-        /* version 2: an owner exactly for the records in flight */
+        /* version 2: an owner or a reason on every record */
 
-        if (rc != NGX_OK
-            || (rec.owner != 0) != (sf->version > 1 && rec.in_flight))
-        {
+        if (rc != NGX_OK || rec.tail != (sf->version > 1)) {
             *err = "bad attempt record";
             return NGX_ERROR;
         }
@@ -2275,10 +2274,12 @@ ngx_http_dynamo_rl_state_record(u_char **pos, u_char *end,
         return NGX_ERROR;
     }
 
-    /* the ttl ends the line, or the owner's pid follows it */
+    /* the ttl ends the line, or the owner's pid or the reason follows */
 
     q = p;
     rec->owner = 0;
+    rec->reason = 0;
+    rec->tail = 0;
 
     if (ngx_http_dynamo_rl_state_u64(&p, end, &rec->remaining, 1, '\n')
         != NGX_OK)
@@ -2287,13 +2288,27 @@ ngx_http_dynamo_rl_state_record(u_char **pos, u_char *end,
 
         if (ngx_http_dynamo_rl_state_u64(&p, end, &rec->remaining, 1, ' ')
             != NGX_OK
-            || ngx_http_dynamo_rl_state_u64(&p, end, &n, 0, '\n') != NGX_OK
-            || n == 0 || n > 0x7fffffff)
+            || ngx_http_dynamo_rl_state_u64(&p, end, &n, 0, '\n') != NGX_OK)
         {
             return NGX_ERROR;
         }
 
-        rec->owner = (ngx_uint_t) n;
+        rec->tail = 1;
+
+        if (rec->remaining == (uint64_t) -1) {
+            if (n == 0 || n > 0x7fffffff) {
+                return NGX_ERROR;
+            }
+
+            rec->owner = (ngx_uint_t) n;
+
+        } else {
+            if (n >= NGX_HTTP_DYNAMO_RL_ATTEMPT_REASONS) {
+                return NGX_ERROR;
+            }
+
+            rec->reason = (ngx_uint_t) n;
+        }
     }
 
     /* in flight: neither an end nor a ttl; finished: both */

@@ -188,6 +188,8 @@ typedef struct {
     uint64_t                       remaining;
     ngx_uint_t                     in_flight;
     ngx_uint_t                     owner;       /* pid in flight, or 0 */
+    ngx_uint_t                     reason;      /* finished, version 2 */
+    ngx_uint_t                     tail;        /* owner or reason given */
 } ngx_http_dynamo_rl_state_record_t;
 
 

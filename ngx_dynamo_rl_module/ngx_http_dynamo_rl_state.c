@@ -761,7 +761,7 @@ ngx_http_dynamo_rl_state_apply(ngx_http_dynamo_rl_zone_t *zone,
         id.len = rec.len;
 
         node.state = (u_char) rec.state;
-        node.reason = 0;
+        node.reason = (u_char) rec.reason;
         node.status = (u_short) rec.status;
         node.stream = (u_char) rec.stream;
         node.bytes = rec.bytes;
@@ -1016,9 +1016,9 @@ ngx_http_dynamo_rl_state_record_out(void *data, ngx_http_dynamo_rl_node_t *lr)
                     lr->bytes, out->wall - ngx_min(lr->started, out->wall));
 
     if (finished) {
-        p = ngx_sprintf(p, "%uL %uL\n",
+        p = ngx_sprintf(p, "%uL %uL %ui\n",
                         out->wall - ngx_min(lr->ended, out->wall),
-                        lr->expires - now);
+                        lr->expires - now, (ngx_uint_t) lr->reason);
 
     } else {
         /* in flight: its owner, which ends it */

@@ -130,7 +130,9 @@ ngx_http_dynamo_rl_fuzz_state(u_char *p, size_t len)
             || rec.state < 1 || rec.state > 5 || rec.stream > 1
             || rec.in_flight != (rec.state < 3)
             || (rec.owner != 0) != (sf.version == 2 && rec.in_flight)
-            || rec.owner > 0x7fffffff)
+            || rec.tail != (sf.version == 2)
+            || rec.owner > 0x7fffffff
+            || rec.reason >= NGX_HTTP_DYNAMO_RL_ATTEMPT_REASONS)
         {
             abort();
         }

@@ -77,11 +77,18 @@ static state_case_t  cases[] = {
               "4242\n"
 
 
+#define A1V2  "a run-7.step_12:attempt-3 3 200 1 5321 4000 3000 597000 1\n"
+
+
 static state_case_t  cases_v2[] = {
     { "written 1\n" GATE A2, 1, "bad attempt record",
       "in flight without an owner" },
+    { "written 1\n" GATE A1, 1, "bad attempt record",
+      "finished without a reason" },
     { "written 1\n" GATE "a id 3 200 0 1 1 1 1 4242\n", 1,
-      "bad attempt record", "finished with an owner" },
+      "bad attempt record", "reason 4242" },
+    { "written 1\n" GATE "a id 4 200 0 1 1 1 1 10\n", 1, NULL,
+      "reason 10" },
     { "written 1\n" GATE "a id 2 200 0 1 1 - - 0\n", 1,
       "bad attempt record", "owner 0" },
     { "written 1\n" GATE "a id 2 200 0 1 1 - - 2147483648\n", 1,
@@ -194,7 +201,7 @@ main(void)
     /* version 2: a record in flight names its owner, a finished one not */
 
     len = sign(buf, sizeof(buf), "2",
-               "written 1767225600000\n" GATE A1 A2V2, 2);
+               "written 1767225600000\n" GATE A1V2 A2V2, 2);
 
     rc = ngx_http_dynamo_rl_state_parse((u_char *) buf, len, &sf, &err);
 
@@ -205,7 +212,8 @@ main(void)
     rc = ngx_http_dynamo_rl_state_record(&pos, sf.end, &rec);
 
     ok(rc == NGX_OK && !rec.in_flight && rec.owner == 0
-       && rec.remaining == 597000, "version 2: a finished record");
+       && rec.remaining == 597000 && rec.reason == 1,
+       "version 2: a finished record, reason 1");
 
     rc = ngx_http_dynamo_rl_state_record(&pos, sf.end, &rec);
 
