@@ -27,7 +27,7 @@ use Test::DynamoRL::Fixture qw/ rl_conf slurp time_limit /;
 
 time_limit(240);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(26);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(27);
 
 my $d = $t->testdir();
 my $STATE = "$d/state/rl.state";
@@ -166,6 +166,15 @@ $t->run();
 $a = api('flight-cold', 8075);
 is(join(' ', $a->{state} // '', $a->{reason} // ''), 'failed worker_exited',
 	'cold: failed, worker_exited at once');
+
+# the reason is in the file too: a restart keeps it
+
+$t->stop_nginx();
+$t->run();
+
+$a = api('flight-cold', 8075);
+is(join(' ', $a->{state} // '', $a->{reason} // ''), 'failed worker_exited',
+	'cold: the reason kept across a restart');
 
 # an old worker process other than the first, which exits at once, ends
 # one attempt while it streams another: the end reaches the new zone then,
