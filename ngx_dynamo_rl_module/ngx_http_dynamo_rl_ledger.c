@@ -1905,6 +1905,82 @@ ngx_http_dynamo_rl_ledger_reap(ngx_http_dynamo_rl_zone_t *zone)
 }
 
 
+/*
+ * attempts adopted in flight from another zone (a reload that resized the
+ * zone, a binary upgrade) whose owner, a process of that zone, is gone:
+ * the state file's writer (ngx_http_dynamo_rl_state.c) first marks those
+ * whose owner is gone ("settle" 0, the number marked), then merges the
+ * file, which has every end the owner made before it exited, then ends
+ * as failed those still marked ("settle" 1): nothing else would end them
+ */
+
+ngx_uint_t
+ngx_http_dynamo_rl_ledger_orphans(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_uint_t settle)
+{
+    uint64_t                     now;
+    ngx_pid_t                    pid;
+    ngx_uint_t                   n;
+    ngx_queue_t                 *q, *next;
+    ngx_http_dynamo_rl_node_t   *lr;
+    ngx_http_dynamo_rl_shctx_t  *sh;
+
+    sh = zone->sh;
+    now = ngx_http_dynamo_rl_now();
+    n = 0;
+    pid = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    for (q = ngx_queue_head(&sh->active);
+         q != ngx_queue_sentinel(&sh->active) && sh->adopted;
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        lr = ngx_queue_data(q, ngx_http_dynamo_rl_node_t, queue);
+
+        if (!(lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_ADOPTED)) {
+            continue;
+        }
+
+        if (!settle) {
+            if (lr->pid != ngx_pid && kill(lr->pid, 0) == -1
+                && ngx_errno == NGX_ESRCH)
+            {
+                lr->request_id |= NGX_HTTP_DYNAMO_RL_NODE_ORPHAN;
+                n++;
+            }
+
+            continue;
+        }
+
+        if (!(lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_ORPHAN)) {
+            continue;
+        }
+
+        lr->request_id &= ~(NGX_HTTP_DYNAMO_RL_NODE_ADOPTED
+                            |NGX_HTTP_DYNAMO_RL_NODE_ORPHAN);
+        sh->adopted--;
+
+        ngx_http_dynamo_rl_ledger_end(zone, lr, NGX_HTTP_DYNAMO_RL_FAILED,
+                                      NGX_HTTP_DYNAMO_RL_WORKER_EXITED, now);
+        pid = lr->pid;
+        n++;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (settle && n) {
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "dynamo rl ledger: %ui attempt(s) in flight in "
+                      "worker process %P of another zone, which exited, "
+                      "ended as failed", n, pid);
+    }
+
+    return n;
+}
+
+
 /* the process in the slot is gone: its attempts end, its slot is free */
 
 static ngx_uint_t
@@ -1951,6 +2027,12 @@ ngx_http_dynamo_rl_ledger_settle(ngx_http_dynamo_rl_zone_t *zone,
         {
             ngx_http_dynamo_rl_ledger_store_settle(lr, pid,
                                                    sh->slot_boot[slot]);
+        }
+
+        if (lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_ADOPTED) {
+            lr->request_id &= ~(NGX_HTTP_DYNAMO_RL_NODE_ADOPTED
+                                |NGX_HTTP_DYNAMO_RL_NODE_ORPHAN);
+            sh->adopted--;
         }
 
         ngx_http_dynamo_rl_ledger_end(zone, lr, NGX_HTTP_DYNAMO_RL_FAILED,
@@ -2720,23 +2802,54 @@ ngx_http_dynamo_rl_ledger_walk(ngx_http_dynamo_rl_zone_t *zone,
 
 
 /*
- * under the mutex: a finished record from the state file, unless the id
- * is in the ledger already; NGX_DECLINED: it is; NGX_ERROR: no room
+ * under the mutex: a record of another zone (the state file, or the zone
+ * of the previous configuration), unless the id is in the ledger already;
+ * one in flight stays in flight here, owned by the process "rec->pid" of
+ * the other zone ("adopted"), until that process's end of it arrives the
+ * same way or the process is gone.  NGX_DECLINED: the id is known;
+ * NGX_DONE: an adopted record took the end "rec" brought; NGX_ERROR: no
+ * room
  */
 
 ngx_int_t
 ngx_http_dynamo_rl_ledger_restore(ngx_http_dynamo_rl_zone_t *zone,
     ngx_http_dynamo_rl_node_t *rec, ngx_str_t *id)
 {
-    ngx_uint_t                  hash;
+    ngx_uint_t                  hash, in_flight;
     ngx_http_dynamo_rl_node_t  *lr;
 
     hash = ngx_http_dynamo_rl_ledger_hash(zone->sh, id);
+    in_flight = (rec->state < NGX_HTTP_DYNAMO_RL_SUCCEEDED);
 
-    if (ngx_http_dynamo_rl_ledger_lookup(zone->sh, hash, id->data, id->len)
-        != NULL)
-    {
-        return NGX_DECLINED;
+    lr = ngx_http_dynamo_rl_ledger_lookup(zone->sh, hash, id->data, id->len);
+
+    if (lr != NULL) {
+
+        if (in_flight || lr->state >= NGX_HTTP_DYNAMO_RL_SUCCEEDED
+            || !(lr->request_id & NGX_HTTP_DYNAMO_RL_NODE_ADOPTED))
+        {
+            return NGX_DECLINED;
+        }
+
+        /* the owner ended it in its zone */
+
+        lr->state = rec->state;
+        lr->reason = rec->reason;
+        lr->status = rec->status;
+        lr->stream = rec->stream;
+        lr->bytes = rec->bytes;
+        lr->ended = rec->ended;
+        lr->expires = rec->expires;
+        lr->request_id &= ~(NGX_HTTP_DYNAMO_RL_NODE_ADOPTED
+                            |NGX_HTTP_DYNAMO_RL_NODE_ORPHAN);
+
+        ngx_queue_remove(&lr->queue);
+        ngx_queue_insert_head(&zone->sh->finished, &lr->queue);
+
+        zone->sh->in_flight--;
+        zone->sh->adopted--;
+
+        return NGX_DONE;
     }
 
     lr = ngx_slab_alloc_locked(zone->shpool,
@@ -2756,16 +2869,23 @@ ngx_http_dynamo_rl_ledger_restore(ngx_http_dynamo_rl_zone_t *zone,
     lr->ended = rec->ended;
     lr->begun = rec->begun;
     lr->expires = rec->expires;
-    lr->pid = 0;
+    lr->pid = in_flight ? rec->pid : 0;
     lr->reason = rec->reason;
-    lr->request_id = 0;
+    lr->request_id = in_flight ? NGX_HTTP_DYNAMO_RL_NODE_ADOPTED : 0;
 
     ngx_memcpy(lr->id, id->data, id->len);
 
     lr->next = zone->sh->buckets[hash & zone->sh->mask];
     zone->sh->buckets[hash & zone->sh->mask] = lr;
 
-    ngx_queue_insert_head(&zone->sh->finished, &lr->queue);
+    if (in_flight) {
+        ngx_queue_insert_head(&zone->sh->active, &lr->queue);
+        zone->sh->in_flight++;
+        zone->sh->adopted++;
+
+    } else {
+        ngx_queue_insert_head(&zone->sh->finished, &lr->queue);
+    }
 
     zone->sh->records++;
 

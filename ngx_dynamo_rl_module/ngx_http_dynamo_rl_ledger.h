@@ -22,6 +22,8 @@
                                                    the store yet */
 #define NGX_HTTP_DYNAMO_RL_NODE_REPLAYED   16   /* put in the store in
                                                    flight: its end too */
+#define NGX_HTTP_DYNAMO_RL_NODE_ADOPTED    32   /* another zone's, in flight */
+#define NGX_HTTP_DYNAMO_RL_NODE_ORPHAN     64   /* adopted, its owner gone */
 
 
 /*
@@ -85,6 +87,8 @@ char *ngx_http_dynamo_rl_attempts_api(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 ngx_int_t ngx_http_dynamo_rl_ledger_walk(ngx_http_dynamo_rl_zone_t *zone,
     ngx_http_dynamo_rl_ledger_walk_pt handler, void *data);
+ngx_uint_t ngx_http_dynamo_rl_ledger_orphans(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_uint_t settle);
 ngx_int_t ngx_http_dynamo_rl_ledger_restore(ngx_http_dynamo_rl_zone_t *zone,
     ngx_http_dynamo_rl_node_t *rec, ngx_str_t *id);
 

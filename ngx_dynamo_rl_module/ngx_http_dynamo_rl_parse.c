@@ -1993,17 +1993,20 @@ ngx_http_dynamo_rl_url_host_end(u_char *p, u_char *last)
 /*
  * The state file, text so that an operator can read it:
  *
- *     dynamo_rl_state 1
+ *     dynamo_rl_state 2
  *     written <ms since the epoch>
  *     gate <open|closed> <epoch> <lease ms> <remaining ms|-> <changed s>
  *         <reason in hex|->
  *     a <id> <state> <status> <stream> <bytes> <started ms ago>
- *         <ended ms ago|-> <remaining ttl ms|->
+ *         <ended ms ago|-> <remaining ttl ms|-> <reason|owner pid>
  *     ...
  *     end <records> <SipHash-2-4 of everything before "end", 16 hex>
  *
  * each on one line, fields separated by one space; "-" marks an unset
- * value; a record without an end was in flight when the file was written
+ * value; a record without an end was in flight when the file was written,
+ * in the worker process "owner"; a finished one has its reason's code
+ * (0: none).  Version 1, still read, has neither (its records in flight
+ * are taken as failed)
  */
 
 uint64_t
@@ -2049,10 +2052,12 @@ ngx_http_dynamo_rl_state_parse(u_char *p, size_t len,
         return NGX_ERROR;
     }
 
-    if (n != NGX_HTTP_DYNAMO_RL_STATE_VERSION) {
+    if (n != 1 && n != NGX_HTTP_DYNAMO_RL_STATE_VERSION) {
         *err = "unsupported version";
         return NGX_ERROR;
     }
+
+    sf->version = (ngx_uint_t) n;
 
     /* the last line: "end <records> <checksum>\n" */
 
@@ -2189,7 +2194,9 @@ ngx_http_dynamo_rl_state_parse(u_char *p, size_t len,
             break;
         }
 
-        if (rc != NGX_OK) {
+        /* version 2: an owner or a reason on every record */
+
+        if (rc != NGX_OK || rec.tail != (sf->version > 1)) {
             *err = "bad attempt record";
             return NGX_ERROR;
         }
@@ -2210,7 +2217,7 @@ ngx_int_t
 ngx_http_dynamo_rl_state_record(u_char **pos, u_char *end,
     ngx_http_dynamo_rl_state_record_t *rec)
 {
-    u_char     *p;
+    u_char     *p, *q;
     uint64_t    n;
     ngx_str_t   tok;
 
@@ -2263,11 +2270,46 @@ ngx_http_dynamo_rl_state_record(u_char **pos, u_char *end,
         || ngx_http_dynamo_rl_state_u64(&p, end, &rec->started_ago, 0, ' ')
            != NGX_OK
         || ngx_http_dynamo_rl_state_u64(&p, end, &rec->ended_ago, 1, ' ')
-           != NGX_OK
-        || ngx_http_dynamo_rl_state_u64(&p, end, &rec->remaining, 1, '\n')
            != NGX_OK)
     {
         return NGX_ERROR;
+    }
+
+    /* the ttl ends the line, or the owner's pid or the reason follows */
+
+    q = p;
+    rec->owner = 0;
+    rec->reason = 0;
+    rec->tail = 0;
+
+    if (ngx_http_dynamo_rl_state_u64(&p, end, &rec->remaining, 1, '\n')
+        != NGX_OK)
+    {
+        p = q;
+
+        if (ngx_http_dynamo_rl_state_u64(&p, end, &rec->remaining, 1, ' ')
+            != NGX_OK
+            || ngx_http_dynamo_rl_state_u64(&p, end, &n, 0, '\n') != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        rec->tail = 1;
+
+        if (rec->remaining == (uint64_t) -1) {
+            if (n == 0 || n > 0x7fffffff) {
+                return NGX_ERROR;
+            }
+
+            rec->owner = (ngx_uint_t) n;
+
+        } else {
+            if (n >= NGX_HTTP_DYNAMO_RL_ATTEMPT_REASONS) {
+                return NGX_ERROR;
+            }
+
+            rec->reason = (ngx_uint_t) n;
+        }
     }
 
     /* in flight: neither an end nor a ttl; finished: both */
@@ -2275,7 +2317,8 @@ ngx_http_dynamo_rl_state_record(u_char **pos, u_char *end,
     rec->in_flight = (rec->ended_ago == (uint64_t) -1);
 
     if (rec->in_flight != (rec->remaining == (uint64_t) -1)
-        || rec->in_flight != (rec->state < 3))
+        || rec->in_flight != (rec->state < 3)
+        || (rec->owner != 0 && !rec->in_flight))
     {
         return NGX_ERROR;
     }

@@ -157,9 +157,10 @@ typedef struct {
 
 /* a state file (dynamo_rl_zone state=), checked whole before any use */
 
-#define NGX_HTTP_DYNAMO_RL_STATE_VERSION  1
+#define NGX_HTTP_DYNAMO_RL_STATE_VERSION  2
 
 typedef struct {
+    ngx_uint_t                     version;     /* 1 or 2 */
     uint64_t                       written;     /* ms since the epoch */
     ngx_uint_t                     closed;
     ngx_uint_t                     epoch;
@@ -188,6 +189,9 @@ typedef struct {
     uint64_t                       ended_ago;
     uint64_t                       remaining;
     ngx_uint_t                     in_flight;
+    ngx_uint_t                     owner;       /* pid in flight, or 0 */
+    ngx_uint_t                     reason;      /* finished, version 2 */
+    ngx_uint_t                     tail;        /* owner or reason given */
 } ngx_http_dynamo_rl_state_record_t;
 
 

@@ -77,7 +77,7 @@ static ngx_uint_t ngx_http_dynamo_rl_state_changed(
 static ngx_int_t ngx_http_dynamo_rl_state_read(
     ngx_http_dynamo_rl_zone_t *zone, ngx_uint_t init, ngx_log_t *log);
 static void ngx_http_dynamo_rl_state_apply(ngx_http_dynamo_rl_zone_t *zone,
-    ngx_http_dynamo_rl_state_file_t *sf, ngx_log_t *log);
+    ngx_http_dynamo_rl_state_file_t *sf, ngx_uint_t cold, ngx_log_t *log);
 static void ngx_http_dynamo_rl_state_fail(ngx_http_dynamo_rl_zone_t *zone,
     ngx_uint_t level, ngx_err_t err, char *why, ngx_log_t *log);
 static void ngx_http_dynamo_rl_state_seen(ngx_http_dynamo_rl_zone_t *zone,
@@ -385,7 +385,11 @@ ngx_http_dynamo_rl_state_inherit(ngx_http_dynamo_rl_zone_t *zone,
 }
 
 
-/* one record of the old zone: an id in flight there stays refused here */
+/*
+ * one record of the old zone: an id in flight there stays in flight here,
+ * owned by the old zone's process, which ends it there; the end reaches
+ * this zone through the file, which that process writes as it exits
+ */
 
 static ngx_int_t
 ngx_http_dynamo_rl_state_take(void *data, ngx_http_dynamo_rl_node_t *lr)
@@ -400,13 +404,6 @@ ngx_http_dynamo_rl_state_take(void *data, ngx_http_dynamo_rl_node_t *lr)
     }
 
     node = *lr;
-
-    if (lr->state < NGX_HTTP_DYNAMO_RL_SUCCEEDED) {
-        /* it ends in the old zone: here, failed, for the ttl it will get */
-        node.state = NGX_HTTP_DYNAMO_RL_FAILED;
-        node.ended = node.started;
-        node.expires = in->now + lr->expires;
-    }
 
     id.data = lr->id;
     id.len = lr->len;
@@ -684,7 +681,16 @@ ngx_http_dynamo_rl_state_read(ngx_http_dynamo_rl_zone_t *zone,
         return NGX_ERROR;
     }
 
-    ngx_http_dynamo_rl_state_apply(zone, &sf, log);
+    /*
+     * a start that is neither a reload nor a binary upgrade: no process
+     * that wrote the file runs any more, whatever its pid is now
+     */
+
+    ngx_http_dynamo_rl_state_apply(zone, &sf,
+                                   init && !ngx_inherited
+                                   && ngx_is_init_cycle(
+                                          (ngx_cycle_t *) ngx_cycle),
+                                   log);
 
     ngx_free(buf);
 
@@ -700,12 +706,13 @@ ngx_http_dynamo_rl_state_read(ngx_http_dynamo_rl_zone_t *zone,
 
 static void
 ngx_http_dynamo_rl_state_apply(ngx_http_dynamo_rl_zone_t *zone,
-    ngx_http_dynamo_rl_state_file_t *sf, ngx_log_t *log)
+    ngx_http_dynamo_rl_state_file_t *sf, ngx_uint_t cold, ngx_log_t *log)
 {
     u_char                             *pos;
     uint64_t                            now, wall, ttl;
     ngx_str_t                           id;
     ngx_uint_t                          adopted, restored, known, lost;
+    ngx_uint_t                          ended;
     ngx_http_dynamo_rl_node_t           node;
     ngx_http_dynamo_rl_shctx_t         *sh;
     ngx_http_dynamo_rl_state_record_t   rec;
@@ -720,6 +727,7 @@ ngx_http_dynamo_rl_state_apply(ngx_http_dynamo_rl_zone_t *zone,
     adopted = 0;
     restored = 0;
     known = 0;
+    ended = 0;
     lost = 0;
 
     ngx_memzero(&node, sizeof(ngx_http_dynamo_rl_node_t));
@@ -752,26 +760,45 @@ ngx_http_dynamo_rl_state_apply(ngx_http_dynamo_rl_zone_t *zone,
         id.data = rec.id;
         id.len = rec.len;
 
-        /* an attempt in flight then has not finished here: failed */
-
-        node.state = (u_char) (rec.in_flight ? NGX_HTTP_DYNAMO_RL_FAILED
-                                             : rec.state);
+        node.state = (u_char) rec.state;
+        node.reason = (u_char) rec.reason;
         node.status = (u_short) rec.status;
         node.stream = (u_char) rec.stream;
         node.bytes = rec.bytes;
+        node.pid = (ngx_pid_t) rec.owner;
 
         /* wall-clock times to show, elapsed time on the monotonic clock */
 
         node.started = wall - ngx_min(rec.started_ago, wall);
-        node.ended = rec.in_flight ? wall
-                                   : wall - ngx_min(rec.ended_ago, wall);
+        node.ended = rec.in_flight ? 0 : wall - ngx_min(rec.ended_ago, wall);
         node.begun = now - ngx_min(rec.started_ago, now);
-        node.expires = now + (rec.in_flight ? ttl : rec.remaining);
+        node.expires = rec.in_flight ? ttl : now + rec.remaining;
+
+        /*
+         * in flight then: it stays in flight, its owner's until the
+         * owner's end of it comes through the file; with no owner (a
+         * version 1 file) or an owner that is gone (a cold start, or no
+         * such process), it never ends: failed
+         */
+
+        if (rec.in_flight
+            && (rec.owner == 0 || cold
+                || (kill(node.pid, 0) == -1 && ngx_errno == NGX_ESRCH)))
+        {
+            node.state = NGX_HTTP_DYNAMO_RL_FAILED;
+            node.reason = rec.owner ? NGX_HTTP_DYNAMO_RL_WORKER_EXITED : 0;
+            node.ended = wall;
+            node.expires = now + ttl;
+        }
 
         switch (ngx_http_dynamo_rl_ledger_restore(zone, &node, &id)) {
 
         case NGX_OK:
             restored++;
+            break;
+
+        case NGX_DONE:
+            ended++;
             break;
 
         case NGX_DECLINED:
@@ -788,9 +815,9 @@ ngx_http_dynamo_rl_state_apply(ngx_http_dynamo_rl_zone_t *zone,
     ngx_log_error(NGX_LOG_NOTICE, log, 0,
                   "state file \"%V\" read into dynamo_rl zone \"%V\": "
                   "gate %s at epoch %ui%s, %ui attempts restored, "
-                  "%ui known", &zone->state, &zone->name,
+                  "%ui ended, %ui known", &zone->state, &zone->name,
                   sf->closed ? "closed" : "open", sf->epoch,
-                  adopted ? "" : " (not newer)", restored, known);
+                  adopted ? "" : " (not newer)", restored, ended, known);
 
     if (lost) {
         ngx_log_error(NGX_LOG_CRIT, log, 0,
@@ -989,12 +1016,13 @@ ngx_http_dynamo_rl_state_record_out(void *data, ngx_http_dynamo_rl_node_t *lr)
                     lr->bytes, out->wall - ngx_min(lr->started, out->wall));
 
     if (finished) {
-        p = ngx_sprintf(p, "%uL %uL\n",
+        p = ngx_sprintf(p, "%uL %uL %ui\n",
                         out->wall - ngx_min(lr->ended, out->wall),
-                        lr->expires - now);
+                        lr->expires - now, (ngx_uint_t) lr->reason);
 
     } else {
-        p = ngx_cpymem(p, "- -\n", 4);
+        /* in flight: its owner, which ends it */
+        p = ngx_sprintf(p, "- - %P\n", lr->pid);
     }
 
     out->pos = p;
@@ -1149,10 +1177,14 @@ ngx_http_dynamo_rl_state_init_process(ngx_cycle_t *cycle,
 {
     ngx_event_t  *ev;
 
+    /*
+     * every worker process: worker 0 watches and writes the file, the
+     * others only once they are on their way out (see the timer)
+     */
+
     if (zone->state.len == 0
         || (ngx_process != NGX_PROCESS_WORKER
-            && ngx_process != NGX_PROCESS_SINGLE)
-        || ngx_worker != 0)
+            && ngx_process != NGX_PROCESS_SINGLE))
     {
         return NGX_OK;
     }
@@ -1191,7 +1223,7 @@ static void
 ngx_http_dynamo_rl_state_timer(ngx_event_t *ev)
 {
     ngx_err_t                   err;
-    ngx_uint_t                  due, changed, every, exiting;
+    ngx_uint_t                  due, changed, every, exiting, orphans;
     ngx_http_dynamo_rl_zone_t  *zone;
 
     zone = ev->data;
@@ -1210,6 +1242,18 @@ ngx_http_dynamo_rl_state_timer(ngx_event_t *ev)
 
     exiting = (ngx_exiting || ngx_quit);
 
+    /*
+     * the other worker processes, on their way out, write the ends of
+     * their attempts as they come: the new zone of a reload that resized
+     * the zone, or the other master, holds them in flight until then,
+     * and worker 0 may have exited already
+     */
+
+    if (ngx_worker != 0 && !exiting) {
+        ngx_add_timer(ev, NGX_HTTP_DYNAMO_RL_STATE_WATCH);
+        return;
+    }
+
     changed = ngx_http_dynamo_rl_state_changed(zone);
 
     if (changed) {
@@ -1222,7 +1266,16 @@ ngx_http_dynamo_rl_state_timer(ngx_event_t *ev)
     due = (exiting || ++zone->state_ticks % every == 0)
           && ngx_http_dynamo_rl_state_dirty(zone, 0);
 
-    if (due || changed) {
+    /*
+     * attempts adopted from another zone whose owner is gone: the file,
+     * which the owner wrote as it exited, is merged first, and only those
+     * that it did not end are settled
+     */
+
+    orphans = zone->sh->adopted ? ngx_http_dynamo_rl_ledger_orphans(zone, 0)
+                                : 0;
+
+    if (due || changed || orphans) {
         err = ngx_http_dynamo_rl_state_lock(zone);
 
         if (err) {
@@ -1233,6 +1286,11 @@ ngx_http_dynamo_rl_state_timer(ngx_event_t *ev)
 
         } else {
             (void) ngx_http_dynamo_rl_state_read(zone, 0, ev->log);
+
+            if (orphans && ngx_http_dynamo_rl_ledger_orphans(zone, 1)) {
+                due = 1;
+            }
+
             (void) ngx_http_dynamo_rl_state_end(zone, due, ev->log);
         }
     }

@@ -16,7 +16,7 @@
 
 
 /* bumped whenever the layout of the shared context changes */
-#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  12
+#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  13
 
 /* the discovery sources (dynamo_rl_discovery URIs) a zone holds apart */
 #define NGX_HTTP_DYNAMO_RL_SOURCES       16
@@ -124,6 +124,7 @@ typedef struct {
     ngx_uint_t                      expired;
     ngx_uint_t                      duplicates;
     ngx_uint_t                      exhausted;
+    ngx_uint_t                      adopted;       /* in flight elsewhere */
 
     /* the gate */
     ngx_uint_t                      gate_closed;

@@ -65,7 +65,7 @@ is(join(' ', $r->{status}, $r->{json}{state}, $r->{json}{epoch}),
 
 # written before the answer
 
-like(slurp($STATE) // '', qr/\Adynamo_rl_state 1\nwritten \d+\ngate closed 1 /,
+like(slurp($STATE) // '', qr/\Adynamo_rl_state 2\nwritten \d+\ngate closed 1 /,
 	'close: in the state file before the answer');
 
 $r = gen('state-closed-1');
@@ -286,11 +286,11 @@ is(gate()->{reason}, 'state file unreadable: not a state file',
 	'garbage: gate closed, reason');
 
 $t->stop_nginx();
-spew($STATE, "dynamo_rl_state 2\nwritten 0\n");
+spew($STATE, "dynamo_rl_state 3\nwritten 0\n");
 $t->run();
 
 is(gate()->{reason}, 'state file unreadable: unsupported version',
-	'version 2: gate closed, reason');
+	'version 3: gate closed, reason');
 
 # an empty file, as a full disk can leave without the rename
 

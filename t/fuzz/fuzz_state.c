@@ -52,7 +52,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
 
-    p = ngx_cpymem(buf, "dynamo_rl_state 1\n", 18);
+    /* version 1, or 2 (owners of records in flight) by the size's parity */
+
+    p = ngx_cpymem(buf, (size & 1) ? "dynamo_rl_state 2\n"
+                                   : "dynamo_rl_state 1\n", 18);
     p = ngx_cpymem(p, data, size);
 
     records = 0;
@@ -125,7 +128,11 @@ ngx_http_dynamo_rl_fuzz_state(u_char *p, size_t len)
             || ngx_http_dynamo_rl_attempt_id_valid(rec.id, rec.len)
                != NGX_OK
             || rec.state < 1 || rec.state > 5 || rec.stream > 1
-            || rec.in_flight != (rec.state < 3))
+            || rec.in_flight != (rec.state < 3)
+            || (rec.owner != 0) != (sf.version == 2 && rec.in_flight)
+            || rec.tail != (sf.version == 2)
+            || rec.owner > 0x7fffffff
+            || rec.reason >= NGX_HTTP_DYNAMO_RL_ATTEMPT_REASONS)
         {
             abort();
         }

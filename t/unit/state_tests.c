@@ -73,6 +73,36 @@ static state_case_t  cases[] = {
 };
 
 
+#define A2V2  "a 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b 2 200 1 12 800 - - " \
+              "4242\n"
+
+
+#define A1V2  "a run-7.step_12:attempt-3 3 200 1 5321 4000 3000 597000 1\n"
+
+
+static state_case_t  cases_v2[] = {
+    { "written 1\n" GATE A2, 1, "bad attempt record",
+      "in flight without an owner" },
+    { "written 1\n" GATE A1, 1, "bad attempt record",
+      "finished without a reason" },
+    { "written 1\n" GATE "a id 3 200 0 1 1 1 1 4242\n", 1,
+      "bad attempt record", "reason 4242" },
+    { "written 1\n" GATE "a id 4 200 0 1 1 1 1 10\n", 1, NULL,
+      "reason 10" },
+    { "written 1\n" GATE "a id 2 200 0 1 1 - - 0\n", 1,
+      "bad attempt record", "owner 0" },
+    { "written 1\n" GATE "a id 2 200 0 1 1 - - 2147483648\n", 1,
+      "bad attempt record", "owner of 2^31" },
+    { "written 1\n" GATE "a id 2 200 0 1 1 - - 042\n", 1,
+      "bad attempt record", "owner with a leading zero" },
+    { "written 1\n" GATE "a id 2 200 0 1 1 - - -\n", 1,
+      "bad attempt record", "owner -" },
+    { "written 1\n" GATE "a id 1 0 0 1 1 - - 2147483647\n", 1, NULL,
+      "owner 2^31 - 1" },
+    { NULL, 0, NULL, NULL }
+};
+
+
 static size_t
 sign(char *buf, size_t size, const char *version, const char *body,
     ngx_uint_t records)
@@ -166,12 +196,53 @@ main(void)
     ok(rc == NGX_OK && !sf.leased && sf.remaining == 0 && sf.reason_len == 0,
        "no lease, no reason");
 
+    ok(sf.version == 1 && rec.owner == 0, "version 1: no owner");
+
+    /* version 2: a record in flight names its owner, a finished one not */
+
+    len = sign(buf, sizeof(buf), "2",
+               "written 1767225600000\n" GATE A1V2 A2V2, 2);
+
+    rc = ngx_http_dynamo_rl_state_parse((u_char *) buf, len, &sf, &err);
+
+    ok(rc == NGX_OK && sf.version == 2, "version 2: parses");
+
+    pos = sf.records;
+
+    rc = ngx_http_dynamo_rl_state_record(&pos, sf.end, &rec);
+
+    ok(rc == NGX_OK && !rec.in_flight && rec.owner == 0
+       && rec.remaining == 597000 && rec.reason == 1,
+       "version 2: a finished record, reason 1");
+
+    rc = ngx_http_dynamo_rl_state_record(&pos, sf.end, &rec);
+
+    ok(rc == NGX_OK && rec.in_flight && rec.state == 2 && rec.owner == 4242,
+       "version 2: a record in flight, owner 4242");
+
+    for (c = cases_v2; c->body; c++) {
+        len = sign(buf, sizeof(buf), "2", c->body, c->records);
+        err = NULL;
+
+        rc = ngx_http_dynamo_rl_state_parse((u_char *) buf, len, &sf, &err);
+
+        snprintf(name, sizeof(name), "version 2, %s: %s", c->name,
+                 c->err ? c->err : "parses");
+
+        if (c->err == NULL) {
+            ok(rc == NGX_OK, name);
+
+        } else {
+            ok(rc == NGX_ERROR && err && strcmp(err, c->err) == 0, name);
+        }
+    }
+
     /* versions */
 
-    len = sign(buf, sizeof(buf), "2", "written 1\n" GATE, 0);
+    len = sign(buf, sizeof(buf), "3", "written 1\n" GATE, 0);
     rc = ngx_http_dynamo_rl_state_parse((u_char *) buf, len, &sf, &err);
     ok(rc == NGX_ERROR && strcmp(err, "unsupported version") == 0,
-       "version 2: unsupported version");
+       "version 3: unsupported version");
 
     len = sign(buf, sizeof(buf), "01", "written 1\n" GATE, 0);
     rc = ngx_http_dynamo_rl_state_parse((u_char *) buf, len, &sf, &err);
