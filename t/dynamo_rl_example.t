@@ -395,6 +395,13 @@ sub run_gateway {
 	my $pid = fork() // die "cannot fork: $!\n";
 
 	if ($pid == 0) {
+
+		# Ctrl-C reaches util/run-gateway whatever started the test: a
+		# background job of a shell starts with SIGINT ignored, which
+		# bash cannot trap then
+
+		$SIG{INT} = 'DEFAULT';
+
 		open STDIN, '<', '/dev/null';
 		open STDOUT, '>', $transcript or POSIX::_exit(126);
 		open STDERR, '>&', \*STDOUT;

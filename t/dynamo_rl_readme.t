@@ -185,6 +185,13 @@ sub make_run {
 
 	if ($pid == 0) {
 		setsid();
+
+		# a Ctrl-C reaches make run whatever started the test: a
+		# background job of a shell starts with SIGINT ignored, which
+		# bash cannot trap then
+
+		$SIG{INT} = 'DEFAULT';
+
 		chdir $REPO;
 		open STDIN, '<', '/dev/null';
 		open STDOUT, '>', $transcript or POSIX::_exit(126);
