@@ -283,6 +283,8 @@ static char *ngx_http_dynamo_rl_store_sentinel_url(ngx_conf_t *cf,
     ngx_http_dynamo_rl_store_t *store, ngx_str_t *url);
 static ngx_addr_t *ngx_http_dynamo_rl_store_peer(
     ngx_http_dynamo_rl_store_conn_t *conn);
+static ngx_int_t ngx_http_dynamo_rl_store_auth(
+    ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t op);
 static ngx_int_t ngx_http_dynamo_rl_store_sentinel_ask(
     ngx_http_dynamo_rl_store_conn_t *conn);
 static ngx_int_t ngx_http_dynamo_rl_store_sentinel_reply(
@@ -2086,10 +2088,9 @@ ngx_http_dynamo_rl_store_tls_handshaked(ngx_connection_t *c)
 static void
 ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
 {
-    size_t                       len[4];
+    size_t                       len[3];
     u_char                       db[NGX_INT_T_LEN];
-    ngx_uint_t                   i;
-    const char                  *argv[4];
+    const char                  *argv[3];
     ngx_connection_t            *c;
     ngx_http_dynamo_rl_store_t  *store;
 
@@ -2131,26 +2132,10 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
         goto failed;
     }
 
-    if (store->password.len) {
-        argv[0] = "AUTH";
-        len[0] = 4;
-        i = 1;
-
-        if (store->user.len) {
-            argv[i] = (const char *) store->user.data;
-            len[i++] = store->user.len;
-        }
-
-        argv[i] = (const char *) store->password.data;
-        len[i++] = store->password.len;
-
-        if (ngx_http_dynamo_rl_store_internal(conn,
-                                              NGX_HTTP_DYNAMO_RL_STORE_AUTH,
-                                              0, (int) i, argv, len)
-            != NGX_OK)
-        {
-            goto failed;
-        }
+    if (ngx_http_dynamo_rl_store_auth(conn, NGX_HTTP_DYNAMO_RL_STORE_AUTH)
+        != NGX_OK)
+    {
+        goto failed;
     }
 
     if (store->db) {
@@ -3579,10 +3564,14 @@ ngx_http_dynamo_rl_store_peer(ngx_http_dynamo_rl_store_conn_t *conn)
 }
 
 
-/* AUTH if a password is set, then SENTINEL get-master-addr-by-name */
+/*
+ * AUTH [user] password, when a password is set: to the store ("op"
+ * NGX_HTTP_DYNAMO_RL_STORE_AUTH) or to a sentinel (_SAUTH)
+ */
 
 static ngx_int_t
-ngx_http_dynamo_rl_store_sentinel_ask(ngx_http_dynamo_rl_store_conn_t *conn)
+ngx_http_dynamo_rl_store_auth(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_uint_t op)
 {
     size_t                       len[3];
     ngx_uint_t                   i;
@@ -3591,26 +3580,41 @@ ngx_http_dynamo_rl_store_sentinel_ask(ngx_http_dynamo_rl_store_conn_t *conn)
 
     store = conn->store;
 
-    if (store->password.len) {
-        argv[0] = "AUTH";
-        len[0] = 4;
-        i = 1;
+    if (store->password.len == 0) {
+        return NGX_OK;
+    }
 
-        if (store->user.len) {
-            argv[i] = (const char *) store->user.data;
-            len[i++] = store->user.len;
-        }
+    argv[0] = "AUTH";
+    len[0] = 4;
+    i = 1;
 
-        argv[i] = (const char *) store->password.data;
-        len[i++] = store->password.len;
+    if (store->user.len) {
+        argv[i] = (const char *) store->user.data;
+        len[i++] = store->user.len;
+    }
 
-        if (ngx_http_dynamo_rl_store_internal(conn,
-                                              NGX_HTTP_DYNAMO_RL_STORE_SAUTH,
-                                              0, (int) i, argv, len)
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
+    argv[i] = (const char *) store->password.data;
+    len[i++] = store->password.len;
+
+    return ngx_http_dynamo_rl_store_internal(conn, op, 0, (int) i, argv, len);
+}
+
+
+/* AUTH if a password is set, then SENTINEL get-master-addr-by-name */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_sentinel_ask(ngx_http_dynamo_rl_store_conn_t *conn)
+{
+    size_t                       len[3];
+    const char                  *argv[3];
+    ngx_http_dynamo_rl_store_t  *store;
+
+    store = conn->store;
+
+    if (ngx_http_dynamo_rl_store_auth(conn, NGX_HTTP_DYNAMO_RL_STORE_SAUTH)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
     argv[0] = "SENTINEL";
