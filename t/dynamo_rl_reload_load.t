@@ -173,8 +173,15 @@ my @records = map { api("sse-$_", port => 8083)->{json} } 1 .. $STREAMS;
 is(join(' ', map { $_->{state} // 'none' } @records),
 	join(' ', ('succeeded') x $STREAMS), 'streams: attempts succeeded');
 
-my %served = map { $_->{attempt} => $_->{pid} }
-	grep { $_->{attempt} =~ /^sse-/ } access_log();
+# the access log lines follow the answers: waited for
+
+my %served;
+
+Test::DynamoRL::wait_for(sub {
+	%served = map { $_->{attempt} => $_->{pid} }
+		grep { $_->{attempt} =~ /^sse-/ } access_log();
+	return keys %served == $STREAMS;
+}, 10);
 
 is(scalar(grep { my $p = $served{"sse-$_"} // 0; grep { $_ == $p } @old }
 	1 .. $STREAMS), $STREAMS, 'streams: served by the old worker processes');

@@ -209,6 +209,8 @@ close $sb if $sb;
 sub nginx_conf {
 	my ($size, $extra, $listen) = @_;
 
+	$listen //= '';
+
 	# 8075 and 8085 for the new master of an upgrade, 8076 and 8086 for
 	# the old one
 
