@@ -31,12 +31,12 @@ use strict;
 
 use Test::More;
 
-use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ api forwarded read_until start time_limit /;
+use Test::DynamoRL::PidNS qw/ pidns_master pidns_start pidns_stop pidns_wait /;
 use Test::DynamoRL::Redis qw/ gen replica_conf store_key wait_done
 	wait_state /;
 
@@ -216,47 +216,16 @@ ok(!exists $redis->hgetall(store_key('live'))->{ns_identity($owner2)},
 sub ns_start {
 	my ($after) = @_;
 
-	my $d = $t->testdir();
-
-	my @env = ();
-
-	if ($ENV{TEST_NGINX_PRELOAD}) {
-		mkdir("$d/sanitizer") and chmod(01777, "$d/sanitizer");
-		push @env, "LD_PRELOAD=$ENV{TEST_NGINX_PRELOAD}",
-			'ASAN_OPTIONS=' . join(':', grep { length }
-				$ENV{ASAN_OPTIONS} // '',
-				"log_path=$d/sanitizer/asan");
-	}
-
-	my $pid = fork() // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-		open STDIN, '<', '/dev/null';
-		open STDOUT, '>>', "$d/stderr";
-		open STDERR, '>>', "$d/stderr";
-
-		my @cmd = ('unshare', '--pid', '--fork', '--kill-child',
-			'env', @env,
-			$ENV{TEST_NGINX_BINARY} // '/usr/sbin/nginx',
-			'-p', "$d/", '-c', 'nginx.conf', '-e', 'error.log',
-			'-g', 'daemon off;');
-
-		{ exec @cmd; }
-		POSIX::_exit(127);
-	}
-
-	$UNSHARE = $pid;
-
-	my $since = $after;
 	my $beat;
 
-	Test::DynamoRL::wait_for(sub {
-		die "nginx of A exited\n" if waitpid($pid, WNOHANG) == $pid;
-		$beat = ns_beat();
-		return $beat && $beat > $since;
-	}, 10) or die "A does not beat in the store\n";
+	$UNSHARE = pidns_start($t);
 
-	$MASTER = ns_master();
+	pidns_wait($UNSHARE, sub {
+		$beat = ns_beat();
+		return $beat && $beat > $after;
+	}, 'nginx of A') or die "A does not beat in the store\n";
+
+	$MASTER = pidns_master($UNSHARE);
 
 	return $beat;
 }
@@ -278,22 +247,12 @@ sub ns_beat {
 	return $ts;
 }
 
-sub ns_master {
-	open my $fh, '<', "/proc/$UNSHARE/task/$UNSHARE/children" or return;
-	my ($child) = (<$fh> // '') =~ /(\d+)/;
-	return $child;
-}
-
 sub ns_kill {
 	my ($signal) = @_;
 
 	my $pid = $UNSHARE or return;
 
-	kill $signal, $MASTER if $MASTER;
-	kill 'KILL', $pid if $signal eq 'KILL' && !$MASTER;
-
-	Test::DynamoRL::wait_for(sub { waitpid($pid, WNOHANG) == $pid }, 10)
-		or do { kill 'KILL', $pid; waitpid($pid, 0) };
+	pidns_stop($pid, $signal, $MASTER, 10);
 
 	undef $UNSHARE;
 	undef $MASTER;

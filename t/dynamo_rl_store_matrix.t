@@ -31,13 +31,13 @@ use strict;
 
 use Test::More;
 
-use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ api forwarded is_false read_until start
 	time_limit /;
+use Test::DynamoRL::PidNS qw/ pidns_master pidns_start pidns_stop pidns_wait /;
 use Test::DynamoRL::Redis qw/ gen replica_conf resp_proxy store_key
 	wait_state wait_status /;
 
@@ -307,40 +307,11 @@ sub hang {
 # nginx of A in a pid namespace of its own (see dynamo_rl_store_life.t)
 
 sub ns_start {
-	my $d = $t->testdir();
 	my $since = $redis->time_ms();
 
-	my @env = ();
+	$UNSHARE = pidns_start($t);
 
-	if ($ENV{TEST_NGINX_PRELOAD}) {
-		mkdir("$d/sanitizer") and chmod(01777, "$d/sanitizer");
-		push @env, "LD_PRELOAD=$ENV{TEST_NGINX_PRELOAD}",
-			'ASAN_OPTIONS=' . join(':', grep { length }
-				$ENV{ASAN_OPTIONS} // '',
-				"log_path=$d/sanitizer/asan");
-	}
-
-	my $pid = fork() // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-		open STDIN, '<', '/dev/null';
-		open STDOUT, '>>', "$d/stderr";
-		open STDERR, '>>', "$d/stderr";
-
-		my @cmd = ('unshare', '--pid', '--fork', '--kill-child',
-			'env', @env,
-			$ENV{TEST_NGINX_BINARY} // '/usr/sbin/nginx',
-			'-p', "$d/", '-c', 'nginx.conf', '-e', 'error.log',
-			'-g', 'daemon off;');
-
-		{ exec @cmd; }
-		POSIX::_exit(127);
-	}
-
-	$UNSHARE = $pid;
-
-	Test::DynamoRL::wait_for(sub {
-		die "nginx of A exited\n" if waitpid($pid, WNOHANG) == $pid;
+	pidns_wait($UNSHARE, sub {
 		my $live = $redis->hgetall(store_key('live'));
 		my ($fleet) = ($redis->hgetall(store_key('fleet'))->{'A/1'}
 			// '') =~ /:(\d+)$/;
@@ -349,10 +320,9 @@ sub ns_start {
 
 		return (grep { /^A\// && $live->{$_} > $since } keys %$live)
 			|| ($fleet && $fleet > $since);
-	}, 10) or die "A does not beat in the store\n";
+	}, 'nginx of A') or die "A does not beat in the store\n";
 
-	open my $fh, '<', "/proc/$UNSHARE/task/$UNSHARE/children" or return;
-	($MASTER) = (<$fh> // '') =~ /(\d+)/;
+	$MASTER = pidns_master($UNSHARE);
 }
 
 sub ns_kill {
@@ -360,11 +330,7 @@ sub ns_kill {
 
 	my $pid = $UNSHARE or return;
 
-	kill $signal, $MASTER if $MASTER;
-	kill 'KILL', $pid if $signal eq 'KILL' && !$MASTER;
-
-	Test::DynamoRL::wait_for(sub { waitpid($pid, WNOHANG) == $pid }, 15)
-		or do { kill 'KILL', $pid; waitpid($pid, 0) };
+	pidns_stop($pid, $signal, $MASTER, 15);
 
 	undef $UNSHARE;
 	undef $MASTER;

@@ -23,11 +23,11 @@ use strict;
 use Test::More;
 
 use JSON::PP;
-use POSIX qw/ WNOHANG /;
 
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ forwarded read_until start time_limit /;
+use Test::DynamoRL::PidNS qw/ pidns_master pidns_start pidns_stop pidns_wait /;
 use Test::DynamoRL::Redis qw/ gate gate_post gen replica_conf store_key
 	wait_state /;
 
@@ -109,61 +109,26 @@ ok(Test::DynamoRL::wait_for(sub {
 sub ns_start {
 	my ($tt) = @_;
 
-	my $d = $tt->testdir();
-
-	my @env = ();
-
-	if ($ENV{TEST_NGINX_PRELOAD}) {
-		mkdir("$d/sanitizer") and chmod(01777, "$d/sanitizer");
-		push @env, "LD_PRELOAD=$ENV{TEST_NGINX_PRELOAD}",
-			'ASAN_OPTIONS=' . join(':', grep { length }
-				$ENV{ASAN_OPTIONS} // '',
-				"log_path=$d/sanitizer/asan");
-	}
-
-	my $pid = fork() // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-		open STDIN, '<', '/dev/null';
-		open STDOUT, '>>', "$d/stderr";
-		open STDERR, '>>', "$d/stderr";
-
-		my @cmd = ('unshare', '--pid', '--fork', '--kill-child',
-			'env', @env,
-			$ENV{TEST_NGINX_BINARY} // '/usr/sbin/nginx',
-			'-p', "$d/", '-c', 'nginx.conf', '-e', 'error.log',
-			'-g', 'daemon off;');
-
-		{ exec @cmd; }
-		POSIX::_exit(127);
-	}
+	my $pid = pidns_start($tt);
 
 	$NS{$pid} = 1;
 
 	# ready once its worker process's connection to the store ran a
 	# script (a gate read): no connection to nginx before the test's
 
-	Test::DynamoRL::wait_for(sub {
-		die "nginx exited\n" if waitpid($pid, WNOHANG) == $pid;
+	pidns_wait($pid, sub {
 		my @c = grep { /\bcmd=evalsha\b/ && !$clients{(/\bid=(\d+)/)[0]} }
 			split /\n/, $redis->cmd('CLIENT', 'LIST');
 		return 0 unless @c;
 		$clients{(/\bid=(\d+)/)[0]} = 1 for @c;
 		return 1;
-	}, 10) or die "nginx does not use the store\n";
+	}, 'nginx') or die "nginx does not use the store\n";
 }
 
 sub ns_kill {
 	my ($pid) = @_;
 
-	open my $fh, '<', "/proc/$pid/task/$pid/children";
-	my ($master) = ($fh ? <$fh> // '' : '') =~ /(\d+)/;
-
-	kill 'KILL', $master if $master;
-	kill 'KILL', $pid unless $master;
-
-	Test::DynamoRL::wait_for(sub { waitpid($pid, WNOHANG) == $pid }, 10)
-		or do { kill 'KILL', $pid; waitpid($pid, 0) };
+	pidns_stop($pid, 'KILL', pidns_master($pid), 10);
 
 	delete $NS{$pid};
 }
