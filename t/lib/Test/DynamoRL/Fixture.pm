@@ -266,6 +266,26 @@ package Test::DynamoRL::Fixture;
 #                           run_daemon(): listens on 127.0.0.1:$port and
 #                           calls $conn->($socket) in a child process per
 #                           connection, until the test process is gone
+#
+# Admin-plane calls that see the fake workers:
+#
+#     worker_call($t, $method, $uri, %o)  call() (port => N, body =>
+#                           ...), with the requests that fake workers 0
+#                           to 2 received meanwhile in "fwd": a list of
+#                           "<n> <uri>"
+#     fwd($r)               the "fwd" of a worker_call(), joined by ", "
+#     error($r)             the "error" of a JSON object body, '' if none
+#
+# Configurations for $t->nginx_t() (the zone's sizing):
+#
+#     t_conf($zone, @text)  the test's globals, an events block and an
+#                           http block: its globals, the zone "rl" of
+#                           size $zone, then @text (directives, servers)
+#     t_server($port, @text)  a server that listens on 127.0.0.1:$port,
+#                           holding @text (directives, locations)
+#     t_admin($prefix, $source)  location $prefix of the admin plane,
+#                           proxied to the worker; with $source (a URI
+#                           and parameters), its own dynamo_rl_discovery
 
 ###############################################################################
 
@@ -1405,6 +1425,61 @@ sub fork_server {
 
 		close $c;
 	}
+}
+
+###############################################################################
+
+push @EXPORT_OK, qw/ worker_call fwd error t_conf t_server t_admin /;
+
+sub worker_call {
+	my ($t, $method, $uri, %o) = @_;
+
+	my $before = worker_counts($t);
+	my $r = call($method, $uri, %o);
+	my %calls = worker_calls($t, $before);
+
+	$r->{fwd} = [ map { my $w = $_; map { "$w $_->{uri}" } @{$calls{$w}} }
+		sort keys %calls ];
+
+	return $r;
+}
+
+sub fwd {
+	my ($r) = @_;
+	return join(', ', @{$r->{fwd}});
+}
+
+sub error {
+	my ($r) = @_;
+	my $j = eval { decode_json($r->{body}) };
+	return ref $j eq 'HASH' ? $j->{error} // '' : '';
+}
+
+sub t_conf {
+	my ($zone, @text) = @_;
+
+	return "%%TEST_GLOBALS%%\nevents { }\nhttp {\n"
+		. "    %%TEST_GLOBALS_HTTP%%\n"
+		. "    dynamo_rl_zone zone=rl:$zone;\n"
+		. join('', @text) . "}\n";
+}
+
+sub t_server {
+	my ($port, @text) = @_;
+
+	return "    server {\n        listen 127.0.0.1:$port;\n"
+		. join('', @text) . "    }\n";
+}
+
+sub t_admin {
+	my ($prefix, $source) = @_;
+
+	my @lines = ('dynamo_rl_plane admin;');
+	push @lines, "dynamo_rl_discovery $source;" if defined $source;
+	push @lines, 'proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;';
+
+	return "        location $prefix {\n"
+		. join('', map { "            $_\n" } @lines) . "        }\n";
 }
 
 ###############################################################################
