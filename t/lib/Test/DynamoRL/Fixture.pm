@@ -286,6 +286,26 @@ package Test::DynamoRL::Fixture;
 #     t_admin($prefix, $source)  location $prefix of the admin plane,
 #                           proxied to the worker; with $source (a URI
 #                           and parameters), its own dynamo_rl_discovery
+#
+# The gateway as a user runs it (make run, util/run-gateway):
+#
+#     run_gateway($t, $log, \@cmd, %o)  forks @cmd in the background, its
+#                           output (stdout and stderr) to $log, stdin
+#                           /dev/null, SIGINT at its default (a background
+#                           job of a shell starts with SIGINT ignored,
+#                           which bash cannot trap then, and Ctrl-C must
+#                           reach it); its nginx the test's
+#                           (TEST_NGINX_BINARY; under TEST_NGINX_PRELOAD
+#                           a wrapper that preloads the sanitizer), its
+#                           module the one under test, its TMPDIR the test
+#                           directory, DYNAMO_FRONTEND and
+#                           DYNAMO_RL_LISTENER unset; returns the pid
+#         setsid => 1       in a session and process group of its own, as
+#                           a terminal starts it: Ctrl-C is SIGINT to the
+#                           group
+#         dir => $dir       its working directory
+#         env => { }        more environment variables
+#         unset => [ ]      more environment variables unset
 
 ###############################################################################
 
@@ -1429,7 +1449,8 @@ sub fork_server {
 
 ###############################################################################
 
-push @EXPORT_OK, qw/ worker_call fwd error t_conf t_server t_admin /;
+push @EXPORT_OK, qw/ worker_call fwd error t_conf t_server t_admin
+	run_gateway /;
 
 sub worker_call {
 	my ($t, $method, $uri, %o) = @_;
@@ -1480,6 +1501,49 @@ sub t_admin {
 
 	return "        location $prefix {\n"
 		. join('', map { "            $_\n" } @lines) . "        }\n";
+}
+
+sub run_gateway {
+	my ($t, $log, $cmd, %o) = @_;
+
+	my $top = abs_path(dirname(__FILE__) . '/../../../..');
+	my $dir = $ENV{TEST_NGINX_MODULES} // "$top/build";
+	my $nginx = $ENV{TEST_NGINX_BINARY} // '/usr/sbin/nginx';
+	my $d = $t->testdir();
+
+	if ($ENV{TEST_NGINX_PRELOAD}) {
+		$t->write_file('nginx-preload', "#!/bin/sh\n"
+			. "LD_PRELOAD=$ENV{TEST_NGINX_PRELOAD} "
+			. "ASAN_OPTIONS=detect_leaks=0 exec $nginx \"\$@\"\n");
+		chmod 0755, "$d/nginx-preload";
+		$nginx = "$d/nginx-preload";
+	}
+
+	my $pid = fork() // die "cannot fork: $!\n";
+
+	return $pid if $pid;
+
+	POSIX::setsid() if $o{setsid};
+
+	$SIG{INT} = 'DEFAULT';
+
+	chdir $o{dir} if defined $o{dir};
+	open STDIN, '<', '/dev/null';
+	open STDOUT, '>', $log or POSIX::_exit(126);
+	open STDERR, '>&', \*STDOUT;
+
+	delete $ENV{$_} for qw/ DYNAMO_FRONTEND DYNAMO_RL_LISTENER /,
+		@{$o{unset} // []};
+
+	$ENV{$_} = $o{env}{$_} for keys %{$o{env} // {}};
+	$ENV{TMPDIR} = $d;
+	$ENV{NGX_BIN} = $nginx;
+	$ENV{DYNAMO_RL_MODULE} = (abs_path($dir) // $dir)
+		. '/ngx_http_dynamo_rl_module.so';
+
+	{ exec @$cmd; }
+	print "cannot exec $cmd->[0]: $!\n";
+	POSIX::_exit(127);
 }
 
 ###############################################################################
