@@ -306,6 +306,20 @@ package Test::DynamoRL::Fixture;
 #         dir => $dir       its working directory
 #         env => { }        more environment variables
 #         unset => [ ]      more environment variables unset
+#
+# Bodies in pieces (the body filters' splits):
+#
+#     split_at($s, @at)     $s cut at the offsets @at, in order
+#     chunked($uri, \@parts, $id, port => N, headers => [ name => value
+#                           ... ])  POST of a JSON body in the chunks
+#                           @parts (Transfer-Encoding: chunked) under
+#                           attempt id $id; returns resp()
+#     has_curl_h2()         true if curl speaks HTTP/2
+#     curl_h2($t, $uri, $body, $id, @headers)  POST of $body with
+#                           curl --http2-prior-knowledge to port(8085)
+#                           under attempt id $id, with more header
+#                           lines "Name: value"; returns the status and
+#                           the response head
 
 ###############################################################################
 
@@ -1450,7 +1464,7 @@ sub fork_server {
 ###############################################################################
 
 push @EXPORT_OK, qw/ worker_call fwd error t_conf t_server t_admin
-	run_gateway /;
+	run_gateway split_at chunked has_curl_h2 curl_h2 /;
 
 sub worker_call {
 	my ($t, $method, $uri, %o) = @_;
@@ -1544,6 +1558,58 @@ sub run_gateway {
 	{ exec @$cmd; }
 	print "cannot exec $cmd->[0]: $!\n";
 	POSIX::_exit(127);
+}
+
+sub split_at {
+	my ($s, @at) = @_;
+
+	my @parts;
+	my $from = 0;
+
+	for my $at (@at, length $s) {
+		push @parts, substr($s, $from, $at - $from);
+		$from = $at;
+	}
+
+	return @parts;
+}
+
+sub chunked {
+	my ($uri, $parts, $id, %o) = @_;
+
+	my $req = raw('POST', $uri, headers => [
+		'Content-Type' => 'application/json',
+		'Transfer-Encoding' => 'chunked',
+		'X-Dynamo-Attempt-Id' => $id, @{$o{headers} // []} ]);
+	my $body = join('', map { sprintf("%x\r\n%s\r\n", length, $_) } @$parts)
+		. "0\r\n\r\n";
+
+	return resp(http($req, body => $body,
+		PeerAddr => '127.0.0.1:' . port($o{port} // 8080)));
+}
+
+sub has_curl_h2 {
+	return system('curl --version 2>/dev/null | grep -q HTTP2') == 0;
+}
+
+sub curl_h2 {
+	my ($t, $uri, $body, $id, @headers) = @_;
+
+	$t->write_file('h2.body', $body);
+
+	# the response head only (-D -), the body to /dev/null
+
+	my $head = output('curl', '-sS', '--http2-prior-knowledge',
+		'-o', '/dev/null', '-D', '-',
+		'-H', 'content-type: application/json',
+		'-H', "x-dynamo-attempt-id: $id",
+		(map { ('-H', $_) } @headers),
+		'--data-binary', '@' . $t->testdir() . '/h2.body',
+		'http://127.0.0.1:' . port(8085) . $uri);
+
+	my ($status) = $head =~ m{^HTTP/2 (\d{3})}m;
+
+	return ($status, $head);
 }
 
 ###############################################################################
