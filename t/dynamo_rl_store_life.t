@@ -36,7 +36,7 @@ use Time::HiRes qw/ time /;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ api forwarded read_until start time_limit /;
-use Test::DynamoRL::PidNS qw/ pidns_master pidns_start pidns_stop pidns_wait /;
+use Test::DynamoRL::PidNS;
 use Test::DynamoRL::Redis qw/ gen replica_conf store_key wait_done
 	wait_state /;
 
@@ -70,11 +70,11 @@ $tb->run();
 # A's nginx processes die with the test in any case: unshare kills its
 # child, nginx's master, the namespace's init, if it is killed itself
 
-my ($UNSHARE, $MASTER);
+my $A = Test::DynamoRL::PidNS->new($t, 'nginx of A');
 
 END {
 	local $?;
-	ns_kill('KILL') if $UNSHARE;
+	$A->stop('KILL') if $A;
 }
 
 ###############################################################################
@@ -98,7 +98,7 @@ my $owner = $redis->hgetall(store_key('a:life-1'))->{ow} // '';
 like($owner, qr{^A/2\.[0-9a-f]{16}/\d+\.1$},
 	'kill: the owner is the replica, the worker pid 2 and its identity');
 
-ns_kill('KILL');
+$A->stop('KILL');
 close $s;
 
 # the same A again: master pid 1, worker pid 2, the retry its first
@@ -191,7 +191,7 @@ isnt(ns_identity($owner2), ns_identity($owner),
 	'term: the new worker process of A has an identity of its own');
 
 my $term = time();
-ns_kill('TERM');
+$A->stop('TERM');
 close $s;
 
 $rec = wait_done(\%B, 'term-1');
@@ -218,14 +218,10 @@ sub ns_start {
 
 	my $beat;
 
-	$UNSHARE = pidns_start($t);
-
-	pidns_wait($UNSHARE, sub {
+	$A->start(sub {
 		$beat = ns_beat();
 		return $beat && $beat > $after;
-	}, 'nginx of A') or die "A does not beat in the store\n";
-
-	$MASTER = pidns_master($UNSHARE);
+	}) or die "A does not beat in the store\n";
 
 	return $beat;
 }
@@ -245,17 +241,6 @@ sub ns_beat {
 	}
 
 	return $ts;
-}
-
-sub ns_kill {
-	my ($signal) = @_;
-
-	my $pid = $UNSHARE or return;
-
-	pidns_stop($pid, $signal, $MASTER, 10);
-
-	undef $UNSHARE;
-	undef $MASTER;
 }
 
 sub ns_identity {

@@ -27,7 +27,7 @@ use JSON::PP;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ forwarded read_until start time_limit /;
-use Test::DynamoRL::PidNS qw/ pidns_master pidns_start pidns_stop pidns_wait /;
+use Test::DynamoRL::PidNS;
 use Test::DynamoRL::Redis qw/ gate gate_post gen replica_conf store_key
 	wait_state /;
 
@@ -56,11 +56,13 @@ $t->run_fake_dynamo();
 $t2->write_file_expand('nginx.conf', replica_conf(%A2,
 	store => $STORE, params => $PARAMS));
 
-my (%NS, %clients);
+# nginx of A1 and A2, each in a pid namespace of its own
+
+my (@NS, %clients);
 
 END {
 	local $?;
-	ns_kill($_) for keys %NS;
+	$_->stop('KILL') for @NS;
 }
 
 ###############################################################################
@@ -109,28 +111,19 @@ ok(Test::DynamoRL::wait_for(sub {
 sub ns_start {
 	my ($tt) = @_;
 
-	my $pid = pidns_start($tt);
-
-	$NS{$pid} = 1;
+	my $ns = Test::DynamoRL::PidNS->new($tt, 'nginx');
+	push @NS, $ns;
 
 	# ready once its worker process's connection to the store ran a
 	# script (a gate read): no connection to nginx before the test's
 
-	pidns_wait($pid, sub {
+	$ns->start(sub {
 		my @c = grep { /\bcmd=evalsha\b/ && !$clients{(/\bid=(\d+)/)[0]} }
 			split /\n/, $redis->cmd('CLIENT', 'LIST');
 		return 0 unless @c;
 		$clients{(/\bid=(\d+)/)[0]} = 1 for @c;
 		return 1;
-	}, 'nginx') or die "nginx does not use the store\n";
-}
-
-sub ns_kill {
-	my ($pid) = @_;
-
-	pidns_stop($pid, 'KILL', pidns_master($pid), 10);
-
-	delete $NS{$pid};
+	}) or die "nginx does not use the store\n";
 }
 
 ###############################################################################

@@ -4,37 +4,37 @@ package Test::DynamoRL::PidNS;
 
 # nginx of a test in a pid namespace of its own (unshare --pid --fork
 # --kill-child), as in a container: its master is pid 1 there and its
-# first worker process pid 2.  The test records the pid that
-# pidns_start() returns before it waits, and stops it by that pid (in
-# its END block too): unshare kills its child, nginx's master, the
-# namespace's init, if it is killed itself.  The test file checks first
-# that "unshare --pid --fork true" works here.
+# first worker process pid 2.  unshare kills its child, nginx's master,
+# the namespace's init, if it is killed itself.  The test stops it by its
+# pid (stop()), in an END block too:
 #
-#     pidns_start($t)       forks unshare and nginx in the foreground,
-#                           with $t's test directory as prefix
-#                           (nginx.conf, error.log, stdout and stderr
-#                           appended to "stderr"; under
-#                           TEST_NGINX_PRELOAD, LD_PRELOAD and the
-#                           sanitizer's log_path as Test::DynamoRL sets
-#                           them); returns unshare's pid at once
-#     pidns_wait($pid, $ready, $what)  polls $ready->() for 10 s (scaled)
-#                           and returns its first true value, undef if
-#                           none; dies "$what exited" if unshare exits
-#     pidns_master($pid)    nginx's master outside the namespace
-#                           (unshare's child), undef if there is none
-#     pidns_stop($pid, $signal, $master, $seconds)  $signal to $master
-#                           (if given; without it, a KILL goes to
-#                           unshare), waits $seconds for unshare to
-#                           exit, then SIGKILL to it and reaps it
+#     END { local $?; $ns->stop('KILL') if $ns; }
+#
+# The test file checks first that "unshare --pid --fork true" works here.
+#
+#     my $ns = Test::DynamoRL::PidNS->new($t, $name, seconds => 10)
+#                           nginx of $t's test directory (nginx.conf,
+#                           error.log, stdout and stderr appended to
+#                           "stderr"; under TEST_NGINX_PRELOAD, LD_PRELOAD
+#                           and the sanitizer's log_path as for
+#                           Test::DynamoRL's nginx), "$name" in messages;
+#                           stop() waits "seconds" for it to exit
+#     $ns->start($ready)    forks unshare and nginx in the foreground,
+#                           polls $ready->() for 10 s (scaled) and returns
+#                           its first true value, undef if none; dies
+#                           "$name exited" if unshare exits meanwhile;
+#                           then finds nginx's master
+#     $ns->stop($signal)    $signal to nginx's master (if it was found;
+#                           without it, a KILL goes to unshare), waits for
+#                           unshare to exit, then SIGKILL to it and reaps
+#                           it; nothing if it does not run
+#     $ns->pid(), master()  unshare's pid, nginx's master outside the
+#                           namespace (undef if it does not run)
 
 ###############################################################################
 
 use warnings;
 use strict;
-
-use base qw/ Exporter /;
-
-our @EXPORT_OK = qw/ pidns_start pidns_wait pidns_master pidns_stop /;
 
 use POSIX qw/ WNOHANG /;
 
@@ -42,10 +42,20 @@ use Test::DynamoRL ();
 
 ###############################################################################
 
-sub pidns_start {
-	my ($t) = @_;
+sub new {
+	my ($class, $t, $name, %o) = @_;
 
-	my $d = $t->testdir();
+	return bless { t => $t, name => $name, seconds => $o{seconds} // 10 },
+		$class;
+}
+
+sub pid { $_[0]{pid} }
+sub master { $_[0]{master} }
+
+sub start {
+	my ($self, $ready) = @_;
+
+	my $d = $self->{t}->testdir();
 
 	my @env = ();
 
@@ -74,36 +84,34 @@ sub pidns_start {
 		POSIX::_exit(127);
 	}
 
-	return $pid;
-}
+	$self->{pid} = $pid;
 
-sub pidns_wait {
-	my ($pid, $ready, $what) = @_;
-
-	return Test::DynamoRL::wait_for(sub {
-		die "$what exited\n" if waitpid($pid, WNOHANG) == $pid;
+	my $v = Test::DynamoRL::wait_for(sub {
+		die "$self->{name} exited\n" if waitpid($pid, WNOHANG) == $pid;
 		return $ready->();
 	}, 10);
+
+	if (open my $fh, '<', "/proc/$pid/task/$pid/children") {
+		($self->{master}) = (<$fh> // '') =~ /(\d+)/;
+	}
+
+	return $v;
 }
 
-sub pidns_master {
-	my ($pid) = @_;
+sub stop {
+	my ($self, $signal) = @_;
 
-	open my $fh, '<', "/proc/$pid/task/$pid/children" or return undef;
-	my ($child) = (<$fh> // '') =~ /(\d+)/;
-
-	return $child;
-}
-
-sub pidns_stop {
-	my ($pid, $signal, $master, $seconds) = @_;
+	my $pid = $self->{pid} or return;
+	my $master = $self->{master};
 
 	kill $signal, $master if $master;
 	kill 'KILL', $pid if $signal eq 'KILL' && !$master;
 
 	Test::DynamoRL::wait_for(sub { waitpid($pid, WNOHANG) == $pid },
-		$seconds)
+		$self->{seconds})
 		or do { kill 'KILL', $pid; waitpid($pid, 0) };
+
+	delete @$self{qw/ pid master /};
 }
 
 ###############################################################################
