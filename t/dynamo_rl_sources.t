@@ -81,19 +81,8 @@ http {
 
         %%RL_DISCOVERY_FETCH rl_listener%%
 
-        location = /_rl_sglang {
-            internal;
-            alias          %%TESTDIR%%/sglang.json;
-            default_type   application/json;
-            log_not_found  off;
-        }
-
-        location = /_rl_fixed {
-            internal;
-            alias          %%TESTDIR%%/fixed.json;
-            default_type   application/json;
-            log_not_found  off;
-        }
+        %%RL_DISCOVERY_FILE /_rl_sglang sglang.json%%
+        %%RL_DISCOVERY_FILE /_rl_fixed fixed.json%%
     }
 
     # the server's source is the listener's; /c/workers inherits it but

@@ -35,12 +35,7 @@ my $SERVER_A = <<'EOF';
             proxy_next_upstream  off;
         }
 
-        location = /_d {
-            internal;
-            alias          %%TESTDIR%%/a.json;
-            default_type   application/json;
-            log_not_found  off;
-        }
+        %%RL_DISCOVERY_FILE /_d a.json%%
     }
 EOF
 

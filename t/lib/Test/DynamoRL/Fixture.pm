@@ -121,6 +121,12 @@ package Test::DynamoRL::Fixture;
 #                                 listener (127.0.0.1:8082) or upstream;
 #                                 a size sets its
 #                                 subrequest_output_buffer_size
+#         %%RL_DISCOVERY_FILE location file%%  an internal location (=
+#                                 location) that serves the JSON file
+#                                 of the test directory, for
+#                                 dynamo_rl_discovery: a fixed worker
+#                                 set; 404 without a log line if there
+#                                 is no file
 #         %%RL_APIS [names]%%     locations of the gate, attempts, status
 #                                 and metrics handlers (default: all)
 #
@@ -1465,6 +1471,15 @@ sub fork_server {
 
 push @EXPORT_OK, qw/ worker_call fwd error t_conf t_server t_admin
 	run_gateway split_at chunked has_curl_h2 curl_h2 /;
+
+$CONF{RL_DISCOVERY_FILE} = sub {
+	my ($location, $file) = @_;
+
+	die "no file\n" unless defined $file;
+
+	return "location = $location { internal; alias %%TESTDIR%%/$file;"
+		. ' default_type application/json; log_not_found off; }';
+};
 
 sub worker_call {
 	my ($t, $method, $uri, %o) = @_;
