@@ -25,7 +25,8 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ output record_with rl_test /;
+use Test::DynamoRL::Fixture qw/ chunked curl_h2 has_curl_h2 record_with rl_test
+	split_at /;
 
 ###############################################################################
 
@@ -169,7 +170,7 @@ is_deeply(assigned($rec), [ 'x-dynamo-request-priority: 5',
 # HTTP/2
 
 SKIP: {
-	skip 'no curl with HTTP/2', 3 unless curl_h2();
+	skip 'no curl with HTTP/2', 3 unless has_curl_h2();
 
 	my @h;
 	my @c = @CLIENT;
@@ -178,7 +179,7 @@ SKIP: {
 		push @h, "$k: $v";
 	}
 
-	my ($status) = curl_h2('/v1/completions', '{"prompt":"x"}', 'h2-1',
+	my ($status) = curl_h2($t, '/v1/completions', '{"prompt":"x"}', 'h2-1',
 		@h, 'X-Test-Team: a');
 	is($status, 200, 'http2: 200');
 	$rec = record_with($t, 'x-dynamo-attempt-id', 'h2-1');
@@ -300,7 +301,7 @@ my $ok = 0;
 
 for my $at (1 .. 60) {
 	$r = chunked('/v1/completions', [ split_at($SPLIT, $at, $at + 7) ],
-		"chunk-$at", 'X-Test-Team: a');
+		"chunk-$at", headers => [ 'X-Test-Team' => 'a' ]);
 	$rec = record_with($t, 'x-dynamo-attempt-id', "chunk-$at");
 	$ok++ if $rec && $rec->{body} eq $SPLIT_OUT
 		&& $rec->{headers}{'content-length'} == length $SPLIT_OUT
@@ -312,7 +313,7 @@ is($ok, 60, 'chunked: removed wherever the chunks split');
 # HTTP/2 DATA frames of 16k: the members removed straddle a frame's end
 
 SKIP: {
-	skip 'no curl with HTTP/2', 4 unless curl_h2();
+	skip 'no curl with HTTP/2', 4 unless has_curl_h2();
 
 	my $head = '{"prompt":[' . join(',', (7) x 8180);
 	my $body = $head . '],"nvext":{"agent_hints":{"priority":1,"osl":2},'
@@ -322,7 +323,7 @@ SKIP: {
 	ok(length($head) < 16384 && length($head) + 40 > 16384,
 		'http2: the members straddle 16384');
 
-	my ($status) = curl_h2('/v1/completions', $body, 'h2-body',
+	my ($status) = curl_h2($t, '/v1/completions', $body, 'h2-body',
 		'X-Test-Team: a');
 	is($status, 200, 'http2 body: 200');
 	$rec = record_with($t, 'x-dynamo-attempt-id', 'h2-body');
@@ -527,55 +528,6 @@ sub call {
 	}
 
 	return parse_response($raw);
-}
-
-sub chunked {
-	my ($uri, $parts, $id, @extra) = @_;
-
-	my $req = "POST $uri HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\nContent-Type: application/json\r\n"
-		. "Transfer-Encoding: chunked\r\nX-Dynamo-Attempt-Id: $id\r\n"
-		. join('', map { "$_\r\n" } @extra) . "\r\n";
-	my $body = join('', map { sprintf("%x\r\n%s\r\n", length, $_) } @$parts)
-		. "0\r\n\r\n";
-
-	return parse_response(http($req, body => $body,
-		PeerAddr => '127.0.0.1:' . port(8080)));
-}
-
-sub split_at {
-	my ($s, @at) = @_;
-
-	my @parts;
-	my $from = 0;
-
-	for my $at (@at, length $s) {
-		push @parts, substr($s, $from, $at - $from);
-		$from = $at;
-	}
-
-	return @parts;
-}
-
-sub curl_h2 {
-	my ($uri, $body, $id, @headers) = @_;
-
-	return system('curl --version 2>/dev/null | grep -q HTTP2') == 0
-		unless defined $uri;
-
-	$t->write_file('h2.body', $body);
-
-	my $head = output('curl', '-sS', '--http2-prior-knowledge',
-		'-o', '/dev/null', '-D', '-',
-		'-H', 'content-type: application/json',
-		'-H', "x-dynamo-attempt-id: $id",
-		(map { ('-H', $_) } @headers),
-		'--data-binary', '@' . $t->testdir() . '/h2.body',
-		'http://127.0.0.1:' . port(8085) . $uri);
-
-	my ($status) = $head =~ m{^HTTP/2 (\d{3})}m;
-
-	return ($status, $head);
 }
 
 ###############################################################################

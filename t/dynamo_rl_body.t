@@ -20,7 +20,8 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ output record_with rl_test /;
+use Test::DynamoRL::Fixture qw/ chunked curl_h2 has_curl_h2 record_with rl_test
+	split_at /;
 
 ###############################################################################
 
@@ -323,12 +324,12 @@ $rec = record_with($t, 'x-dynamo-attempt-id', 'nobuf-big');
 ok($rec && $rec->{body} eq $BIG, 'unbuffered: big body forwarded');
 
 $r = chunked('/v1/completions', [ split_at($PINNED, 10, 40) ],
-	'nobuf-pins', port(8084));
+	'nobuf-pins', port => 8084);
 $rec = record_with($t, 'x-dynamo-attempt-id', 'nobuf-pins');
 is($rec && $rec->{body}, $STRIPPED, 'unbuffered: chunked pins removed');
 
 $r = chunked('/v1/completions', [ split_at($DENIED, 30, 33) ],
-	'nobuf-denied', port(8084));
+	'nobuf-denied', port => 8084);
 is($r->{status}, 403, 'unbuffered: denied');
 ok(!record_with($t, 'x-dynamo-attempt-id', 'nobuf-denied'),
 	'unbuffered: not forwarded');
@@ -336,21 +337,22 @@ ok(!record_with($t, 'x-dynamo-attempt-id', 'nobuf-denied'),
 # HTTP/2: the body in several DATA frames
 
 SKIP: {
-	skip 'no curl with HTTP/2', 5 unless curl_h2();
+	skip 'no curl with HTTP/2', 5 unless has_curl_h2();
 
 	my $pad = '"pad":"' . ('x' x 70000) . '",';
 	(my $h2_denied = $DENIED) =~ s/^\{/{$pad/;
 	(my $h2_pinned = $PINNED) =~ s/^\{/{$pad/;
 	(my $h2_stripped = $STRIPPED) =~ s/^\{/{$pad/;
 
-	my ($status, $head) = curl_h2('/v1/completions', $h2_denied, 'h2-denied');
+	my ($status, $head) = curl_h2($t, '/v1/completions', $h2_denied,
+		'h2-denied');
 	is($status, 403, 'h2: denied across DATA frames');
 	like($head, qr/x-dynamo-rl-reason: metadata_upload_denied/i,
 		'h2: reason');
 	ok(!record_with($t, 'x-dynamo-attempt-id', 'h2-denied'),
 		'h2: not forwarded');
 
-	($status) = curl_h2('/v1/completions', $h2_pinned, 'h2-pins');
+	($status) = curl_h2($t, '/v1/completions', $h2_pinned, 'h2-pins');
 	is($status, 200, 'h2: 200');
 	$rec = record_with($t, 'x-dynamo-attempt-id', 'h2-pins');
 	ok($rec && $rec->{body} eq $h2_stripped, 'h2: pins removed');
@@ -457,55 +459,6 @@ sub call {
 		timeout => 20);
 
 	return parse_response($raw);
-}
-
-sub chunked {
-	my ($uri, $parts, $id, $port) = @_;
-
-	my $req = "POST $uri HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\nContent-Type: application/json\r\n"
-		. "Transfer-Encoding: chunked\r\nX-Dynamo-Attempt-Id: $id\r\n\r\n";
-	my $body = join('', map { sprintf("%x\r\n%s\r\n", length, $_) } @$parts)
-		. "0\r\n\r\n";
-
-	return parse_response(http($req, body => $body,
-		PeerAddr => '127.0.0.1:' . ($port // port(8080))));
-}
-
-sub split_at {
-	my ($s, @at) = @_;
-
-	my @parts;
-	my $from = 0;
-
-	for my $at (@at, length $s) {
-		push @parts, substr($s, $from, $at - $from);
-		$from = $at;
-	}
-
-	return @parts;
-}
-
-sub curl_h2 {
-	my ($uri, $body, $id) = @_;
-
-	return system('curl --version 2>/dev/null | grep -q HTTP2') == 0
-		unless defined $uri;
-
-	$t->write_file('h2.body', $body);
-
-	# the response head only (-D -), the body to /dev/null
-
-	my $head = output('curl', '-sS', '--http2-prior-knowledge',
-		'-o', '/dev/null', '-D', '-',
-		'-H', 'content-type: application/json',
-		'-H', "x-dynamo-attempt-id: $id",
-		'--data-binary', '@' . $t->testdir() . '/h2.body',
-		'http://127.0.0.1:' . port(8085) . $uri);
-
-	my ($status) = $head =~ m{^HTTP/2 (\d{3})}m;
-
-	return ($status, $head);
 }
 
 sub json {

@@ -22,7 +22,7 @@ use IO::Socket::INET;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ record_with frontend_records rl_test
-	raw resp /;
+	raw resp chunked curl_h2 has_curl_h2 /;
 
 ###############################################################################
 
@@ -363,7 +363,7 @@ for my $c (
 
 	$id = id();
 	$r = chunked('/v1/completions', [ '{"prompt":"x"}' ], $id,
-		head => "Content-Encoding: gzip\r\n");
+		headers => [ 'Content-Encoding' => 'gzip' ]);
 	is($r->{status}, 415, 'chunked gzip: 415');
 	ok(!fwd($id), 'chunked gzip: not forwarded');
 }
@@ -564,19 +564,19 @@ for my $body (
 # HTTP/2
 
 SKIP: {
-	skip 'no curl with HTTP/2', 4
-		unless system('curl --version 2>/dev/null | grep -q HTTP2') == 0;
+	skip 'no curl with HTTP/2', 4 unless has_curl_h2();
 
 	my $id = id();
-	is(curl_h2('/v1/completions',
-		'{"nvext":{"\u006detadata_upload":{"url":"s3://evil/"}}}', $id),
-		403, 'h2: escaped upload 403');
+	my $up = '{"nvext":{"\u006detadata_upload":{"url":"s3://evil/"}}}';
+	is((curl_h2($t, '/v1/completions', $up, $id))[0], 403,
+		'h2: escaped upload 403');
 	ok(!fwd($id), 'h2: not forwarded');
 
 	my $in = '{"p":"' . ('x' x 70000) . '","nvext":{"prefill_dp_rank":0}}';
 	(my $out = $in) =~ s/"prefill_dp_rank":0//;
 	$id = id();
-	is(curl_h2('/v1/completions', $in, $id), 200, 'h2: big body 200');
+	is((curl_h2($t, '/v1/completions', $in, $id))[0], 200,
+		'h2: big body 200');
 	$rec = fwd($id);
 	ok($rec && $rec->{body} eq $out, 'h2: big body, pin removed');
 }
@@ -703,44 +703,11 @@ sub fwd {
 	return record_with($t, 'x-dynamo-attempt-id', $id);
 }
 
-sub chunked {
-	my ($uri, $parts, $id, %o) = @_;
-
-	my $req = "POST $uri HTTP/1.1\r\nHost: localhost\r\n"
-		. "Connection: close\r\nContent-Type: application/json\r\n"
-		. "Transfer-Encoding: chunked\r\n"
-		. (defined $id ? "X-Dynamo-Attempt-Id: $id\r\n" : '')
-		. ($o{head} // '') . "\r\n";
-	my $body = join('', map { sprintf("%x\r\n%s\r\n", length, $_) } @$parts)
-		. "0\r\n\r\n";
-
-	return resp(http($req, body => $body,
-		PeerAddr => '127.0.0.1:' . port($o{port} // 8080)));
-}
-
 sub ledger {
 	my ($id) = @_;
 	my $raw = http_get("/rl/attempts/$id",
 		PeerAddr => '127.0.0.1:' . port(8086));
 	return resp($raw)->{status};
-}
-
-sub curl_h2 {
-	my ($uri, $body, $id) = @_;
-
-	my $dir = $t->testdir();
-	open my $fh, '>', "$dir/h2.body" or die "$!\n";
-	binmode $fh;
-	print $fh $body;
-	close $fh;
-
-	my $head = `curl -sS --http2-prior-knowledge -o /dev/null -D - \\
-		-H 'content-type: application/json' -H 'x-dynamo-attempt-id: $id' \\
-		--data-binary \@$dir/h2.body http://127.0.0.1:@{[ port(8085) ]}$uri`;
-
-	my ($status) = $head =~ m{^HTTP/2 (\d{3})}m;
-
-	return $status // 0;
 }
 
 ###############################################################################

@@ -32,7 +32,7 @@ use POSIX qw/ WNOHANG /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ example_conf time_limit /;
+use Test::DynamoRL::Fixture qw/ example_conf run_gateway time_limit /;
 
 ###############################################################################
 
@@ -243,11 +243,14 @@ is($r->{status}, 404, 'rollout: no status');
 
 ###############################################################################
 
-# make run REPLICAS=2, on free ports, its scratch directory in ours
+# make run REPLICAS=2, on free ports, its scratch directory in ours:
+# util/run-gateway in the background, as "make run REPLICAS=n" starts it
 
 my @RUN = map { port($_) } 8070 .. 8073;
 my $transcript = $t->testdir() . '/run-gateway.out';
-my $run = run_gateway(2, "$RUN[0]:$RUN[1] $RUN[2]:$RUN[3]");
+my $run = run_gateway($t, $transcript, [ "$REPO/util/run-gateway" ],
+	env => { REPLICAS => 2,
+		RUN_PORTS => "$RUN[0]:$RUN[1] $RUN[2]:$RUN[3]" });
 
 my $up = Test::DynamoRL::wait_for(sub {
 	if (waitpid($run, WNOHANG) == $run) {
@@ -374,62 +377,8 @@ is(join('', grep { /\[(?:alert|emerg|crit)\]|Sanitizer/ } split /^/m, $logs),
 
 ###############################################################################
 
-# util/run-gateway in the background, as "make run REPLICAS=n" starts it;
-# nginx with the module under test (and the sanitizer of make asan)
-
-sub run_gateway {
-	my ($replicas, $ports) = @_;
-
-	my $d = $t->testdir();
-	my $dir = $ENV{TEST_NGINX_MODULES} // "$REPO/build";
-	my $nginx = $ENV{TEST_NGINX_BINARY} // '/usr/sbin/nginx';
-
-	if ($ENV{TEST_NGINX_PRELOAD}) {
-		$t->write_file('nginx-preload', "#!/bin/sh\n"
-			. "LD_PRELOAD=$ENV{TEST_NGINX_PRELOAD} "
-			. "ASAN_OPTIONS=detect_leaks=0 exec $nginx \"\$@\"\n");
-		chmod 0755, "$d/nginx-preload";
-		$nginx = "$d/nginx-preload";
-	}
-
-	my $pid = fork() // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-
-		# Ctrl-C reaches util/run-gateway whatever started the test: a
-		# background job of a shell starts with SIGINT ignored, which
-		# bash cannot trap then
-
-		$SIG{INT} = 'DEFAULT';
-
-		open STDIN, '<', '/dev/null';
-		open STDOUT, '>', $transcript or POSIX::_exit(126);
-		open STDERR, '>&', \*STDOUT;
-
-		delete $ENV{$_} for qw/ DYNAMO_FRONTEND DYNAMO_RL_LISTENER /;
-
-		$ENV{REPLICAS} = $replicas;
-		$ENV{RUN_PORTS} = $ports;
-		$ENV{TMPDIR} = $d;
-		$ENV{NGX_BIN} = $nginx;
-		$ENV{DYNAMO_RL_MODULE} = (abs_path($dir) // $dir)
-			. '/ngx_http_dynamo_rl_module.so';
-
-		{ exec "$REPO/util/run-gateway"; }
-		print "cannot exec util/run-gateway: $!\n";
-		POSIX::_exit(127);
-	}
-
-	return $pid;
-}
-
 sub slurp {
-	my ($path) = @_;
-
-	open my $fh, '<', $path or return '';
-	local $/;
-
-	return <$fh> // '';
+	return Test::DynamoRL::Fixture::slurp($_[0]) // '';
 }
 
 END {

@@ -25,11 +25,11 @@ use Cwd qw/ abs_path /;
 use File::Basename qw/ dirname /;
 use IO::Socket::INET;
 use JSON::PP;
-use POSIX qw/ WNOHANG setsid /;
+use POSIX qw/ WNOHANG /;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ time_limit /;
+use Test::DynamoRL::Fixture qw/ run_gateway time_limit /;
 
 ###############################################################################
 
@@ -167,50 +167,12 @@ stopped('shared', @P);
 sub make_run {
 	my ($replicas, $ports) = @_;
 
-	my $d = $t->testdir();
-	my $dir = $ENV{TEST_NGINX_MODULES} // "$REPO/build";
-	my $nginx = $ENV{TEST_NGINX_BINARY} // '/usr/sbin/nginx';
+	$transcript = $t->testdir() . "/make-run-$replicas.out";
 
-	$transcript = "$d/make-run-$replicas.out";
-
-	if ($ENV{TEST_NGINX_PRELOAD}) {
-		$t->write_file('nginx-preload', "#!/bin/sh\n"
-			. "LD_PRELOAD=$ENV{TEST_NGINX_PRELOAD} "
-			. "ASAN_OPTIONS=detect_leaks=0 exec $nginx \"\$@\"\n");
-		chmod 0755, "$d/nginx-preload";
-		$nginx = "$d/nginx-preload";
-	}
-
-	my $pid = fork() // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-		setsid();
-
-		# a Ctrl-C reaches make run whatever started the test: a
-		# background job of a shell starts with SIGINT ignored, which
-		# bash cannot trap then
-
-		$SIG{INT} = 'DEFAULT';
-
-		chdir $REPO;
-		open STDIN, '<', '/dev/null';
-		open STDOUT, '>', $transcript or POSIX::_exit(126);
-		open STDERR, '>&', \*STDOUT;
-
-		delete $ENV{$_} for qw/ DYNAMO_FRONTEND DYNAMO_RL_LISTENER
-			MAKEFLAGS MAKELEVEL MFLAGS /;
-
-		$ENV{TMPDIR} = $d;
-		$ENV{NGX_BIN} = $nginx;
-		$ENV{DYNAMO_RL_MODULE} = (abs_path($dir) // $dir)
-			. '/ngx_http_dynamo_rl_module.so';
-
-		{ exec 'make', 'run', "REPLICAS=$replicas", "RUN_PORTS=$ports"; }
-		print "cannot exec make: $!\n";
-		POSIX::_exit(127);
-	}
-
-	return $pid;
+	return run_gateway($t, $transcript,
+		[ 'make', 'run', "REPLICAS=$replicas", "RUN_PORTS=$ports" ],
+		setsid => 1, dir => $REPO, unset => [ qw/ MAKEFLAGS MAKELEVEL
+			MFLAGS / ]);
 }
 
 sub wait_running {
@@ -328,12 +290,7 @@ sub sh {
 }
 
 sub slurp {
-	my ($path) = @_;
-
-	open my $fh, '<', $path or return '';
-	local $/;
-
-	return <$fh> // '';
+	return Test::DynamoRL::Fixture::slurp($_[0]) // '';
 }
 
 END {

@@ -28,7 +28,8 @@ use JSON::PP;
 
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ doc err_since rl_test worker /;
+use Test::DynamoRL::Fixture qw/ doc err_since error fwd rl_test t_admin t_conf
+	t_server worker worker_call /;
 
 ###############################################################################
 
@@ -80,19 +81,8 @@ http {
 
         %%RL_DISCOVERY_FETCH rl_listener%%
 
-        location = /_rl_sglang {
-            internal;
-            alias          %%TESTDIR%%/sglang.json;
-            default_type   application/json;
-            log_not_found  off;
-        }
-
-        location = /_rl_fixed {
-            internal;
-            alias          %%TESTDIR%%/fixed.json;
-            default_type   application/json;
-            log_not_found  off;
-        }
+        %%RL_DISCOVERY_FILE /_rl_sglang sglang.json%%
+        %%RL_DISCOVERY_FILE /_rl_fixed fixed.json%%
     }
 
     # the server's source is the listener's; /c/workers inherits it but
@@ -371,55 +361,18 @@ is($r->{status} . ' ' . fwd($r), '200 1 /engine/flush_cache',
 
 ###############################################################################
 
-# nginx -t sizes the zone for every source
+# nginx -t sizes the zone for every source: admin locations /a/ and /b/,
+# each with a source of its own (max_size 4m by default)
 
-my ($rc, $out) = $t->nginx_t(<<'EOF');
-%%TEST_GLOBALS%%
-events { }
-http {
-    %%TEST_GLOBALS_HTTP%%
-    dynamo_rl_zone zone=rl:6m;
-    server {
-        listen 127.0.0.1:8080;
-        location /a/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_a;
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-        }
-        location /b/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_b;
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-        }
-    }
-}
-EOF
+my $AB = join('', map { t_admin("/$_/", "/_$_") } qw/ a b /);
+
+my ($rc, $out) = $t->nginx_t(t_conf('6m', t_server(8080, $AB)));
 
 isnt($rc, 0, 'nginx -t: two 4m sources in 6m refused');
 like($out, qr/too small for the snapshots of 2 discovery sources, max_size=8388608 in all: it needs at least each max_size \+ max_size\/64, and 64k, = 8585216 bytes/,
 	'nginx -t: the room of both');
 
-($rc, $out) = $t->nginx_t(<<'EOF');
-%%TEST_GLOBALS%%
-events { }
-http {
-    %%TEST_GLOBALS_HTTP%%
-    dynamo_rl_zone zone=rl:10m;
-    server {
-        listen 127.0.0.1:8080;
-        location /a/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_a;
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-        }
-        location /b/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_b;
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-        }
-    }
-}
-EOF
+($rc, $out) = $t->nginx_t(t_conf('10m', t_server(8080, $AB)));
 
 is($rc, 0, 'nginx -t: two 4m sources in 10m accepted') or diag($out);
 unlike($out, qr/\[warn\].*does not name its source/,
@@ -427,31 +380,14 @@ unlike($out, qr/\[warn\].*does not name its source/,
 
 # a discovery-plane location that names no source among several
 
-($rc, $out) = $t->nginx_t(<<'EOF');
-%%TEST_GLOBALS%%
-events { }
-http {
-    %%TEST_GLOBALS_HTTP%%
-    dynamo_rl_zone zone=rl:10m;
-    server {
-        listen 127.0.0.1:8080;
+my $ORPHAN = <<'EOF';
         location = /v1/rl/workers {
             dynamo_rl_plane discovery;
             proxy_pass http://127.0.0.1:8082;
         }
-        location /a/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_a;
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-        }
-        location /b/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_b;
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-        }
-    }
-}
 EOF
+
+($rc, $out) = $t->nginx_t(t_conf('10m', t_server(8080, $ORPHAN, $AB)));
 
 is($rc, 0, 'nginx -t: an orphan discovery location is accepted');
 like($out, qr!\[warn\] the discovery-plane location "/v1/rl/workers" does not name its source in its own block: its answers refresh no snapshot; add "dynamo_rl_discovery" to it!,
@@ -460,14 +396,7 @@ like($out, qr!\[warn\] the discovery-plane location "/v1/rl/workers" does not na
 # with one source, inherited from the server, or the only one: no snapshot
 # is refreshed either, with the same warning
 
-($rc, $out) = $t->nginx_t(<<'EOF');
-%%TEST_GLOBALS%%
-events { }
-http {
-    %%TEST_GLOBALS_HTTP%%
-    dynamo_rl_zone zone=rl:10m;
-    server {
-        listen 127.0.0.1:8080;
+my $INHERITED = <<'EOF';
         dynamo_rl_discovery /_a;
         location = /c/workers {
             dynamo_rl_plane discovery;
@@ -480,20 +409,10 @@ http {
             limit_except GET { deny all; }
             if ($arg_x) { proxy_pass http://127.0.0.1:8084; }
         }
-        location /a/ {
-            dynamo_rl_plane admin;
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-        }
-    }
-    server {
-        listen 127.0.0.1:8081;
-        location = /v1/rl/workers {
-            dynamo_rl_plane discovery;
-            proxy_pass http://127.0.0.1:8082;
-        }
-    }
-}
 EOF
+
+($rc, $out) = $t->nginx_t(t_conf('10m',
+	t_server(8080, $INHERITED, t_admin('/a/')), t_server(8081, $ORPHAN)));
 
 is($rc, 0, 'nginx -t: discovery locations that name no source of their own');
 is(join(' ', $out =~ /\[warn\] the discovery-plane location "([^"]*)" does not name its source/g),
@@ -532,49 +451,17 @@ is(scalar(grep { grep { m!^control/update_weights_from_disk$! }
 
 ###############################################################################
 
-my %BEFORE;
-
 sub call {
 	my ($method, $uri, $body, $port) = @_;
 
-	%BEFORE = map { $_ => scalar @{$t->fake_records("worker-$_")} } 0 .. 2;
-
-	my $raw = Test::DynamoRL::http(Test::DynamoRL::Fixture::raw($method,
-		$uri, defined $body ? (body => $body) : ()),
-		PeerAddr => '127.0.0.1:' . port($port // 8080));
-
-	my $r = parse_response($raw) // { status => 0, body => '',
-		headers => {} };
-	$r->{fwd} = [ since() ];
-
-	return $r;
-}
-
-sub since {
-	my @f;
-
-	for my $w (0 .. 2) {
-		my $recs = $t->fake_records("worker-$w");
-		push @f, map { "$w $_->{uri}" } @$recs[$BEFORE{$w} .. $#$recs];
-	}
-
-	return @f;
-}
-
-sub fwd {
-	my ($r) = @_;
-	return join(', ', @{$r->{fwd}});
+	return worker_call($t, $method, $uri, port => $port // 8080,
+		defined $body ? (body => $body) : ());
 }
 
 sub json {
 	my ($r) = @_;
 	my $j = eval { $JS->decode($r->{body}) };
 	return ref $j eq 'HASH' ? $j : {};
-}
-
-sub error {
-	my ($r) = @_;
-	return json($r)->{error} // '';
 }
 
 ###############################################################################

@@ -17,11 +17,10 @@ use strict;
 
 use Test::More;
 
-use JSON::PP;
-
 use lib 't/lib';
 use Test::DynamoRL;
-use Test::DynamoRL::Fixture qw/ doc rl_test worker /;
+use Test::DynamoRL::Fixture qw/ doc error fwd rl_test t_admin t_conf t_server
+	worker worker_call /;
 
 ###############################################################################
 
@@ -36,12 +35,7 @@ my $SERVER_A = <<'EOF';
             proxy_next_upstream  off;
         }
 
-        location = /_d {
-            internal;
-            alias          %%TESTDIR%%/a.json;
-            default_type   application/json;
-            log_not_found  off;
-        }
+        %%RL_DISCOVERY_FILE /_d a.json%%
     }
 EOF
 
@@ -127,40 +121,14 @@ is(join(' ', $r->{status}, error($r), fwd($r)), '404 unknown_worker ',
 # nginx -t: room for one snapshot per server that resolves /_d; one
 # server's locations naming /_d share one
 
-my $SIZE = <<'EOF';
-%%TEST_GLOBALS%%
-events { }
-http {
-    %%TEST_GLOBALS_HTTP%%
-    dynamo_rl_zone zone=rl:1500k;
-    dynamo_rl_discovery /_d max_size=1m;
-    server {
-        listen 127.0.0.1:8080;
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-        }
-        location /v1/rl/other/ {
-            dynamo_rl_plane admin;
-            dynamo_rl_discovery /_d max_size=1m;
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-        }
-        location = /_d { internal; return 404; }
-    }
-%%SECOND%%
-}
-EOF
+my $D = "        location = /_d { internal; return 404; }\n";
 
-my $second = <<'EOF';
-    server {
-        listen 127.0.0.1:8081;
-        location /v1/rl/workers/ {
-            dynamo_rl_plane admin;
-            proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;
-        }
-        location = /_d { internal; return 404; }
-    }
-EOF
+my $SIZE = t_conf('1500k', "    dynamo_rl_discovery /_d max_size=1m;\n",
+	t_server(8080, t_admin('/v1/rl/workers/'),
+		t_admin('/v1/rl/other/', '/_d max_size=1m'), $D),
+	"%%SECOND%%\n");
+
+my $second = t_server(8081, t_admin('/v1/rl/workers/'), $D);
 
 (my $one = $SIZE) =~ s/%%SECOND%%//;
 my ($rc, $out) = $t->nginx_t($one);
@@ -189,44 +157,11 @@ sub conf {
 	return $c;
 }
 
-my %BEFORE;
-
 sub call {
 	my ($method, $uri, $port) = @_;
 
-	%BEFORE = map { $_ => scalar @{$t->fake_records("worker-$_")} } 0 .. 1;
-
-	my $raw = Test::DynamoRL::http(Test::DynamoRL::Fixture::raw($method,
-		$uri, $method eq 'POST' ? (body => '{}') : ()),
-		PeerAddr => '127.0.0.1:' . port($port));
-
-	my $r = parse_response($raw) // { status => 0, body => '',
-		headers => {} };
-	$r->{fwd} = [ since() ];
-
-	return $r;
-}
-
-sub since {
-	my @f;
-
-	for my $w (0 .. 1) {
-		my $recs = $t->fake_records("worker-$w");
-		push @f, map { "$w $_->{uri}" } @$recs[$BEFORE{$w} .. $#$recs];
-	}
-
-	return @f;
-}
-
-sub fwd {
-	my ($r) = @_;
-	return join(', ', @{$r->{fwd}});
-}
-
-sub error {
-	my ($r) = @_;
-	my $j = eval { decode_json($r->{body}) };
-	return ref $j eq 'HASH' ? $j->{error} // '' : '';
+	return worker_call($t, $method, $uri, port => $port,
+		$method eq 'POST' ? (body => '{}') : ());
 }
 
 ###############################################################################

@@ -31,12 +31,12 @@ use strict;
 
 use Test::More;
 
-use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ api forwarded read_until start time_limit /;
+use Test::DynamoRL::PidNS;
 use Test::DynamoRL::Redis qw/ gen replica_conf store_key wait_done
 	wait_state /;
 
@@ -70,11 +70,11 @@ $tb->run();
 # A's nginx processes die with the test in any case: unshare kills its
 # child, nginx's master, the namespace's init, if it is killed itself
 
-my ($UNSHARE, $MASTER);
+my $A = Test::DynamoRL::PidNS->new($t, 'nginx of A');
 
 END {
 	local $?;
-	ns_kill('KILL') if $UNSHARE;
+	$A->stop('KILL') if $A;
 }
 
 ###############################################################################
@@ -98,7 +98,7 @@ my $owner = $redis->hgetall(store_key('a:life-1'))->{ow} // '';
 like($owner, qr{^A/2\.[0-9a-f]{16}/\d+\.1$},
 	'kill: the owner is the replica, the worker pid 2 and its identity');
 
-ns_kill('KILL');
+$A->stop('KILL');
 close $s;
 
 # the same A again: master pid 1, worker pid 2, the retry its first
@@ -191,7 +191,7 @@ isnt(ns_identity($owner2), ns_identity($owner),
 	'term: the new worker process of A has an identity of its own');
 
 my $term = time();
-ns_kill('TERM');
+$A->stop('TERM');
 close $s;
 
 $rec = wait_done(\%B, 'term-1');
@@ -216,47 +216,12 @@ ok(!exists $redis->hgetall(store_key('live'))->{ns_identity($owner2)},
 sub ns_start {
 	my ($after) = @_;
 
-	my $d = $t->testdir();
-
-	my @env = ();
-
-	if ($ENV{TEST_NGINX_PRELOAD}) {
-		mkdir("$d/sanitizer") and chmod(01777, "$d/sanitizer");
-		push @env, "LD_PRELOAD=$ENV{TEST_NGINX_PRELOAD}",
-			'ASAN_OPTIONS=' . join(':', grep { length }
-				$ENV{ASAN_OPTIONS} // '',
-				"log_path=$d/sanitizer/asan");
-	}
-
-	my $pid = fork() // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-		open STDIN, '<', '/dev/null';
-		open STDOUT, '>>', "$d/stderr";
-		open STDERR, '>>', "$d/stderr";
-
-		my @cmd = ('unshare', '--pid', '--fork', '--kill-child',
-			'env', @env,
-			$ENV{TEST_NGINX_BINARY} // '/usr/sbin/nginx',
-			'-p', "$d/", '-c', 'nginx.conf', '-e', 'error.log',
-			'-g', 'daemon off;');
-
-		{ exec @cmd; }
-		POSIX::_exit(127);
-	}
-
-	$UNSHARE = $pid;
-
-	my $since = $after;
 	my $beat;
 
-	Test::DynamoRL::wait_for(sub {
-		die "nginx of A exited\n" if waitpid($pid, WNOHANG) == $pid;
+	$A->start(sub {
 		$beat = ns_beat();
-		return $beat && $beat > $since;
-	}, 10) or die "A does not beat in the store\n";
-
-	$MASTER = ns_master();
+		return $beat && $beat > $after;
+	}) or die "A does not beat in the store\n";
 
 	return $beat;
 }
@@ -276,27 +241,6 @@ sub ns_beat {
 	}
 
 	return $ts;
-}
-
-sub ns_master {
-	open my $fh, '<', "/proc/$UNSHARE/task/$UNSHARE/children" or return;
-	my ($child) = (<$fh> // '') =~ /(\d+)/;
-	return $child;
-}
-
-sub ns_kill {
-	my ($signal) = @_;
-
-	my $pid = $UNSHARE or return;
-
-	kill $signal, $MASTER if $MASTER;
-	kill 'KILL', $pid if $signal eq 'KILL' && !$MASTER;
-
-	Test::DynamoRL::wait_for(sub { waitpid($pid, WNOHANG) == $pid }, 10)
-		or do { kill 'KILL', $pid; waitpid($pid, 0) };
-
-	undef $UNSHARE;
-	undef $MASTER;
 }
 
 sub ns_identity {

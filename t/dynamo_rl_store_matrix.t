@@ -31,13 +31,13 @@ use strict;
 
 use Test::More;
 
-use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ time /;
 
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ api forwarded is_false read_until start
 	time_limit /;
+use Test::DynamoRL::PidNS;
 use Test::DynamoRL::Redis qw/ gen replica_conf resp_proxy store_key
 	wait_state wait_status /;
 
@@ -93,11 +93,13 @@ $tb->write_file_expand('nginx.conf', replica_conf(%B,
 	store => 'redis://127.0.0.1:8379', params => $PARAMS));
 $tb->run();
 
-my ($UNSHARE, $MASTER);
+# A in its own pid namespace (see dynamo_rl_store_life.t)
+
+my $A = Test::DynamoRL::PidNS->new($t, 'nginx of A', seconds => 15);
 
 END {
 	local $?;
-	ns_kill('KILL') if $UNSHARE;
+	$A->stop('KILL') if $A;
 }
 
 ###############################################################################
@@ -110,7 +112,7 @@ ns_start();
 
 # A killed with -9 and restarted
 
-ns_kill('KILL');
+$A->stop('KILL');
 $r = gen(\%A, 'mx-kill-0');
 ns_start();
 row(0, 'mx-kill-0', $r);
@@ -118,18 +120,18 @@ row(0, 'mx-kill-0', $r);
 $s = hang(\%A, 'mx-kill-1');
 wait_state(\%B, 'mx-kill-1', 'accepted');
 Test::DynamoRL::wait_for(sub { forwarded($t, 'mx-kill-1') }, 10);
-ns_kill('KILL');
+$A->stop('KILL');
 ns_start();
 row(1, 'mx-kill-1', client($s, 0));
 
 $s = stream(\%A, 'mx-kill-2', 600, 100);
 $h = head($s);
-ns_kill('KILL');
+$A->stop('KILL');
 ns_start();
 row(2, 'mx-kill-2', client($s, $h));
 
 $r = gen(\%A, 'mx-kill-3');
-ns_kill('KILL');
+$A->stop('KILL');
 ns_start();
 row(3, 'mx-kill-3', $r);
 
@@ -138,19 +140,19 @@ row(3, 'mx-kill-3', $r);
 $s = hang(\%A, 'mx-term-1');
 wait_state(\%B, 'mx-term-1', 'accepted');
 Test::DynamoRL::wait_for(sub { forwarded($t, 'mx-term-1') }, 10);
-ns_kill('TERM');
+$A->stop('TERM');
 ns_start();
 row(4, 'mx-term-1', client($s, 0));
 
 $s = stream(\%A, 'mx-term-2', 600, 100);
 $h = head($s);
-ns_kill('TERM');
+$A->stop('TERM');
 ns_start();
 row(5, 'mx-term-2', client($s, $h));
 
 $s = stream(\%A, 'mx-quit-2', 10, 200);
 $h = head($s);
-ns_kill('QUIT');
+$A->stop('QUIT');
 $r = client($s, $h);
 ns_start();
 row(6, 'mx-quit-2', $r);
@@ -167,7 +169,7 @@ $h = head($s);
 $t->write_file('proxy/mode', "silent\n");
 wait_status(\%A, sub { is_false($_[0]{store}{up}) });
 close $s;
-kill 'HUP', $MASTER;
+kill 'HUP', $A->master();
 Test::DynamoRL::wait_for(sub {
 	$t->read_file('error.log') =~ /queued write \(end\) is dropped/ }, 15);
 $t->write_file('proxy/mode', "pass\n");
@@ -307,40 +309,9 @@ sub hang {
 # nginx of A in a pid namespace of its own (see dynamo_rl_store_life.t)
 
 sub ns_start {
-	my $d = $t->testdir();
 	my $since = $redis->time_ms();
 
-	my @env = ();
-
-	if ($ENV{TEST_NGINX_PRELOAD}) {
-		mkdir("$d/sanitizer") and chmod(01777, "$d/sanitizer");
-		push @env, "LD_PRELOAD=$ENV{TEST_NGINX_PRELOAD}",
-			'ASAN_OPTIONS=' . join(':', grep { length }
-				$ENV{ASAN_OPTIONS} // '',
-				"log_path=$d/sanitizer/asan");
-	}
-
-	my $pid = fork() // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-		open STDIN, '<', '/dev/null';
-		open STDOUT, '>>', "$d/stderr";
-		open STDERR, '>>', "$d/stderr";
-
-		my @cmd = ('unshare', '--pid', '--fork', '--kill-child',
-			'env', @env,
-			$ENV{TEST_NGINX_BINARY} // '/usr/sbin/nginx',
-			'-p', "$d/", '-c', 'nginx.conf', '-e', 'error.log',
-			'-g', 'daemon off;');
-
-		{ exec @cmd; }
-		POSIX::_exit(127);
-	}
-
-	$UNSHARE = $pid;
-
-	Test::DynamoRL::wait_for(sub {
-		die "nginx of A exited\n" if waitpid($pid, WNOHANG) == $pid;
+	$A->start(sub {
 		my $live = $redis->hgetall(store_key('live'));
 		my ($fleet) = ($redis->hgetall(store_key('fleet'))->{'A/1'}
 			// '') =~ /:(\d+)$/;
@@ -349,25 +320,7 @@ sub ns_start {
 
 		return (grep { /^A\// && $live->{$_} > $since } keys %$live)
 			|| ($fleet && $fleet > $since);
-	}, 10) or die "A does not beat in the store\n";
-
-	open my $fh, '<', "/proc/$UNSHARE/task/$UNSHARE/children" or return;
-	($MASTER) = (<$fh> // '') =~ /(\d+)/;
-}
-
-sub ns_kill {
-	my ($signal) = @_;
-
-	my $pid = $UNSHARE or return;
-
-	kill $signal, $MASTER if $MASTER;
-	kill 'KILL', $pid if $signal eq 'KILL' && !$MASTER;
-
-	Test::DynamoRL::wait_for(sub { waitpid($pid, WNOHANG) == $pid }, 15)
-		or do { kill 'KILL', $pid; waitpid($pid, 0) };
-
-	undef $UNSHARE;
-	undef $MASTER;
+	}) or die "A does not beat in the store\n";
 }
 
 ###############################################################################

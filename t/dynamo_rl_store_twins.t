@@ -23,11 +23,11 @@ use strict;
 use Test::More;
 
 use JSON::PP;
-use POSIX qw/ WNOHANG /;
 
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ forwarded read_until start time_limit /;
+use Test::DynamoRL::PidNS;
 use Test::DynamoRL::Redis qw/ gate gate_post gen replica_conf store_key
 	wait_state /;
 
@@ -56,11 +56,13 @@ $t->run_fake_dynamo();
 $t2->write_file_expand('nginx.conf', replica_conf(%A2,
 	store => $STORE, params => $PARAMS));
 
-my (%NS, %clients);
+# nginx of A1 and A2, each in a pid namespace of its own
+
+my (@NS, %clients);
 
 END {
 	local $?;
-	ns_kill($_) for keys %NS;
+	$_->stop('KILL') for @NS;
 }
 
 ###############################################################################
@@ -109,63 +111,19 @@ ok(Test::DynamoRL::wait_for(sub {
 sub ns_start {
 	my ($tt) = @_;
 
-	my $d = $tt->testdir();
-
-	my @env = ();
-
-	if ($ENV{TEST_NGINX_PRELOAD}) {
-		mkdir("$d/sanitizer") and chmod(01777, "$d/sanitizer");
-		push @env, "LD_PRELOAD=$ENV{TEST_NGINX_PRELOAD}",
-			'ASAN_OPTIONS=' . join(':', grep { length }
-				$ENV{ASAN_OPTIONS} // '',
-				"log_path=$d/sanitizer/asan");
-	}
-
-	my $pid = fork() // die "cannot fork: $!\n";
-
-	if ($pid == 0) {
-		open STDIN, '<', '/dev/null';
-		open STDOUT, '>>', "$d/stderr";
-		open STDERR, '>>', "$d/stderr";
-
-		my @cmd = ('unshare', '--pid', '--fork', '--kill-child',
-			'env', @env,
-			$ENV{TEST_NGINX_BINARY} // '/usr/sbin/nginx',
-			'-p', "$d/", '-c', 'nginx.conf', '-e', 'error.log',
-			'-g', 'daemon off;');
-
-		{ exec @cmd; }
-		POSIX::_exit(127);
-	}
-
-	$NS{$pid} = 1;
+	my $ns = Test::DynamoRL::PidNS->new($tt, 'nginx');
+	push @NS, $ns;
 
 	# ready once its worker process's connection to the store ran a
 	# script (a gate read): no connection to nginx before the test's
 
-	Test::DynamoRL::wait_for(sub {
-		die "nginx exited\n" if waitpid($pid, WNOHANG) == $pid;
+	$ns->start(sub {
 		my @c = grep { /\bcmd=evalsha\b/ && !$clients{(/\bid=(\d+)/)[0]} }
 			split /\n/, $redis->cmd('CLIENT', 'LIST');
 		return 0 unless @c;
 		$clients{(/\bid=(\d+)/)[0]} = 1 for @c;
 		return 1;
-	}, 10) or die "nginx does not use the store\n";
-}
-
-sub ns_kill {
-	my ($pid) = @_;
-
-	open my $fh, '<', "/proc/$pid/task/$pid/children";
-	my ($master) = ($fh ? <$fh> // '' : '') =~ /(\d+)/;
-
-	kill 'KILL', $master if $master;
-	kill 'KILL', $pid unless $master;
-
-	Test::DynamoRL::wait_for(sub { waitpid($pid, WNOHANG) == $pid }, 10)
-		or do { kill 'KILL', $pid; waitpid($pid, 0) };
-
-	delete $NS{$pid};
+	}) or die "nginx does not use the store\n";
 }
 
 ###############################################################################

@@ -121,6 +121,12 @@ package Test::DynamoRL::Fixture;
 #                                 listener (127.0.0.1:8082) or upstream;
 #                                 a size sets its
 #                                 subrequest_output_buffer_size
+#         %%RL_DISCOVERY_FILE location file%%  an internal location (=
+#                                 location) that serves the JSON file
+#                                 of the test directory, for
+#                                 dynamo_rl_discovery: a fixed worker
+#                                 set; 404 without a log line if there
+#                                 is no file
 #         %%RL_APIS [names]%%     locations of the gate, attempts, status
 #                                 and metrics handlers (default: all)
 #
@@ -266,6 +272,60 @@ package Test::DynamoRL::Fixture;
 #                           run_daemon(): listens on 127.0.0.1:$port and
 #                           calls $conn->($socket) in a child process per
 #                           connection, until the test process is gone
+#
+# Admin-plane calls that see the fake workers:
+#
+#     worker_call($t, $method, $uri, %o)  call() (port => N, body =>
+#                           ...), with the requests that fake workers 0
+#                           to 2 received meanwhile in "fwd": a list of
+#                           "<n> <uri>"
+#     fwd($r)               the "fwd" of a worker_call(), joined by ", "
+#     error($r)             the "error" of a JSON object body, '' if none
+#
+# Configurations for $t->nginx_t() (the zone's sizing):
+#
+#     t_conf($zone, @text)  the test's globals, an events block and an
+#                           http block: its globals, the zone "rl" of
+#                           size $zone, then @text (directives, servers)
+#     t_server($port, @text)  a server that listens on 127.0.0.1:$port,
+#                           holding @text (directives, locations)
+#     t_admin($prefix, $source)  location $prefix of the admin plane,
+#                           proxied to the worker; with $source (a URI
+#                           and parameters), its own dynamo_rl_discovery
+#
+# The gateway as a user runs it (make run, util/run-gateway):
+#
+#     run_gateway($t, $log, \@cmd, %o)  forks @cmd in the background, its
+#                           output (stdout and stderr) to $log, stdin
+#                           /dev/null, SIGINT at its default (a background
+#                           job of a shell starts with SIGINT ignored,
+#                           which bash cannot trap then, and Ctrl-C must
+#                           reach it); its nginx the test's
+#                           (TEST_NGINX_BINARY; under TEST_NGINX_PRELOAD
+#                           a wrapper that preloads the sanitizer), its
+#                           module the one under test, its TMPDIR the test
+#                           directory, DYNAMO_FRONTEND and
+#                           DYNAMO_RL_LISTENER unset; returns the pid
+#         setsid => 1       in a session and process group of its own, as
+#                           a terminal starts it: Ctrl-C is SIGINT to the
+#                           group
+#         dir => $dir       its working directory
+#         env => { }        more environment variables
+#         unset => [ ]      more environment variables unset
+#
+# Bodies in pieces (the body filters' splits):
+#
+#     split_at($s, @at)     $s cut at the offsets @at, in order
+#     chunked($uri, \@parts, $id, port => N, headers => [ name => value
+#                           ... ])  POST of a JSON body in the chunks
+#                           @parts (Transfer-Encoding: chunked) under
+#                           attempt id $id; returns resp()
+#     has_curl_h2()         true if curl speaks HTTP/2
+#     curl_h2($t, $uri, $body, $id, @headers)  POST of $body with
+#                           curl --http2-prior-knowledge to port(8085)
+#                           under attempt id $id, with more header
+#                           lines "Name: value"; returns the status and
+#                           the response head
 
 ###############################################################################
 
@@ -1405,6 +1465,166 @@ sub fork_server {
 
 		close $c;
 	}
+}
+
+###############################################################################
+
+push @EXPORT_OK, qw/ worker_call fwd error t_conf t_server t_admin
+	run_gateway split_at chunked has_curl_h2 curl_h2 /;
+
+$CONF{RL_DISCOVERY_FILE} = sub {
+	my ($location, $file) = @_;
+
+	die "no file\n" unless defined $file;
+
+	return "location = $location { internal; alias %%TESTDIR%%/$file;"
+		. ' default_type application/json; log_not_found off; }';
+};
+
+sub worker_call {
+	my ($t, $method, $uri, %o) = @_;
+
+	my $before = worker_counts($t);
+	my $r = call($method, $uri, %o);
+	my %calls = worker_calls($t, $before);
+
+	$r->{fwd} = [ map { my $w = $_; map { "$w $_->{uri}" } @{$calls{$w}} }
+		sort keys %calls ];
+
+	return $r;
+}
+
+sub fwd {
+	my ($r) = @_;
+	return join(', ', @{$r->{fwd}});
+}
+
+sub error {
+	my ($r) = @_;
+	my $j = eval { decode_json($r->{body}) };
+	return ref $j eq 'HASH' ? $j->{error} // '' : '';
+}
+
+sub t_conf {
+	my ($zone, @text) = @_;
+
+	return "%%TEST_GLOBALS%%\nevents { }\nhttp {\n"
+		. "    %%TEST_GLOBALS_HTTP%%\n"
+		. "    dynamo_rl_zone zone=rl:$zone;\n"
+		. join('', @text) . "}\n";
+}
+
+sub t_server {
+	my ($port, @text) = @_;
+
+	return "    server {\n        listen 127.0.0.1:$port;\n"
+		. join('', @text) . "    }\n";
+}
+
+sub t_admin {
+	my ($prefix, $source) = @_;
+
+	my @lines = ('dynamo_rl_plane admin;');
+	push @lines, "dynamo_rl_discovery $source;" if defined $source;
+	push @lines, 'proxy_pass $dynamo_rl_system_url$dynamo_rl_engine_path;';
+
+	return "        location $prefix {\n"
+		. join('', map { "            $_\n" } @lines) . "        }\n";
+}
+
+sub run_gateway {
+	my ($t, $log, $cmd, %o) = @_;
+
+	my $top = abs_path(dirname(__FILE__) . '/../../../..');
+	my $dir = $ENV{TEST_NGINX_MODULES} // "$top/build";
+	my $nginx = $ENV{TEST_NGINX_BINARY} // '/usr/sbin/nginx';
+	my $d = $t->testdir();
+
+	if ($ENV{TEST_NGINX_PRELOAD}) {
+		$t->write_file('nginx-preload', "#!/bin/sh\n"
+			. "LD_PRELOAD=$ENV{TEST_NGINX_PRELOAD} "
+			. "ASAN_OPTIONS=detect_leaks=0 exec $nginx \"\$@\"\n");
+		chmod 0755, "$d/nginx-preload";
+		$nginx = "$d/nginx-preload";
+	}
+
+	my $pid = fork() // die "cannot fork: $!\n";
+
+	return $pid if $pid;
+
+	POSIX::setsid() if $o{setsid};
+
+	$SIG{INT} = 'DEFAULT';
+
+	chdir $o{dir} if defined $o{dir};
+	open STDIN, '<', '/dev/null';
+	open STDOUT, '>', $log or POSIX::_exit(126);
+	open STDERR, '>&', \*STDOUT;
+
+	delete $ENV{$_} for qw/ DYNAMO_FRONTEND DYNAMO_RL_LISTENER /,
+		@{$o{unset} // []};
+
+	$ENV{$_} = $o{env}{$_} for keys %{$o{env} // {}};
+	$ENV{TMPDIR} = $d;
+	$ENV{NGX_BIN} = $nginx;
+	$ENV{DYNAMO_RL_MODULE} = (abs_path($dir) // $dir)
+		. '/ngx_http_dynamo_rl_module.so';
+
+	{ exec @$cmd; }
+	print "cannot exec $cmd->[0]: $!\n";
+	POSIX::_exit(127);
+}
+
+sub split_at {
+	my ($s, @at) = @_;
+
+	my @parts;
+	my $from = 0;
+
+	for my $at (@at, length $s) {
+		push @parts, substr($s, $from, $at - $from);
+		$from = $at;
+	}
+
+	return @parts;
+}
+
+sub chunked {
+	my ($uri, $parts, $id, %o) = @_;
+
+	my $req = raw('POST', $uri, headers => [
+		'Content-Type' => 'application/json',
+		'Transfer-Encoding' => 'chunked',
+		'X-Dynamo-Attempt-Id' => $id, @{$o{headers} // []} ]);
+	my $body = join('', map { sprintf("%x\r\n%s\r\n", length, $_) } @$parts)
+		. "0\r\n\r\n";
+
+	return resp(http($req, body => $body,
+		PeerAddr => '127.0.0.1:' . port($o{port} // 8080)));
+}
+
+sub has_curl_h2 {
+	return system('curl --version 2>/dev/null | grep -q HTTP2') == 0;
+}
+
+sub curl_h2 {
+	my ($t, $uri, $body, $id, @headers) = @_;
+
+	$t->write_file('h2.body', $body);
+
+	# the response head only (-D -), the body to /dev/null
+
+	my $head = output('curl', '-sS', '--http2-prior-knowledge',
+		'-o', '/dev/null', '-D', '-',
+		'-H', 'content-type: application/json',
+		'-H', "x-dynamo-attempt-id: $id",
+		(map { ('-H', $_) } @headers),
+		'--data-binary', '@' . $t->testdir() . '/h2.body',
+		'http://127.0.0.1:' . port(8085) . $uri);
+
+	my ($status) = $head =~ m{^HTTP/2 (\d{3})}m;
+
+	return ($status, $head);
 }
 
 ###############################################################################
