@@ -30,11 +30,24 @@ static char *ngx_http_dynamo_rl_store_password(ngx_conf_t *cf,
 static char *ngx_http_dynamo_rl_store_time(ngx_conf_t *cf, ngx_str_t *value,
     size_t skip, ngx_msec_t *ms);
 static ngx_int_t ngx_http_dynamo_rl_store_name_valid(ngx_str_t *name);
+static char *ngx_http_dynamo_rl_store_param(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_store_t *store, ngx_str_t *value, ngx_uint_t *seen,
+    ngx_str_t **password_file);
+static char *ngx_http_dynamo_rl_store_check(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_store_t *store, ngx_uint_t seen,
+    ngx_str_t *password_file);
+static ngx_int_t ngx_http_dynamo_rl_store_keys(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_store_t *store);
 static ngx_int_t ngx_http_dynamo_rl_store_key(ngx_conf_t *cf,
     ngx_str_t *key, ngx_str_t *prefix, char *suffix);
 static void ngx_http_dynamo_rl_store_sha(void);
 static char *ngx_http_dynamo_rl_store_sentinel_url(ngx_conf_t *cf,
     ngx_http_dynamo_rl_store_t *store, ngx_str_t *url);
+
+static void ngx_http_dynamo_rl_store_dropped(
+    ngx_http_dynamo_rl_store_conn_t *conn);
+static void ngx_http_dynamo_rl_store_batches_free(
+    ngx_http_dynamo_rl_store_conn_t *conn);
 
 static ngx_int_t ngx_http_dynamo_rl_store_room(
     ngx_http_dynamo_rl_store_t *store, ngx_uint_t op, ngx_uint_t queued,
@@ -44,10 +57,27 @@ static ngx_int_t ngx_http_dynamo_rl_store_push(
     ngx_uint_t nkeys, ngx_uint_t argc, ngx_str_t *argv,
     ngx_http_dynamo_rl_store_pt handler, void *data,
     ngx_http_dynamo_rl_store_cmd_t **cmdp);
+static ngx_http_dynamo_rl_store_cmd_t *ngx_http_dynamo_rl_store_command_new(
+    ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t script, ngx_uint_t nkeys,
+    ngx_uint_t argc, ngx_str_t *argv);
+static ngx_http_dynamo_rl_store_cmd_t *ngx_http_dynamo_rl_store_cmd_new(
+    ngx_http_dynamo_rl_store_conn_t *conn, size_t len);
+static u_char *ngx_http_dynamo_rl_store_evalsha(u_char *p, ngx_uint_t script,
+    ngx_uint_t nkeys);
+static ngx_int_t ngx_http_dynamo_rl_store_batch_down(
+    ngx_http_dynamo_rl_store_t *store, ngx_uint_t script, ngx_uint_t nshared,
+    ngx_str_t *keys, ngx_uint_t argc, ngx_str_t *argv,
+    ngx_http_dynamo_rl_store_pt handler);
+static ngx_int_t ngx_http_dynamo_rl_store_batch_add(
+    ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_http_dynamo_rl_store_batch_t *b, ngx_uint_t nshared, ngx_str_t *keys,
+    ngx_uint_t argc, ngx_str_t *argv);
 static ngx_int_t ngx_http_dynamo_rl_store_queue(
     ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_http_dynamo_rl_store_cmd_t *cmd);
 static ngx_int_t ngx_http_dynamo_rl_store_flush(
+    ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t script);
+static ngx_int_t ngx_http_dynamo_rl_store_flush_failed(
     ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t script);
 static ngx_int_t ngx_http_dynamo_rl_store_flush_all(
     ngx_http_dynamo_rl_store_conn_t *conn);
@@ -72,6 +102,26 @@ static ngx_int_t ngx_http_dynamo_rl_store_waited_reply(
     ngx_http_dynamo_rl_store_conn_t *conn, redisReply *reply);
 static void ngx_http_dynamo_rl_store_wait_drop(
     ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t call);
+
+
+/* the parameters of dynamo_rl_store after its URL, by name */
+
+static const char  *ngx_http_dynamo_rl_store_names[] = {
+    "prefix=", "on_error=", "replica=", "password_file=", "user=",
+    "timeout=", "lease=", "gate_poll=", "gate_stale=", "heartbeat=",
+    "wait="
+};
+
+
+/* the times, from ngx_http_dynamo_rl_store_names[5] on */
+
+static const size_t  ngx_http_dynamo_rl_store_times[] = {
+    offsetof(ngx_http_dynamo_rl_store_t, timeout),
+    offsetof(ngx_http_dynamo_rl_store_t, lease),
+    offsetof(ngx_http_dynamo_rl_store_t, gate_poll),
+    offsetof(ngx_http_dynamo_rl_store_t, gate_stale),
+    offsetof(ngx_http_dynamo_rl_store_t, heartbeat)
+};
 
 
 static ngx_str_t  ngx_http_dynamo_rl_store_command_name =
@@ -102,25 +152,9 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     char                        *p = conf;
 
     char                        *rv;
-    ngx_str_t                   *value, *password_file, s;
-    ngx_uint_t                   i, j, seen;
+    ngx_str_t                   *value, *password_file;
+    ngx_uint_t                   i, seen;
     ngx_http_dynamo_rl_store_t  *store, **field;
-
-    static const char  *names[] = {
-        "prefix=", "on_error=", "replica=", "password_file=", "user=",
-        "timeout=", "lease=", "gate_poll=", "gate_stale=", "heartbeat=",
-        "wait="
-    };
-
-    /* the times, from names[5] on */
-
-    static size_t  times[] = {
-        offsetof(ngx_http_dynamo_rl_store_t, timeout),
-        offsetof(ngx_http_dynamo_rl_store_t, lease),
-        offsetof(ngx_http_dynamo_rl_store_t, gate_poll),
-        offsetof(ngx_http_dynamo_rl_store_t, gate_stale),
-        offsetof(ngx_http_dynamo_rl_store_t, heartbeat)
-    };
 
     field = (ngx_http_dynamo_rl_store_t **) (p + cmd->offset);
 
@@ -167,123 +201,175 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     seen = 0;
 
     for (i = 2; i < cf->args->nelts; i++) {
-
-        if (ngx_strncmp(value[i].data, "tls_", 4) == 0) {
-            rv = ngx_http_dynamo_rl_store_tls_param(cf, store->tls,
-                                                    &value[i]);
-            if (rv != NGX_CONF_OK) {
-                return rv;
-            }
-
-            continue;
-        }
-
-        for (j = 0; j < sizeof(names) / sizeof(names[0]); j++) {
-            if (ngx_strncmp(value[i].data, names[j], ngx_strlen(names[j]))
-                == 0)
-            {
-                break;
-            }
-        }
-
-        if (j == sizeof(names) / sizeof(names[0])) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "invalid parameter \"%V\"", &value[i]);
-            return NGX_CONF_ERROR;
-        }
-
-        if (seen & (1 << j)) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "duplicate parameter \"%V\"", &value[i]);
-            return NGX_CONF_ERROR;
-        }
-
-        seen |= 1 << j;
-
-        s.data = value[i].data + ngx_strlen(names[j]);
-        s.len = value[i].len - ngx_strlen(names[j]);
-
-        switch (j) {
-
-        case 0: /* prefix */
-            if (s.len == 0 || s.len > 64
-                || ngx_strlchr(s.data, s.data + s.len, '{') != NULL
-                || ngx_strlchr(s.data, s.data + s.len, '}') != NULL
-                || ngx_http_dynamo_rl_store_name_valid(&s) == NGX_ERROR)
-            {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid prefix \"%V\": 1 to 64 bytes,"
-                                   " without \"{\", \"}\" or spaces",
-                                   &s);
-                return NGX_CONF_ERROR;
-            }
-
-            store->prefix = s;
-            break;
-
-        case 1: /* on_error */
-            if (s.len == 4 && ngx_strncmp(s.data, "fail", 4) == 0) {
-                store->on_error = NGX_HTTP_DYNAMO_RL_STORE_FAIL;
-
-            } else if (s.len == 5 && ngx_strncmp(s.data, "local", 5) == 0) {
-                store->on_error = NGX_HTTP_DYNAMO_RL_STORE_LOCAL;
-
-            } else {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid on_error \"%V\","
-                                   " it must be \"fail\" or \"local\"", &s);
-                return NGX_CONF_ERROR;
-            }
-
-            break;
-
-        case 2: /* replica */
-            store->replica = s;
-            break;
-
-        case 3: /* password_file */
-            password_file = &value[i];
-            break;
-
-        case 4: /* user */
-            if (s.len == 0 || s.len > 128
-                || ngx_http_dynamo_rl_store_name_valid(&s) == NGX_ERROR)
-            {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid user \"%V\"", &s);
-                return NGX_CONF_ERROR;
-            }
-
-            store->user = s;
-            break;
-
-        case 10: /* wait */
-            rv = NGX_CONF_OK;
-            store->wait = ngx_atoi(s.data, s.len);
-
-            if (store->wait == (ngx_uint_t) NGX_ERROR || store->wait == 0
-                || store->wait > 64)
-            {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid wait \"%V\", it must be"
-                                   " a number of replicas, 1 to 64", &s);
-                return NGX_CONF_ERROR;
-            }
-
-            break;
-
-        default: /* timeout, lease, gate_poll, gate_stale, heartbeat */
-            rv = ngx_http_dynamo_rl_store_time(cf, &value[i],
-                                               ngx_strlen(names[j]),
-                                               (ngx_msec_t *) ((char *) store
-                                                               + times[j - 5]));
-            break;
-        }
-
+        rv = ngx_http_dynamo_rl_store_param(cf, store, &value[i], &seen,
+                                            &password_file);
         if (rv != NGX_CONF_OK) {
             return rv;
         }
     }
+
+    rv = ngx_http_dynamo_rl_store_check(cf, store, seen, password_file);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    if (ngx_http_dynamo_rl_store_keys(cf, store) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (store->tls != NULL) {
+        rv = ngx_http_dynamo_rl_store_tls_init(cf, store->tls);
+        if (rv != NGX_CONF_OK) {
+            return rv;
+        }
+    }
+
+    ngx_http_dynamo_rl_store_sha();
+
+    *field = store;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * one parameter after the URL: "seen" has a bit for each name met, and
+ * "password_file" is the parameter of that name, read once all are known
+ */
+
+static char *
+ngx_http_dynamo_rl_store_param(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_store_t *store, ngx_str_t *value, ngx_uint_t *seen,
+    ngx_str_t **password_file)
+{
+    char        *rv, *p;
+    size_t       len;
+    ngx_str_t    s;
+    ngx_uint_t   j, n;
+
+    if (ngx_strncmp(value->data, "tls_", 4) == 0) {
+        return ngx_http_dynamo_rl_store_tls_param(cf, store->tls, value);
+    }
+
+    n = sizeof(ngx_http_dynamo_rl_store_names)
+        / sizeof(ngx_http_dynamo_rl_store_names[0]);
+    len = 0;
+
+    for (j = 0; j < n; j++) {
+        len = ngx_strlen(ngx_http_dynamo_rl_store_names[j]);
+
+        if (ngx_strncmp(value->data, ngx_http_dynamo_rl_store_names[j], len)
+            == 0)
+        {
+            break;
+        }
+    }
+
+    if (j == n) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\"", value);
+        return NGX_CONF_ERROR;
+    }
+
+    if (*seen & (1 << j)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "duplicate parameter \"%V\"", value);
+        return NGX_CONF_ERROR;
+    }
+
+    *seen |= 1 << j;
+
+    s.data = value->data + len;
+    s.len = value->len - len;
+
+    rv = NGX_CONF_OK;
+
+    switch (j) {
+
+    case 0: /* prefix */
+        if (s.len == 0 || s.len > 64
+            || ngx_strlchr(s.data, s.data + s.len, '{') != NULL
+            || ngx_strlchr(s.data, s.data + s.len, '}') != NULL
+            || ngx_http_dynamo_rl_store_name_valid(&s) == NGX_ERROR)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid prefix \"%V\": 1 to 64 bytes,"
+                               " without \"{\", \"}\" or spaces",
+                               &s);
+            return NGX_CONF_ERROR;
+        }
+
+        store->prefix = s;
+        break;
+
+    case 1: /* on_error */
+        if (s.len == 4 && ngx_strncmp(s.data, "fail", 4) == 0) {
+            store->on_error = NGX_HTTP_DYNAMO_RL_STORE_FAIL;
+
+        } else if (s.len == 5 && ngx_strncmp(s.data, "local", 5) == 0) {
+            store->on_error = NGX_HTTP_DYNAMO_RL_STORE_LOCAL;
+
+        } else {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid on_error \"%V\","
+                               " it must be \"fail\" or \"local\"", &s);
+            return NGX_CONF_ERROR;
+        }
+
+        break;
+
+    case 2: /* replica */
+        store->replica = s;
+        break;
+
+    case 3: /* password_file */
+        *password_file = value;
+        break;
+
+    case 4: /* user */
+        if (s.len == 0 || s.len > 128
+            || ngx_http_dynamo_rl_store_name_valid(&s) == NGX_ERROR)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid user \"%V\"", &s);
+            return NGX_CONF_ERROR;
+        }
+
+        store->user = s;
+        break;
+
+    case 10: /* wait */
+        store->wait = ngx_atoi(s.data, s.len);
+
+        if (store->wait == (ngx_uint_t) NGX_ERROR || store->wait == 0
+            || store->wait > 64)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid wait \"%V\", it must be"
+                               " a number of replicas, 1 to 64", &s);
+            return NGX_CONF_ERROR;
+        }
+
+        break;
+
+    default: /* timeout, lease, gate_poll, gate_stale, heartbeat */
+        p = (char *) store + ngx_http_dynamo_rl_store_times[j - 5];
+        rv = ngx_http_dynamo_rl_store_time(cf, value, len, (ngx_msec_t *) p);
+        break;
+    }
+
+    return rv;
+}
+
+
+/* what the parameters say together; the password is read last */
+
+static char *
+ngx_http_dynamo_rl_store_check(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_store_t *store, ngx_uint_t seen,
+    ngx_str_t *password_file)
+{
+    ngx_str_t  s;
 
     if (store->replica.len > NGX_HTTP_DYNAMO_RL_STORE_NAME
         || ngx_http_dynamo_rl_store_name_valid(&store->replica) != NGX_OK)
@@ -310,16 +396,23 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    if (password_file != NULL) {
-        s.data = password_file->data + sizeof("password_file=") - 1;
-        s.len = password_file->len - (sizeof("password_file=") - 1);
-
-        rv = ngx_http_dynamo_rl_store_password(cf, store, &s);
-        if (rv != NGX_CONF_OK) {
-            return rv;
-        }
+    if (password_file == NULL) {
+        return NGX_CONF_OK;
     }
 
+    s.data = password_file->data + sizeof("password_file=") - 1;
+    s.len = password_file->len - (sizeof("password_file=") - 1);
+
+    return ngx_http_dynamo_rl_store_password(cf, store, &s);
+}
+
+
+/* the fleet's keys, "{P}:..." */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_keys(ngx_conf_t *cf,
+    ngx_http_dynamo_rl_store_t *store)
+{
     if (ngx_http_dynamo_rl_store_key(cf, &store->gate_key, &store->prefix,
                                      "gate")
            != NGX_OK
@@ -336,21 +429,10 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                                         &store->prefix, "p:")
            != NGX_OK)
     {
-        return NGX_CONF_ERROR;
+        return NGX_ERROR;
     }
 
-    if (store->tls != NULL) {
-        rv = ngx_http_dynamo_rl_store_tls_init(cf, store->tls);
-        if (rv != NGX_CONF_OK) {
-            return rv;
-        }
-    }
-
-    ngx_http_dynamo_rl_store_sha();
-
-    *field = store;
-
-    return NGX_CONF_OK;
+    return NGX_OK;
 }
 
 
@@ -755,11 +837,7 @@ ngx_http_dynamo_rl_store_init_process(ngx_http_dynamo_rl_store_t *store,
 void
 ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
 {
-    ngx_uint_t                         i;
-    ngx_queue_t                       *q;
-    ngx_http_dynamo_rl_store_cmd_t    *cmd;
-    ngx_http_dynamo_rl_store_conn_t   *conn;
-    ngx_http_dynamo_rl_store_batch_t  *b;
+    ngx_http_dynamo_rl_store_conn_t  *conn;
 
     conn = store->conn;
 
@@ -772,40 +850,68 @@ ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
     ngx_http_dynamo_rl_store_conn_last(conn);
 
     if (conn->state != NGX_HTTP_DYNAMO_RL_STORE_READY) {
-
-        /*
-         * writes kept for a store that does not answer are lost with the
-         * process: each one counted and logged; the records they would
-         * have moved are ended by the other processes' beats, as those of
-         * a process that fell silent ("replica_lost")
-         */
-
-        for (q = ngx_queue_head(&conn->pending);
-             q != ngx_queue_sentinel(&conn->pending);
-             q = ngx_queue_next(q))
-        {
-            cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
-
-            if (cmd->kind != NGX_HTTP_DYNAMO_RL_STORE_USER) {
-                continue;
-            }
-
-            NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, 1);
-
-            ngx_log_error(NGX_LOG_WARN, conn->log, 0,
-                          "dynamo rl store: a queued write (%V) is dropped "
-                          "as the worker process exits, \"%V\" does not "
-                          "answer",
-                          cmd->script < NGX_HTTP_DYNAMO_RL_SCRIPTS
-                          ? &ngx_http_dynamo_rl_scripts[cmd->script].name
-                          : &ngx_http_dynamo_rl_store_command_name,
-                          &store->url);
-        }
+        ngx_http_dynamo_rl_store_dropped(conn);
     }
 
     ngx_http_dynamo_rl_store_wait_drop(conn, 0);
 
     ngx_http_dynamo_rl_store_conn_destroy(conn);
+
+    ngx_http_dynamo_rl_store_batches_free(conn);
+
+    conn->state = NGX_HTTP_DYNAMO_RL_STORE_DOWN;
+    store->conn = NULL;
+}
+
+
+/*
+ * writes kept for a store that does not answer are lost with the process:
+ * each one counted and logged; the records they would have moved are
+ * ended by the other processes' beats, as those of a process that fell
+ * silent ("replica_lost")
+ */
+
+static void
+ngx_http_dynamo_rl_store_dropped(ngx_http_dynamo_rl_store_conn_t *conn)
+{
+    ngx_queue_t                     *q;
+    ngx_http_dynamo_rl_store_t      *store;
+    ngx_http_dynamo_rl_store_cmd_t  *cmd;
+
+    store = conn->store;
+
+    for (q = ngx_queue_head(&conn->pending);
+         q != ngx_queue_sentinel(&conn->pending);
+         q = ngx_queue_next(q))
+    {
+        cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+
+        if (cmd->kind != NGX_HTTP_DYNAMO_RL_STORE_USER) {
+            continue;
+        }
+
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, dropped, 1);
+
+        ngx_log_error(NGX_LOG_WARN, conn->log, 0,
+                      "dynamo rl store: a queued write (%V) is dropped "
+                      "as the worker process exits, \"%V\" does not "
+                      "answer",
+                      cmd->script < NGX_HTTP_DYNAMO_RL_SCRIPTS
+                      ? &ngx_http_dynamo_rl_scripts[cmd->script].name
+                      : &ngx_http_dynamo_rl_store_command_name,
+                      &store->url);
+    }
+}
+
+
+/* at exit: the batches' members and bytes */
+
+static void
+ngx_http_dynamo_rl_store_batches_free(ngx_http_dynamo_rl_store_conn_t *conn)
+{
+    ngx_uint_t                         i;
+    ngx_queue_t                       *q;
+    ngx_http_dynamo_rl_store_batch_t  *b;
 
     for (i = 0; i < NGX_HTTP_DYNAMO_RL_SCRIPTS; i++) {
         b = &conn->batch[i];
@@ -830,9 +936,6 @@ ngx_http_dynamo_rl_store_exit_process(ngx_http_dynamo_rl_store_t *store)
     }
 
     conn->nbatched = 0;
-
-    conn->state = NGX_HTTP_DYNAMO_RL_STORE_DOWN;
-    store->conn = NULL;
 }
 
 
@@ -897,8 +1000,7 @@ ngx_http_dynamo_rl_store_batch(ngx_http_dynamo_rl_store_t *store,
     ngx_str_t *argv, ngx_http_dynamo_rl_store_pt handler, void *data,
     ngx_http_dynamo_rl_store_cmd_t **cmdp)
 {
-    ngx_str_t                          args[NGX_HTTP_DYNAMO_RL_STORE_MAXARGS];
-    ngx_uint_t                         i, op;
+    ngx_uint_t                         op;
     ngx_http_dynamo_rl_store_cmd_t    *cmd;
     ngx_http_dynamo_rl_store_conn_t   *conn;
     ngx_http_dynamo_rl_store_batch_t  *b;
@@ -914,24 +1016,9 @@ ngx_http_dynamo_rl_store_batch(ngx_http_dynamo_rl_store_t *store,
     op = ngx_http_dynamo_rl_store_script_op[script];
 
     if (conn == NULL || conn->state != NGX_HTTP_DYNAMO_RL_STORE_READY) {
-
-        if (handler != NULL) {
-            NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
-                                          NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
-            return NGX_ERROR;
-        }
-
-        for (i = 0; i <= nshared; i++) {
-            args[i] = keys[i];
-        }
-
-        for (i = 0; i < argc; i++) {
-            args[nshared + 1 + i] = argv[i];
-        }
-
-        return ngx_http_dynamo_rl_store_eval(store, script, nshared + 1,
-                                             nshared + 1 + argc, args,
-                                             NULL, NULL, NULL);
+        return ngx_http_dynamo_rl_store_batch_down(store, script, nshared,
+                                                   keys, argc, argv,
+                                                   handler);
     }
 
     if (ngx_http_dynamo_rl_store_room(store, op,
@@ -959,31 +1046,12 @@ ngx_http_dynamo_rl_store_batch(ngx_http_dynamo_rl_store_t *store,
         }
     }
 
-    i = (b->n == 0) ? 0 : nshared;
-
-    if (b->n == 0) {
-        b->nshared = nshared;
+    if (ngx_http_dynamo_rl_store_batch_add(conn, b, nshared, keys, argc,
+                                           argv)
+        != NGX_OK)
+    {
+        goto failed;
     }
-
-    for ( /* void */ ; i <= nshared; i++) {
-        if (ngx_http_dynamo_rl_store_bulk(conn, &b->keys, &keys[i])
-            != NGX_OK)
-        {
-            goto failed;
-        }
-    }
-
-    for (i = 0; i < argc; i++) {
-        if (ngx_http_dynamo_rl_store_bulk(conn, &b->args, &argv[i])
-            != NGX_OK)
-        {
-            goto failed;
-        }
-    }
-
-    b->argc += argc;
-    b->n++;
-    conn->nbatched++;
 
     if (!ngx_http_dynamo_rl_store_conn_posted(conn)) {
         conn->batch_start = ngx_http_dynamo_rl_store_conn_us();
@@ -1030,6 +1098,83 @@ failed:
     ngx_http_dynamo_rl_store_conn_fail(conn, "out of memory", 0);
 
     return NGX_ERROR;
+}
+
+
+/*
+ * while the store is not ready: a write is a command of its own, kept for
+ * the connection, and a waited command is refused
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_batch_down(ngx_http_dynamo_rl_store_t *store,
+    ngx_uint_t script, ngx_uint_t nshared, ngx_str_t *keys, ngx_uint_t argc,
+    ngx_str_t *argv, ngx_http_dynamo_rl_store_pt handler)
+{
+    ngx_str_t   args[NGX_HTTP_DYNAMO_RL_STORE_MAXARGS];
+    ngx_uint_t  i, op;
+
+    op = ngx_http_dynamo_rl_store_script_op[script];
+
+    if (handler != NULL) {
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
+                                      NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i <= nshared; i++) {
+        args[i] = keys[i];
+    }
+
+    for (i = 0; i < argc; i++) {
+        args[nshared + 1 + i] = argv[i];
+    }
+
+    return ngx_http_dynamo_rl_store_eval(store, script, nshared + 1,
+                                         nshared + 1 + argc, args,
+                                         NULL, NULL, NULL);
+}
+
+
+/*
+ * a command's keys and arguments at the end of its script's batch: the
+ * shared keys with the first command only
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_batch_add(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_http_dynamo_rl_store_batch_t *b, ngx_uint_t nshared, ngx_str_t *keys,
+    ngx_uint_t argc, ngx_str_t *argv)
+{
+    ngx_uint_t  i;
+
+    i = (b->n == 0) ? 0 : nshared;
+
+    if (b->n == 0) {
+        b->nshared = nshared;
+    }
+
+    for ( /* void */ ; i <= nshared; i++) {
+        if (ngx_http_dynamo_rl_store_bulk(conn, &b->keys, &keys[i])
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    for (i = 0; i < argc; i++) {
+        if (ngx_http_dynamo_rl_store_bulk(conn, &b->args, &argv[i])
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    b->argc += argc;
+    b->n++;
+    conn->nbatched++;
+
+    return NGX_OK;
 }
 
 
@@ -1119,13 +1264,12 @@ static ngx_int_t
 ngx_http_dynamo_rl_store_flush(ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_uint_t script)
 {
-    u_char                            *buf, *p;
-    size_t                             len, n;
+    u_char                            *p;
+    size_t                             len;
     ngx_queue_t                       *q;
     ngx_http_dynamo_rl_store_t        *store;
     ngx_http_dynamo_rl_store_cmd_t    *cmd, *m;
     ngx_http_dynamo_rl_store_batch_t  *b;
-    u_char                             nk[NGX_INT_T_LEN + 2];
 
     b = &conn->batch[script];
 
@@ -1138,46 +1282,18 @@ ngx_http_dynamo_rl_store_flush(ngx_http_dynamo_rl_store_conn_t *conn,
     len = sizeof("*\r\n$7\r\nEVALSHA\r\n$40\r\n\r\n$\r\n\r\n") - 1 + 40
           + 3 * NGX_INT_T_LEN + b->keys.len + b->args.len;
 
-    buf = NULL;
-
-    if (len > NGX_HTTP_DYNAMO_RL_STORE_SMALL) {
-        buf = ngx_alloc(len, conn->log);
-        if (buf == NULL) {
-            goto failed;
-        }
-    }
-
-    cmd = ngx_http_dynamo_rl_store_conn_cmd_alloc(conn);
+    cmd = ngx_http_dynamo_rl_store_cmd_new(conn, len);
     if (cmd == NULL) {
-        if (buf != NULL) {
-            ngx_free(buf);
-        }
-
-        goto failed;
+        return ngx_http_dynamo_rl_store_flush_failed(conn, script);
     }
 
-    if (buf == NULL) {
-        buf = cmd->small;
-
-    } else {
-        cmd->own = 1;
-    }
-
-    p = ngx_http_dynamo_rl_store_format(buf, '*',
+    p = ngx_http_dynamo_rl_store_format((u_char *) cmd->buf, '*',
                                         3 + b->nshared + b->n + b->argc);
-    p = ngx_cpymem(p, "$7\r\nEVALSHA\r\n$40\r\n",
-                   sizeof("$7\r\nEVALSHA\r\n$40\r\n") - 1);
-    p = ngx_cpymem(p, ngx_http_dynamo_rl_scripts[script].sha, 40);
-    *p++ = '\r';
-    *p++ = '\n';
-    n = ngx_http_dynamo_rl_store_format(nk, '\0', b->nshared + b->n) - nk - 2;
-    p = ngx_http_dynamo_rl_store_format(p, '$', n);
-    p = ngx_cpymem(p, nk, n + 2);
+    p = ngx_http_dynamo_rl_store_evalsha(p, script, b->nshared + b->n);
     p = ngx_cpymem(p, b->keys.data, b->keys.len);
     p = ngx_cpymem(p, b->args.data, b->args.len);
 
-    cmd->buf = (char *) buf;
-    cmd->len = p - buf;
+    cmd->len = p - (u_char *) cmd->buf;
     cmd->op = ngx_http_dynamo_rl_store_script_op[script];
     cmd->script = script;
     cmd->kind = NGX_HTTP_DYNAMO_RL_STORE_USER;
@@ -1233,8 +1349,22 @@ ngx_http_dynamo_rl_store_flush(ngx_http_dynamo_rl_store_conn_t *conn,
     }
 
     return NGX_OK;
+}
 
-failed:
+
+/* no memory for a batch's command: its writes are lost, its members refused */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_flush_failed(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_uint_t script)
+{
+    ngx_queue_t                       *q;
+    ngx_http_dynamo_rl_store_t        *store;
+    ngx_http_dynamo_rl_store_cmd_t    *m;
+    ngx_http_dynamo_rl_store_batch_t  *b;
+
+    b = &conn->batch[script];
+    store = conn->store;
 
     NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[
                                   ngx_http_dynamo_rl_store_script_op[script]][
@@ -1355,10 +1485,6 @@ ngx_http_dynamo_rl_store_push(ngx_http_dynamo_rl_store_t *store,
     ngx_str_t *argv, ngx_http_dynamo_rl_store_pt handler, void *data,
     ngx_http_dynamo_rl_store_cmd_t **cmdp)
 {
-    u_char                           *buf, *p;
-    size_t                            len, n;
-    ngx_uint_t                        i, extra;
-    u_char                            nk[NGX_INT_T_LEN + 2];
     ngx_http_dynamo_rl_store_cmd_t   *cmd;
     ngx_http_dynamo_rl_store_conn_t  *conn;
 
@@ -1379,76 +1505,14 @@ ngx_http_dynamo_rl_store_push(ngx_http_dynamo_rl_store_t *store,
         return NGX_ERROR;
     }
 
-    /*
-     * RESP, formatted here in one pass: "EVALSHA sha nkeys" and the
-     * arguments as bulk strings
-     */
-
-    extra = (script == NGX_HTTP_DYNAMO_RL_STORE_NOSCRIPT) ? 0 : 3;
-
-    len = sizeof("*\r\n") - 1 + NGX_INT_T_LEN;
-
-    if (extra) {
-        len += sizeof("$7\r\nEVALSHA\r\n$40\r\n\r\n$\r\n\r\n") - 1 + 40
-               + 2 * NGX_INT_T_LEN;
-    }
-
-    for (i = 0; i < argc; i++) {
-        len += sizeof("$\r\n\r\n") - 1 + NGX_SIZE_T_LEN + argv[i].len;
-    }
-
-    buf = NULL;
-
-    if (len > NGX_HTTP_DYNAMO_RL_STORE_SMALL) {
-        buf = ngx_alloc(len, conn->log);
-        if (buf == NULL) {
-            NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
-                                          NGX_HTTP_DYNAMO_RL_STORE_R_DOWN],
-                                          1);
-            return NGX_ERROR;
-        }
-    }
-
-    cmd = ngx_http_dynamo_rl_store_conn_cmd_alloc(conn);
+    cmd = ngx_http_dynamo_rl_store_command_new(conn, script, nkeys, argc,
+                                               argv);
     if (cmd == NULL) {
-        if (buf != NULL) {
-            ngx_free(buf);
-        }
-
         NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[op][
                                       NGX_HTTP_DYNAMO_RL_STORE_R_DOWN], 1);
         return NGX_ERROR;
     }
 
-    if (buf == NULL) {
-        buf = cmd->small;
-
-    } else {
-        cmd->own = 1;
-    }
-
-    p = ngx_http_dynamo_rl_store_format(buf, '*', argc + extra);
-
-    if (extra) {
-        p = ngx_cpymem(p, "$7\r\nEVALSHA\r\n$40\r\n",
-                       sizeof("$7\r\nEVALSHA\r\n$40\r\n") - 1);
-        p = ngx_cpymem(p, ngx_http_dynamo_rl_scripts[script].sha, 40);
-        *p++ = '\r';
-        *p++ = '\n';
-        n = ngx_http_dynamo_rl_store_format(nk, '\0', nkeys) - nk - 2;
-        p = ngx_http_dynamo_rl_store_format(p, '$', n);
-        p = ngx_cpymem(p, nk, n + 2);
-    }
-
-    for (i = 0; i < argc; i++) {
-        p = ngx_http_dynamo_rl_store_format(p, '$', argv[i].len);
-        p = ngx_cpymem(p, argv[i].data, argv[i].len);
-        *p++ = '\r';
-        *p++ = '\n';
-    }
-
-    cmd->buf = (char *) buf;
-    cmd->len = p - buf;
     cmd->handler = handler;
     cmd->data = data;
     cmd->op = op;
@@ -1491,6 +1555,121 @@ ngx_http_dynamo_rl_store_push(ngx_http_dynamo_rl_store_t *store,
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * RESP, formatted here in one pass: "EVALSHA sha nkeys" (unless the
+ * command is not a script's) and the arguments as bulk strings; NULL: no
+ * memory
+ */
+
+static ngx_http_dynamo_rl_store_cmd_t *
+ngx_http_dynamo_rl_store_command_new(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_uint_t script, ngx_uint_t nkeys, ngx_uint_t argc, ngx_str_t *argv)
+{
+    u_char                          *p;
+    size_t                           len;
+    ngx_uint_t                       i, extra;
+    ngx_http_dynamo_rl_store_cmd_t  *cmd;
+
+    extra = (script == NGX_HTTP_DYNAMO_RL_STORE_NOSCRIPT) ? 0 : 3;
+
+    len = sizeof("*\r\n") - 1 + NGX_INT_T_LEN;
+
+    if (extra) {
+        len += sizeof("$7\r\nEVALSHA\r\n$40\r\n\r\n$\r\n\r\n") - 1 + 40
+               + 2 * NGX_INT_T_LEN;
+    }
+
+    for (i = 0; i < argc; i++) {
+        len += sizeof("$\r\n\r\n") - 1 + NGX_SIZE_T_LEN + argv[i].len;
+    }
+
+    cmd = ngx_http_dynamo_rl_store_cmd_new(conn, len);
+    if (cmd == NULL) {
+        return NULL;
+    }
+
+    p = ngx_http_dynamo_rl_store_format((u_char *) cmd->buf, '*',
+                                        argc + extra);
+
+    if (extra) {
+        p = ngx_http_dynamo_rl_store_evalsha(p, script, nkeys);
+    }
+
+    for (i = 0; i < argc; i++) {
+        p = ngx_http_dynamo_rl_store_format(p, '$', argv[i].len);
+        p = ngx_cpymem(p, argv[i].data, argv[i].len);
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+
+    cmd->len = p - (u_char *) cmd->buf;
+
+    return cmd;
+}
+
+
+/* a command and "len" bytes for it: its own if they fit; NULL: no memory */
+
+static ngx_http_dynamo_rl_store_cmd_t *
+ngx_http_dynamo_rl_store_cmd_new(ngx_http_dynamo_rl_store_conn_t *conn,
+    size_t len)
+{
+    u_char                          *buf;
+    ngx_http_dynamo_rl_store_cmd_t  *cmd;
+
+    buf = NULL;
+
+    if (len > NGX_HTTP_DYNAMO_RL_STORE_SMALL) {
+        buf = ngx_alloc(len, conn->log);
+        if (buf == NULL) {
+            return NULL;
+        }
+    }
+
+    cmd = ngx_http_dynamo_rl_store_conn_cmd_alloc(conn);
+    if (cmd == NULL) {
+        if (buf != NULL) {
+            ngx_free(buf);
+        }
+
+        return NULL;
+    }
+
+    if (buf == NULL) {
+        buf = cmd->small;
+
+    } else {
+        cmd->own = 1;
+    }
+
+    cmd->buf = (char *) buf;
+
+    return cmd;
+}
+
+
+/* "$7 EVALSHA $40 sha $N nkeys", in RESP */
+
+static u_char *
+ngx_http_dynamo_rl_store_evalsha(u_char *p, ngx_uint_t script,
+    ngx_uint_t nkeys)
+{
+    size_t  n;
+    u_char  nk[NGX_INT_T_LEN + 2];
+
+    p = ngx_cpymem(p, "$7\r\nEVALSHA\r\n$40\r\n",
+                   sizeof("$7\r\nEVALSHA\r\n$40\r\n") - 1);
+    p = ngx_cpymem(p, ngx_http_dynamo_rl_scripts[script].sha, 40);
+    *p++ = '\r';
+    *p++ = '\n';
+    n = ngx_http_dynamo_rl_store_format(nk, '\0', nkeys) - nk - 2;
+    p = ngx_http_dynamo_rl_store_format(p, '$', n);
+    p = ngx_cpymem(p, nk, n + 2);
+
+    return p;
 }
 
 

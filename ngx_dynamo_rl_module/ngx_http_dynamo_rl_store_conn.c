@@ -33,11 +33,16 @@
 static void ngx_http_dynamo_rl_store_tls_handshaked(ngx_connection_t *c);
 static void ngx_http_dynamo_rl_store_connected(
     ngx_http_dynamo_rl_store_conn_t *conn);
+static ngx_int_t ngx_http_dynamo_rl_store_hello(
+    ngx_http_dynamo_rl_store_conn_t *conn);
 static void ngx_http_dynamo_rl_store_ready_now(
     ngx_http_dynamo_rl_store_conn_t *conn);
 static void ngx_http_dynamo_rl_store_fail_reply(
     ngx_http_dynamo_rl_store_conn_t *conn, const char *what,
     redisReply *reply);
+static ngx_uint_t ngx_http_dynamo_rl_store_report(
+    ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t was, const char *cause,
+    ngx_err_t err);
 static void ngx_http_dynamo_rl_store_close(
     ngx_http_dynamo_rl_store_conn_t *conn);
 
@@ -410,9 +415,6 @@ ngx_http_dynamo_rl_store_tls_handshaked(ngx_connection_t *c)
 static void
 ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
 {
-    size_t                       len[3];
-    u_char                       db[NGX_INT_T_LEN];
-    const char                  *argv[3];
     ngx_connection_t            *c;
     ngx_http_dynamo_rl_store_t  *store;
 
@@ -454,10 +456,32 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
         goto failed;
     }
 
+    if (ngx_http_dynamo_rl_store_hello(conn) == NGX_OK) {
+        return;
+    }
+
+failed:
+
+    ngx_http_dynamo_rl_store_conn_fail(conn, "out of memory", 0);
+}
+
+
+/* to the store: AUTH, SELECT, ROLE, CONFIG GET, SCRIPT LOAD */
+
+static ngx_int_t
+ngx_http_dynamo_rl_store_hello(ngx_http_dynamo_rl_store_conn_t *conn)
+{
+    size_t                       len[3];
+    u_char                       db[NGX_INT_T_LEN];
+    const char                  *argv[3];
+    ngx_http_dynamo_rl_store_t  *store;
+
+    store = conn->store;
+
     if (ngx_http_dynamo_rl_store_auth(conn, NGX_HTTP_DYNAMO_RL_STORE_AUTH)
         != NGX_OK)
     {
-        goto failed;
+        return NGX_ERROR;
     }
 
     if (store->db) {
@@ -471,7 +495,7 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
                                                 0, 2, argv, len)
             != NGX_OK)
         {
-            goto failed;
+            return NGX_ERROR;
         }
     }
 
@@ -485,7 +509,7 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
                                                0, 1, argv, len)
         != NGX_OK)
     {
-        goto failed;
+        return NGX_ERROR;
     }
 
     argv[0] = "CONFIG";
@@ -500,18 +524,10 @@ ngx_http_dynamo_rl_store_connected(ngx_http_dynamo_rl_store_conn_t *conn)
                                                0, 3, argv, len)
         != NGX_OK)
     {
-        goto failed;
+        return NGX_ERROR;
     }
 
-    if (ngx_http_dynamo_rl_store_load(conn, NGX_HTTP_DYNAMO_RL_STORE_LOAD)
-        == NGX_OK)
-    {
-        return;
-    }
-
-failed:
-
-    ngx_http_dynamo_rl_store_conn_fail(conn, "out of memory", 0);
+    return ngx_http_dynamo_rl_store_load(conn, NGX_HTTP_DYNAMO_RL_STORE_LOAD);
 }
 
 
@@ -606,7 +622,7 @@ void
 ngx_http_dynamo_rl_store_conn_fail(ngx_http_dynamo_rl_store_conn_t *conn,
     const char *cause, ngx_err_t err)
 {
-    ngx_uint_t                       was, result, changed;
+    ngx_uint_t                       was, changed;
     ngx_queue_t                     *q, waiters;
     ngx_http_dynamo_rl_store_t      *store;
     ngx_http_dynamo_rl_store_cmd_t  *cmd;
@@ -618,48 +634,7 @@ ngx_http_dynamo_rl_store_conn_fail(ngx_http_dynamo_rl_store_conn_t *conn,
 
     ngx_http_dynamo_rl_store_close(conn);
 
-    if (was != NGX_HTTP_DYNAMO_RL_STORE_READY) {
-        result = (err == NGX_ETIMEDOUT) ? NGX_HTTP_DYNAMO_RL_STORE_R_TIMEOUT
-                 : (cause == (char *) conn->cause)
-                   ? NGX_HTTP_DYNAMO_RL_STORE_R_ERROR
-                   : NGX_HTTP_DYNAMO_RL_STORE_R_DOWN;
-
-        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[
-                                      NGX_HTTP_DYNAMO_RL_STORE_OP_CONNECT][
-                                      result], 1);
-    }
-
-    changed = 0;
-
-    if (conn->up) {
-        conn->up = 0;
-        changed = 1;
-
-        ngx_log_error(NGX_LOG_ERR, conn->log, err,
-                      "dynamo rl store: lost \"%V\" (%V): %s",
-                      &store->url, conn->peer.name, cause);
-
-        if (store->stats != NULL) {
-            store->stats->up = 0;
-            (void) ngx_atomic_fetch_add(&store->stats->transitions, 1);
-        }
-
-    } else if (!conn->reported) {
-        ngx_log_error(NGX_LOG_ERR, conn->log, err,
-                      "dynamo rl store: \"%V\" (%V) is unavailable: %s",
-                      &store->url, conn->peer.name, cause);
-
-        if (store->stats != NULL) {
-            store->stats->up = 0;
-        }
-
-    } else {
-        ngx_log_debug2(NGX_LOG_DEBUG_EVENT, conn->log, err,
-                       "dynamo rl store: \"%V\" still unavailable: %s",
-                       &store->url, cause);
-    }
-
-    conn->reported = 1;
+    changed = ngx_http_dynamo_rl_store_report(conn, was, cause, err);
 
     conn->drop(conn, !conn->exiting);
 
@@ -716,6 +691,67 @@ ngx_http_dynamo_rl_store_conn_fail(ngx_http_dynamo_rl_store_conn_t *conn,
                                              NGX_ERROR, NULL);
         ngx_http_dynamo_rl_store_conn_cmd_free(conn, cmd);
     }
+}
+
+
+/*
+ * the operations' count of a failed connect, the store's state, and one
+ * log line per transition; 1: the connection was up
+ */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_store_report(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_uint_t was, const char *cause, ngx_err_t err)
+{
+    ngx_uint_t                   result, changed;
+    ngx_http_dynamo_rl_store_t  *store;
+
+    store = conn->store;
+
+    if (was != NGX_HTTP_DYNAMO_RL_STORE_READY) {
+        result = (err == NGX_ETIMEDOUT) ? NGX_HTTP_DYNAMO_RL_STORE_R_TIMEOUT
+                 : (cause == (char *) conn->cause)
+                   ? NGX_HTTP_DYNAMO_RL_STORE_R_ERROR
+                   : NGX_HTTP_DYNAMO_RL_STORE_R_DOWN;
+
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[
+                                      NGX_HTTP_DYNAMO_RL_STORE_OP_CONNECT][
+                                      result], 1);
+    }
+
+    changed = 0;
+
+    if (conn->up) {
+        conn->up = 0;
+        changed = 1;
+
+        ngx_log_error(NGX_LOG_ERR, conn->log, err,
+                      "dynamo rl store: lost \"%V\" (%V): %s",
+                      &store->url, conn->peer.name, cause);
+
+        if (store->stats != NULL) {
+            store->stats->up = 0;
+            (void) ngx_atomic_fetch_add(&store->stats->transitions, 1);
+        }
+
+    } else if (!conn->reported) {
+        ngx_log_error(NGX_LOG_ERR, conn->log, err,
+                      "dynamo rl store: \"%V\" (%V) is unavailable: %s",
+                      &store->url, conn->peer.name, cause);
+
+        if (store->stats != NULL) {
+            store->stats->up = 0;
+        }
+
+    } else {
+        ngx_log_debug2(NGX_LOG_DEBUG_EVENT, conn->log, err,
+                       "dynamo rl store: \"%V\" still unavailable: %s",
+                       &store->url, cause);
+    }
+
+    conn->reported = 1;
+
+    return changed;
 }
 
 
