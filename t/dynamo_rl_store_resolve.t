@@ -11,6 +11,7 @@
 #   SA (the name's A record, resolved by the gateways, not at start);
 # - the name moved to ::1 (AAAA only) and SA stopped: A and B follow to
 #   SB without a reload, within FOLLOW, and their claims are in SB;
+# - without a resolver, nginx -t resolves "localhost" and says nothing;
 # - a name answered NXDOMAIN: 503 store_unavailable, nothing forwarded,
 #   one error line naming the host and "Host not found", however many
 #   reconnects resolve it again;
@@ -48,7 +49,7 @@ time_limit(Test::DynamoRL::scale(150));
 system('redis-sentinel --version >/dev/null 2>&1') == 0
 	or plan(skip_all => 'no redis-sentinel');
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(31);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(33);
 my $tb = Test::DynamoRL->new()->check_at_end();
 my $tc = Test::DynamoRL->new()->check_at_end();
 
@@ -126,6 +127,15 @@ cmp_ok($dns->queries('store.test'), '>=', 2,
 $res = gen(\%A, 'sa-1');
 is($res->{status}, 200, 'a claim through SA');
 ok($sa->has_key(store_key('a:sa-1')), 'the claim is in SA');
+
+# without a resolver, as before: resolved when the configuration is read
+# (localhost, by the C library: /etc/hosts), and nginx -t says nothing
+
+my ($code, $out) = $t->nginx_t(replica_conf(%C,
+	store => "redis://localhost:$P", params => $PARAMS));
+is($code, 0, 'no resolver: nginx -t passes');
+unlike($out, qr/\[(?:warn|error|emerg)\]|resolv/, 'no resolver: nothing said')
+	or diag($out);
 
 ###############################################################################
 
