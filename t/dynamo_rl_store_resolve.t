@@ -17,7 +17,7 @@
 #   reconnects resolve it again;
 # - a responder that does not answer: "resolver_timeout" ends each try,
 #   503 meanwhile, one error line, and the worker serves the other
-#   locations at once;
+#   locations at once; a reload or a stop does not wait for it;
 # - sentinel://sentinels.test:S/rl: a sentinel given by name is
 #   resolved, asked, and its primary used.
 #
@@ -49,7 +49,7 @@ time_limit(Test::DynamoRL::scale(150));
 system('redis-sentinel --version >/dev/null 2>&1') == 0
 	or plan(skip_all => 'no redis-sentinel');
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(33);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(36);
 my $tb = Test::DynamoRL->new()->check_at_end();
 my $tc = Test::DynamoRL->new()->check_at_end();
 
@@ -183,10 +183,33 @@ ok(Test::DynamoRL::wait_for(sub {
 		. qr/ Operation timed out/) }, Test::DynamoRL::scale(5)),
 	'no answer: resolver_timeout');
 
-$tc->stop();
-
 is(lines($tc, $off, qr/\[error\] .*silent\.test/), 1,
 	'no answer: one error line');
+
+# a reload, then a stop, while a resolution is under way for 60 s: the
+# worker processes exit at once, they do not wait for the resolver
+
+my $asked = $dns->queries('silent.test');
+
+$tc->write_file_expand('nginx.conf', replica_conf(%C,
+	store => "redis://silent.test:$P", params => $PARAMS,
+	http => "$RESOLVER resolver_timeout 60s;"));
+$tc->reload();
+
+my ($w) = $tc->worker_pids();
+Test::DynamoRL::wait_for(sub { $dns->queries('silent.test') > $asked }, 5);
+
+$start = time();
+$tc->reload();
+ok(Test::DynamoRL::wait_for(sub { !kill(0, $w) }, 10),
+	'no answer: the old worker process exits on a reload');
+cmp_ok(time() - $start, '<', Test::DynamoRL::scale(3),
+	'no answer: at once, not after resolver_timeout');
+
+$start = time();
+$tc->stop();
+cmp_ok(time() - $start, '<', Test::DynamoRL::scale(3),
+	'no answer: nginx stops at once');
 
 # a sentinel given by its name
 
@@ -212,7 +235,7 @@ $s->stop();
 # the name moves to ::1, SA stops: A and B follow to SB
 
 my ($offa, $offb) = map { -s $_->testdir() . '/error.log' } $t, $tb;
-my $asked = $dns->queries('store.test');
+$asked = $dns->queries('store.test');
 
 $dns->set('store.test', A => undef);
 $dns->set('store.test', AAAA => '::1');
