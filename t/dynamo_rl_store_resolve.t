@@ -19,7 +19,9 @@
 #   503 meanwhile, one error line, and the worker serves the other
 #   locations at once; a reload or a stop does not wait for it;
 # - sentinel://sentinels.test:S/rl: a sentinel given by name is
-#   resolved, asked, and its primary used.
+#   resolved, asked, and its primary used;
+# - rediss://tls.test:T: the certificate (DNS:tls.test only) is checked
+#   against the URL's name, not the address it resolved to.
 #
 # On the code before the resolver, the names are resolved by the C
 # library when the configuration is read: the gateways do not start.
@@ -49,7 +51,7 @@ time_limit(Test::DynamoRL::scale(150));
 system('redis-sentinel --version >/dev/null 2>&1') == 0
 	or plan(skip_all => 'no redis-sentinel');
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(36);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(38);
 my $tb = Test::DynamoRL->new()->check_at_end();
 my $tc = Test::DynamoRL->new()->check_at_end();
 
@@ -229,6 +231,46 @@ ok(lines($tc, $off, qr/sentinel 127\.0\.0\.1:${\ $s->port()} names/
 
 $tc->stop();
 $s->stop();
+
+# rediss:// by name: the certificate's name checked against the URL's
+# host, not the address it resolved to (the certificate has no address)
+
+my $d = $t->testdir();
+
+for my $cmd ('openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key'
+		. ' -out ca.crt -days 30 -subj /CN=resolve-test-ca',
+	'openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr'
+		. ' -subj /CN=tls.test',
+	'echo subjectAltName=DNS:tls.test > tls.ext',
+	'openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key'
+		. ' -CAcreateserial -days 1 -out tls.crt -extfile tls.ext')
+{
+	system("cd $d && $cmd >>openssl.log 2>&1") == 0
+		or die "openssl failed: $cmd\n";
+}
+
+my $st = Test::DynamoRL::Redis->new($t, port => 8387, tls => 8388,
+	args => [ '--tls-cert-file', "$d/tls.crt", '--tls-key-file',
+		"$d/tls.key", '--tls-ca-cert-file', "$d/ca.crt",
+		'--tls-auth-clients', 'no' ])->start();
+
+$dns->set('tls.test', A => '127.0.0.1');
+$dns->set('tls.test', AAAA => undef);
+
+$off = -s $tc->testdir() . '/error.log';
+
+$tc->write_file_expand('nginx.conf', replica_conf(%C,
+	store => 'rediss://tls.test:' . $st->tls_port(),
+	params => "$PARAMS tls_trusted_certificate=$d/ca.crt",
+	http => $RESOLVER));
+$tc->run();
+
+is(admit(\%C)->{status}, 200, 'rediss:// by name: up');
+ok(lines($tc, $off, qr/TLSv1\.[23] to "tls\.test", .*verified/),
+	'rediss:// by name: the name verified');
+
+$tc->stop();
+$st->stop();
 
 ###############################################################################
 
