@@ -1526,6 +1526,15 @@ ngx_http_dynamo_rl_init(ngx_conf_t *cf)
         return NGX_ERROR;
     }
 
+    /* the store's host names: http{}'s "resolver", or resolved now */
+
+    if (drmcf->store != NULL
+        && ngx_http_dynamo_rl_store_resolve_conf(cf, drmcf->store->resolve)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     if (drmcf->store == NULL && drmcf->shm_zone != NULL && zone->stateless) {
         ngx_log_error(NGX_LOG_WARN, cf->log, 0,
                       "dynamo_rl zone \"%V\" has no \"state\" parameter: "

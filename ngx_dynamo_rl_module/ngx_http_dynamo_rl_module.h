@@ -26,6 +26,7 @@
 #include "ngx_http_dynamo_rl_resp.h"
 #include "ngx_http_dynamo_rl_json.h"
 #include "ngx_http_dynamo_rl_store.h"
+#include "ngx_http_dynamo_rl_store_resolve.h"
 #include "ngx_http_dynamo_rl_zone.h"
 #include "ngx_http_dynamo_rl_common.h"
 #include "ngx_http_dynamo_rl_scope.h"

@@ -9,6 +9,7 @@
 #include <ngx_http.h>
 #include "ngx_http_dynamo_rl_store.h"
 #include "ngx_http_dynamo_rl_store_tls.h"
+#include "ngx_http_dynamo_rl_store_resolve.h"
 #include <ngx_sha1.h>
 
 #include <openssl/rand.h>
@@ -191,6 +192,11 @@ ngx_http_dynamo_rl_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     value = cf->args->elts;
 
     store->url = value[1];
+
+    store->resolve = ngx_http_dynamo_rl_store_resolve_create(cf, &value[1]);
+    if (store->resolve == NULL) {
+        return NGX_CONF_ERROR;
+    }
 
     rv = ngx_http_dynamo_rl_store_url(cf, store, &value[1]);
     if (rv != NGX_CONF_OK) {
@@ -452,7 +458,7 @@ ngx_http_dynamo_rl_store_url(ngx_conf_t *cf, ngx_http_dynamo_rl_store_t *store,
     ngx_memzero(&u, sizeof(ngx_url_t));
 
     u.default_port = 6379;
-    u.no_resolve = 0;
+    u.no_resolve = 1;  /* a host name: ngx_http_dynamo_rl_store_resolve.c */
 
     /* "rediss://": TLS, ngx_http_dynamo_rl_store_tls.c */
 
@@ -537,14 +543,17 @@ ngx_http_dynamo_rl_store_url(ngx_conf_t *cf, ngx_http_dynamo_rl_store_t *store,
         return NGX_CONF_ERROR;
     }
 
-    if (u.uri.len || u.naddrs == 0) {
+    if (u.uri.len) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid store URL \"%V\"", url);
         return NGX_CONF_ERROR;
     }
 
-    store->addrs = u.addrs;
-    store->naddrs = u.naddrs;
+    if (ngx_http_dynamo_rl_store_resolve_add(cf, store->resolve, &u)
+        != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
     if (tls) {
         store->tls = ngx_http_dynamo_rl_store_tls_create(cf, &u.host);
@@ -2053,11 +2062,8 @@ static char *
 ngx_http_dynamo_rl_store_sentinel_url(ngx_conf_t *cf,
     ngx_http_dynamo_rl_store_t *store, ngx_str_t *url)
 {
-    u_char       *p, *last, *q, *comma;
-    ngx_url_t     u;
-    ngx_uint_t    i;
-    ngx_addr_t   *addr;
-    ngx_array_t  *addrs;
+    u_char     *p, *last, *q, *comma;
+    ngx_url_t   u;
 
     p = url->data + 11;
     last = url->data + url->len;
@@ -2094,11 +2100,6 @@ ngx_http_dynamo_rl_store_sentinel_url(ngx_conf_t *cf,
         return NGX_CONF_ERROR;
     }
 
-    addrs = ngx_array_create(cf->pool, 3, sizeof(ngx_addr_t));
-    if (addrs == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
     while (p < q) {
         comma = ngx_strlchr(p, q, ',');
 
@@ -2111,9 +2112,10 @@ ngx_http_dynamo_rl_store_sentinel_url(ngx_conf_t *cf,
         u.url.data = p;
         u.url.len = comma - p;
         u.default_port = 26379;
+        u.no_resolve = 1;
 
         if (u.url.len == 0 || ngx_parse_url(cf->pool, &u) != NGX_OK
-            || u.uri.len || u.naddrs == 0 || u.family == AF_UNIX)
+            || u.uri.len || u.family == AF_UNIX)
         {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "%s in the store URL \"%V\"",
@@ -2121,20 +2123,14 @@ ngx_http_dynamo_rl_store_sentinel_url(ngx_conf_t *cf,
             return NGX_CONF_ERROR;
         }
 
-        for (i = 0; i < u.naddrs; i++) {
-            addr = ngx_array_push(addrs);
-            if (addr == NULL) {
-                return NGX_CONF_ERROR;
-            }
-
-            *addr = u.addrs[i];
+        if (ngx_http_dynamo_rl_store_resolve_add(cf, store->resolve, &u)
+            != NGX_OK)
+        {
+            return NGX_CONF_ERROR;
         }
 
         p = comma + 1;
     }
-
-    store->addrs = addrs->elts;
-    store->naddrs = addrs->nelts;
 
     return NGX_CONF_OK;
 }

@@ -9,6 +9,7 @@
 #include <ngx_http.h>
 #include "ngx_http_dynamo_rl_store_conn.h"
 #include "ngx_http_dynamo_rl_store_tls.h"
+#include "ngx_http_dynamo_rl_store_resolve.h"
 
 
 /*
@@ -67,6 +68,10 @@ static void ngx_http_dynamo_rl_store_arm(
     ngx_http_dynamo_rl_store_conn_t *conn, ngx_msec_t at);
 static ngx_addr_t *ngx_http_dynamo_rl_store_peer(
     ngx_http_dynamo_rl_store_conn_t *conn);
+static void ngx_http_dynamo_rl_store_resolved(void *data, ngx_addr_t *addr,
+    const char *cause);
+static void ngx_http_dynamo_rl_store_connect_peer(
+    ngx_http_dynamo_rl_store_conn_t *conn, ngx_addr_t *addr);
 static ngx_int_t ngx_http_dynamo_rl_store_auth(
     ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t op);
 static ngx_int_t ngx_http_dynamo_rl_store_sentinel_ask(
@@ -325,17 +330,60 @@ ngx_http_dynamo_rl_store_conn_create(ngx_http_dynamo_rl_store_t *store,
 void
 ngx_http_dynamo_rl_store_conn_connect(ngx_http_dynamo_rl_store_conn_t *conn)
 {
+    ngx_addr_t  *addr;
+
+    if (conn->connects++) {
+        NGX_HTTP_DYNAMO_RL_STORE_STAT(conn->store, reconnects, 1);
+    }
+
+    conn->state = NGX_HTTP_DYNAMO_RL_STORE_CONNECTING;
+
+    ngx_memzero(&conn->peer, sizeof(ngx_peer_connection_t));
+
+    addr = ngx_http_dynamo_rl_store_peer(conn);
+
+    if (addr == NULL) {
+        /* a host name being resolved: _store_resolved() goes on */
+        return;
+    }
+
+    ngx_http_dynamo_rl_store_connect_peer(conn, addr);
+}
+
+
+/* a host name's address, or why there is none: the store is down */
+
+static void
+ngx_http_dynamo_rl_store_resolved(void *data, ngx_addr_t *addr,
+    const char *cause)
+{
+    ngx_http_dynamo_rl_store_conn_t  *conn = data;
+
+    if (ngx_exiting || ngx_terminate || ngx_quit || conn->exiting) {
+        conn->state = NGX_HTTP_DYNAMO_RL_STORE_DOWN;
+        return;
+    }
+
+    if (cause != NULL) {
+        conn->peer.name = &addr->name;
+        ngx_http_dynamo_rl_store_conn_fail(conn, cause, 0);
+        return;
+    }
+
+    ngx_http_dynamo_rl_store_connect_peer(conn, addr);
+}
+
+
+static void
+ngx_http_dynamo_rl_store_connect_peer(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_addr_t *addr)
+{
     ngx_int_t                    rc;
     ngx_err_t                    err;
-    ngx_addr_t                  *addr;
     ngx_connection_t            *c;
     ngx_http_dynamo_rl_store_t  *store;
 
     store = conn->store;
-
-    addr = ngx_http_dynamo_rl_store_peer(conn);
-
-    ngx_memzero(&conn->peer, sizeof(ngx_peer_connection_t));
 
     conn->peer.sockaddr = addr->sockaddr;
     conn->peer.socklen = addr->socklen;
@@ -343,12 +391,6 @@ ngx_http_dynamo_rl_store_conn_connect(ngx_http_dynamo_rl_store_conn_t *conn)
     conn->peer.get = ngx_event_get_peer;
     conn->peer.log = &conn->quiet;
     conn->peer.log_error = NGX_ERROR_ERR;
-
-    if (conn->connects++) {
-        NGX_HTTP_DYNAMO_RL_STORE_STAT(store, reconnects, 1);
-    }
-
-    conn->state = NGX_HTTP_DYNAMO_RL_STORE_CONNECTING;
 
     ngx_set_socket_errno(0);
 
@@ -827,6 +869,8 @@ ngx_http_dynamo_rl_store_conn_destroy(ngx_http_dynamo_rl_store_conn_t *conn)
 {
     ngx_queue_t       *q;
     ngx_connection_t  *c;
+
+    ngx_http_dynamo_rl_store_resolve_cancel(conn->store->resolve);
 
     c = conn->peer.connection;
 
@@ -1578,12 +1622,14 @@ ngx_http_dynamo_rl_store_conn_us(void)
 /*
  * the address of the next connect: with sentinel://, the primary a
  * sentinel has just named, else the next sentinel (every other connect
- * asks again: on a reconnect, on -READONLY, on a replica's ROLE)
+ * asks again: on a reconnect, on -READONLY, on a replica's ROLE); NULL:
+ * a host name is being resolved, and _store_resolved() is called
  */
 
 static ngx_addr_t *
 ngx_http_dynamo_rl_store_peer(ngx_http_dynamo_rl_store_conn_t *conn)
 {
+    ngx_addr_t                  *addr;
     ngx_http_dynamo_rl_store_t  *store;
 
     store = conn->store;
@@ -1599,7 +1645,16 @@ ngx_http_dynamo_rl_store_peer(ngx_http_dynamo_rl_store_conn_t *conn)
         conn->asking = 1;
     }
 
-    return &store->addrs[conn->next_addr++ % store->naddrs];
+    if (ngx_http_dynamo_rl_store_resolve_peer(store->resolve,
+                                              conn->next_addr++, &addr,
+                                              ngx_http_dynamo_rl_store_resolved,
+                                              conn)
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    return addr;
 }
 
 

@@ -84,8 +84,8 @@ typedef void (*ngx_http_dynamo_rl_store_pt)(void *data, ngx_int_t rc,
 struct ngx_http_dynamo_rl_store_s {
     /* configuration: dynamo_rl_store */
     ngx_str_t                       url;        /* as written, for logs */
-    ngx_addr_t                     *addrs;
-    ngx_uint_t                      naddrs;
+    /* the hosts: ngx_http_dynamo_rl_store_resolve.c */
+    struct ngx_http_dynamo_rl_store_resolve_s  *resolve;
     ngx_uint_t                      db;
     ngx_str_t                       sentinel;   /* sentinel://.../name */
     ngx_str_t                       prefix;     /* default "dynamo-rl" */

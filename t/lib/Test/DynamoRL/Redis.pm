@@ -35,6 +35,9 @@ package Test::DynamoRL::Redis;
 #     pause($ms) (CLIENT PAUSE), hgetall($key) (a hash ref),
 #     has_key($key) (EXISTS)
 #
+# (host => '::1' in new(): bound to that loopback address instead of
+# 127.0.0.1, the test's own client too; url() names it)
+#
 # A sentinel (issue 25): sentinel => [ 'monitor rl 127.0.0.1 <port> 2',
 # 'down-after-milliseconds rl 1000', ... ] in new(): Debian's
 # redis-sentinel (TEST_REDIS_SENTINEL_BINARY) runs with a configuration
@@ -66,6 +69,7 @@ package Test::DynamoRL::Redis;
 #         params => '...'   more dynamo_rl_store parameters
 #         workers => 1      worker_processes
 #         env => [names]    "env" lines (libfaketime's variables)
+#         http => '...'     more http{} directives (e.g. "resolver")
 #         trusted => 1      the api listener is a trusted listener as
 #                           examples/rl-refresh expects: the discovery
 #                           and admin planes too, /v1/ with the ledger
@@ -142,6 +146,7 @@ use Fcntl qw/ O_CREAT O_EXCL O_WRONLY /;
 use File::Path qw/ make_path /;
 use IO::Select;
 use IO::Socket::INET;
+use IO::Socket::IP;
 use JSON::PP;
 use POSIX qw/ WNOHANG /;
 use Time::HiRes qw/ time sleep /;
@@ -164,6 +169,7 @@ sub new {
 	my $self = bless {
 		t => $t,
 		port => Test::DynamoRL::port($o{port} // 8379),
+		host => $o{host} // '127.0.0.1',
 		dir => $t->testdir() . "/redis-$n",
 		args => $o{args} // [],
 		sentinel => $o{sentinel},
@@ -184,7 +190,8 @@ sub new {
 
 sub url {
 	my ($self) = @_;
-	return "redis://127.0.0.1:$self->{port}";
+	my $h = $self->{host} =~ /:/ ? "[$self->{host}]" : $self->{host};
+	return "redis://$h:$self->{port}";
 }
 
 sub port {
@@ -214,7 +221,7 @@ sub start {
 
 	my $d = $self->{dir};
 
-	my @cmd = ($BINARY, '--port', $self->{port}, '--bind', '127.0.0.1',
+	my @cmd = ($BINARY, '--port', $self->{port}, '--bind', $self->{host},
 		'--save', '', '--appendonly', 'no', '--dir', $d,
 		'--daemonize', 'no', '--pidfile', "$d/redis.pid",
 		'--logfile', "$d/redis.log", '--enable-debug-command', 'local',
@@ -379,9 +386,9 @@ sub cmd {
 sub _cmd {
 	my ($self, $seconds, @args) = @_;
 
-	my $s = $self->{sock} //= IO::Socket::INET->new(
-		PeerAddr => "127.0.0.1:$self->{port}", Proto => 'tcp',
-		Timeout => 2) or die "cannot connect: $@\n";
+	my $s = $self->{sock} //= IO::Socket::IP->new(
+		PeerHost => $self->{host}, PeerPort => $self->{port},
+		Proto => 'tcp', Timeout => 2) or die "cannot connect: $@\n";
 
 	my $ok = eval {
 		_write($s, resp_encode(@args));
@@ -558,6 +565,7 @@ sub replica_conf {
 			. ' dynamo_rl_gate off; proxy_pass http://frontend/v1/; }';
 	}
 
+	my $http = $o{http} // '';
 	my $store = defined $o{store}
 		? "dynamo_rl_store $o{store} replica=$name"
 			. (defined $o{params} ? " $o{params}" : '') . ';'
@@ -578,6 +586,7 @@ http {
 
     dynamo_rl_zone zone=rl:$zone;
     $store
+    $http
 
     %%RL_LOG_FORMAT rl attempt deny outcome status uri=uri%%
 
