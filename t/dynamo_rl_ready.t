@@ -39,7 +39,7 @@ use Test::DynamoRL::Redis qw/ gen reason /;
 
 time_limit(Test::DynamoRL::scale(120));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy http_v2/)->plan(46);
+my $t = Test::DynamoRL->new()->has(qw/http proxy http_v2/)->plan(50);
 my $tz = Test::DynamoRL->new()->check_at_end();
 
 # the store is set up, not started
@@ -233,6 +233,36 @@ note(sprintf('unready %.2fs after the store stopped (10 in a row %.2fs)',
 	$r = ready(\%Z);
 	is($r->{status}, 200, 'no store, gate closed: ready');
 	is(json($r)->{gate}, 'closed', 'no store, gate closed: shown');
+}
+
+# configuration errors, nginx -t
+
+for my $c (
+	[ 'without a zone', '', 'location = /r { dynamo_rl_ready; }',
+		'"dynamo_rl_ready" directive requires "dynamo_rl_zone" before it' ],
+	[ 'after another handler', 'dynamo_rl_zone zone=rl:1m;',
+		'location = /r { dynamo_rl_status; dynamo_rl_ready; }',
+		'"dynamo_rl_ready" directive is duplicate' ],
+	[ 'in server', 'dynamo_rl_zone zone=rl:1m;', 'dynamo_rl_ready;',
+		'"dynamo_rl_ready" directive is not allowed here' ],
+	[ 'with an argument', 'dynamo_rl_zone zone=rl:1m;',
+		'location = /r { dynamo_rl_ready on; }',
+		'invalid number of arguments in "dynamo_rl_ready" directive' ])
+{
+	my ($name, $zone, $server, $want) = @$c;
+
+	my ($code, $out) = $tz->nginx_t(<<"EOF");
+%%TEST_GLOBALS%%
+events { }
+http {
+    %%TEST_GLOBALS_HTTP%%
+    $zone
+    server { listen 127.0.0.1:8090; $server }
+}
+EOF
+
+	ok($code != 0 && index($out, $want) >= 0, "nginx -t: $name")
+		or diag($out);
 }
 
 ###############################################################################
