@@ -50,11 +50,15 @@ my $redis = Test::DynamoRL::Redis->new($t, port => 8379);
 
 my $LOST = 2;
 
+# and a store that hangs: gate_stale and a second
+
+my $HUNG = 3;
+
 # when the last wait_ready() first saw its status
 
 my $FIRST;
 
-my $PARAMS = 'timeout=250ms heartbeat=250ms gate_poll=100ms gate_stale=1s';
+my $PARAMS = 'timeout=250ms heartbeat=250ms gate_poll=100ms gate_stale=2s';
 
 $t->write_file_expand('nginx.conf',
 	conf(8080, 8070, 8075, "dynamo_rl_store redis://127.0.0.1:8379"
@@ -119,7 +123,7 @@ note(sprintf('ready %.2fs after the store started (10 in a row %.2fs)',
 	is($r->{status}, 200, 'store up: 200');
 	ok(is_true($j->{ready}) && is_true($j->{store}), 'store up: the body');
 	is($j->{gate}, 'open', 'store up: the gate open');
-	ok(defined $j->{gate_age_ms} && $j->{gate_age_ms} <= 1000,
+	ok(defined $j->{gate_age_ms} && $j->{gate_age_ms} <= 2000,
 		'store up: the gate read within gate_stale');
 
 	$r = gen(\%S, 'up-1');
@@ -178,10 +182,10 @@ note(sprintf('ready %.2fs after the store started (10 in a row %.2fs)',
 }
 
 # a store that hangs (CLIENT PAUSE, the connections stay open): unready
-# within gate_stale (1s) and $LOST in all, ready again once it answers
+# within gate_stale (2s) and $HUNG in all, ready again once it answers
 
 {
-	$redis->pause(4000);
+	$redis->pause(6000);
 	$start = time();
 
 	my %reasons;
@@ -190,7 +194,7 @@ note(sprintf('ready %.2fs after the store started (10 in a row %.2fs)',
 		my $r = ready(\%S);
 		$reasons{json($r)->{error} // ''}++ if $r->{status} == 503;
 		return $r->{status} == 503;
-	}, $LOST), "store paused: unready within ${LOST}s");
+	}, $HUNG), "store paused: unready within ${HUNG}s");
 	note(sprintf('unready %.2fs after the store paused: %s',
 		time() - $start, join(', ', sort keys %reasons)));
 
