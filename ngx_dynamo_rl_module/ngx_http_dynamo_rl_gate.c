@@ -856,6 +856,9 @@ ngx_http_dynamo_rl_gate_store_apply(ngx_http_dynamo_rl_zone_t *zone,
     sh = zone->sh;
     now = ngx_http_dynamo_rl_now();
 
+    /* this worker process knows the gate (dynamo_rl_ready) */
+    store->gate_read = now;
+
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     /*

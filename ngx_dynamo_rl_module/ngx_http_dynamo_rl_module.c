@@ -253,6 +253,13 @@ static ngx_command_t  ngx_http_dynamo_rl_commands[] = {
       0,
       NULL },
 
+    { ngx_string("dynamo_rl_ready"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_dynamo_rl_ready,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("dynamo_rl_admin_url"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_dynamo_rl_admin_url,

@@ -117,6 +117,7 @@ static u_char *ngx_http_dynamo_rl_histogram_text(u_char *p, char *name,
     char *label, ngx_str_t *value, ngx_uint_t *counts, ngx_uint_t sum);
 static ngx_uint_t ngx_http_dynamo_rl_reason_shown(
     ngx_http_dynamo_rl_report_t *rp, ngx_uint_t plane, ngx_uint_t reason);
+static ngx_int_t ngx_http_dynamo_rl_ready_handler(ngx_http_request_t *r);
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -1860,4 +1861,116 @@ ngx_http_dynamo_rl_reason_shown(ngx_http_dynamo_rl_report_t *rp,
     }
 
     return !(planes & NGX_HTTP_DYNAMO_RL_ON_STORE) || rp->store != NULL;
+}
+
+
+/*
+ * dynamo_rl_ready, a readiness probe: 200 while this worker process can
+ * admit generation as the fleet would, else 503 and the reason; a closed
+ * gate is the fleet's answer, given by every replica alike, and leaves
+ * the replica ready
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_ready_handler(ngx_http_request_t *r)
+{
+    u_char                          *p;
+    char                            *reason, *message;
+    uint64_t                         now;
+    ngx_int_t                        rc;
+    ngx_str_t                        body;
+    ngx_uint_t                       state;
+    ngx_http_dynamo_rl_store_t      *store;
+    ngx_http_dynamo_rl_shctx_t      *sh;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    rc = ngx_http_dynamo_rl_read_only(r);
+
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+
+    store = drmcf->store;
+    sh = ngx_http_dynamo_rl_get_zone(r)->sh;
+    now = ngx_http_dynamo_rl_now();
+
+    if (store == NULL) {
+        state = ngx_http_dynamo_rl_ready_check(0, 0, 0, now, 0);
+
+    } else {
+        state = ngx_http_dynamo_rl_ready_check(1,
+                                          ngx_http_dynamo_rl_store_ready(store),
+                                          store->gate_read, now,
+                                          store->gate_stale);
+    }
+
+    switch (state) {
+
+    case NGX_HTTP_DYNAMO_RL_READY:
+        break;
+
+    case NGX_HTTP_DYNAMO_RL_READY_STORE_DOWN:
+        reason = "store_down";
+        message = "not ready: this worker process is not connected to the "
+                  "shared store";
+        goto unready;
+
+    case NGX_HTTP_DYNAMO_RL_READY_GATE_UNKNOWN:
+        reason = "gate_unknown";
+        message = "not ready: this worker process has not read the store's "
+                  "gate yet";
+        goto unready;
+
+    default: /* NGX_HTTP_DYNAMO_RL_READY_GATE_STALE */
+        reason = "gate_stale";
+        message = "not ready: this worker process has not read the store's "
+                  "gate within gate_stale";
+        goto unready;
+    }
+
+    p = ngx_pnalloc(r->pool, sizeof("{\"ready\":true,\"store\":false,"
+                                    "\"gate\":\"closed\",\"gate_age_ms\":}")
+                             + NGX_INT64_LEN);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    body.data = p;
+
+    p = ngx_sprintf(p, "{\"ready\":true,\"store\":%s,\"gate\":\"%s\"",
+                    store != NULL ? "true" : "false",
+                    sh->gate_closed ? "closed" : "open");
+
+    if (store != NULL) {
+        p = ngx_sprintf(p, ",\"gate_age_ms\":%uL",
+                        now > store->gate_read ? now - store->gate_read : 0);
+    }
+
+    *p++ = '}';
+
+    body.len = p - body.data;
+
+    return ngx_http_dynamo_rl_send_json(r, NGX_HTTP_OK, &body);
+
+unready:
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "dynamo rl ready: %s", reason);
+
+    if (ngx_http_dynamo_rl_retry_after(r, 1) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_dynamo_rl_error(r, NGX_HTTP_SERVICE_UNAVAILABLE, reason,
+                                    message);
+}
+
+
+char *
+ngx_http_dynamo_rl_ready(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    return ngx_http_dynamo_rl_content_handler(cf,
+               ngx_http_dynamo_rl_ready_handler);
 }

@@ -25,6 +25,8 @@ char *ngx_http_dynamo_rl_status(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_dynamo_rl_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+char *ngx_http_dynamo_rl_ready(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_STATUS_H_INCLUDED_ */

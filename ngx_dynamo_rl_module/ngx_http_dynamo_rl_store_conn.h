@@ -132,6 +132,12 @@ struct ngx_http_dynamo_rl_store_s {
 
     /* per worker process: the client's own state */
     void                           *conn;
+
+    /*
+     * per worker process: when it last had an answer to a read of the
+     * gate (the module's monotonic ms), 0 before the first
+     */
+    uint64_t                        gate_read;
 };
 
 

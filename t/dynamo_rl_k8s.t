@@ -51,7 +51,7 @@ if ($yaml_error) {
 
 my $t = Test::DynamoRL->new();
 
-plan(tests => 154);
+plan(tests => 155);
 
 ###############################################################################
 
@@ -199,15 +199,17 @@ is_deeply($csc->{capabilities}{drop}, [ 'ALL' ],
 ok($c->{resources}{requests}{cpu} && $c->{resources}{requests}{memory},
 	'deployment: resource requests');
 
-# probes on /healthz of a port that the configuration serves
+# probes of a port that the configuration serves: readiness on
+# dynamo_rl_ready's /ready, liveness on /healthz (nginx answers)
 
 my %probe_port;
+my %probe_path = (readinessProbe => '/ready', livenessProbe => '/healthz');
 
 for my $p (qw/ readinessProbe livenessProbe /) {
 	my $g = $c->{$p}{httpGet} // {};
 	my $port = container_port($g->{port});
 
-	is($g->{path}, '/healthz', "deployment: $p path");
+	is($g->{path}, $probe_path{$p}, "deployment: $p path");
 	ok($port && $port != 8080 && $port != 9090,
 		"deployment: $p on a port of its own");
 
@@ -521,7 +523,10 @@ my ($health) = keys %probe_port;
 
 like($servers{$health} // '', qr/location\s+=\s+\/healthz\s*\{\s*return\s+200;/,
 	'nginx.conf: the probes\' port serves /healthz');
-unlike($servers{$health} // '', qr/dynamo_rl|proxy_pass/,
+like($servers{$health} // '',
+	qr/location\s+=\s+\/ready\s*\{\s*dynamo_rl_ready;\s*\}/,
+	'nginx.conf: the probes\' port serves /ready');
+unlike($servers{$health} // '', qr/dynamo_rl_(?!ready;)|proxy_pass/,
 	'nginx.conf: the probes\' port serves nothing else');
 
 # nginx -t, with loopback upstreams, the local build and test certificates
