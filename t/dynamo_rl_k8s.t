@@ -25,9 +25,10 @@
 # client certificate of the same CA, and Debian's redis-server runs its
 # redis.conf (TLS only, a client certificate required).  store-sentinel:
 # the URL names every sentinel pod and the master they watch, wait=1;
-# Debian's redis-server and redis-sentinel run its redis.conf and
-# sentinel.conf with the ACL file of its redis-acl: a replica syncs and a
-# sentinel watches both nodes as their users.  store-managed: rediss://
+# its start scripts run Debian's redis-server and redis-sentinel with the
+# ACL file of its redis-acl, on loopback: node 0 is the primary, node 1
+# finds it through the sentinel and replicates it, the sentinel watches
+# both, each as its own user.  store-managed: rediss://
 # outside the cluster, its CA from the Secret, egress to an address block.
 
 ###############################################################################
@@ -65,7 +66,7 @@ if ($yaml_error) {
 
 my $t = Test::DynamoRL->new();
 
-plan(tests => 239);
+plan(tests => 242);
 
 ###############################################################################
 
@@ -979,10 +980,12 @@ for my $v (sort keys %VARIANT) {
 	is($eg{'app.kubernetes.io/name,dynamo-rl-redis'}, '26379 6379',
 		"$v: the gateway reaches the nodes and the sentinels");
 
-	# Debian's redis-server and redis-sentinel with redis.conf and
-	# sentinel.conf as the start scripts write them, and the Secret of
-	# store-sentinel/redis-acl: a replica syncs as "replica", a sentinel
-	# watches as "sentinel", names the primary and sees the replica
+	# the start scripts run, with Debian's redis-server and
+	# redis-sentinel, the Secret of store-sentinel/redis-acl, loopback
+	# for the pods' names and ports of the test's: node 0 starts as the
+	# primary; a sentinel watches it; node 1 asks the sentinel for the
+	# primary (its name of node 0 does not resolve) and replicates it as
+	# "replica"; the sentinel sees both as "sentinel"
 
 	my $acl_v = `$K8S/$v/redis-acl $d/vsecret 2>&1`;
 	is($?, 0, "$v: redis-acl: exit 0") or diag($acl_v);
@@ -991,43 +994,71 @@ for my $v (sort keys %VARIANT) {
 	chomp $sentinel;
 
 	SKIP: {
-		skip('no redis-server or redis-sentinel', 3)
+		skip('no redis-server or redis-sentinel', 4)
 			unless $redis && $sentinel;
 
 		my $ipw = slurp("$d/vsecret/internal-password");
 		my ($pp, $rp, $sp) = (port(8077), port(8076), port(8075));
+		my $bin = "$d/vs-bin";
 		my @pid;
 
-		for ([ 'p', $pp, '' ], [ 'r', $rp, "replicaof 127.0.0.1 $pp\n" ]) {
-			my ($n, $p, $extra) = @$_;
-			my $c = $rcmv->{data}{'redis.conf'};
+		# hostname and getent of a pod
 
-			mkdir "$d/vs-$n";
-			$c =~ s/^bind .*$/bind 127.0.0.1/m;
-			$c =~ s/^port .*$/port $p/m;
-			$c =~ s/^dir .*$/dir $d\/vs-$n/m;
-			$c =~ s/^aclfile .*$/aclfile $d\/vsecret\/users.acl/m;
-			$c .= "masteruser replica\nmasterauth $ipw\n$extra";
-			$t->write_file("vs-$n.conf", $c);
+		mkdir $bin;
+		$t->write_file('vs-bin/hostname', "#!/bin/sh\necho \"\$TEST_HOST\"\n");
+		$t->write_file('vs-bin/getent', "#!/bin/sh\n"
+			. "[ -n \"\$TEST_NODE0\" ] || exit 2\n"
+			. "echo \"\$TEST_NODE0 \$2\"\n");
+		chmod 0755, "$bin/hostname", "$bin/getent";
 
-			push @pid, daemon("$d/vs-$n.out", $redis, "$d/vs-$n.conf");
-			$t->waitforsocket("127.0.0.1:$p")
+		local $ENV{PATH} = "$bin:$ENV{PATH}";
+
+		for ([ 'p', $pp, 'dynamo-rl-redis-0', 'start-redis', '' ],
+			[ 's', $sp, 'dynamo-rl-sentinel-0', 'start-sentinel',
+				'127.0.0.1' ],
+			[ 'r', $rp, 'dynamo-rl-redis-1', 'start-redis', '' ])
+		{
+			my ($n, $p, $host, $script, $node0) = @$_;
+			my $etc = "$d/vs-$n/etc";
+
+			system('mkdir', '-p', "$etc/acl", "$d/vs-$n/run",
+				"$d/vs-$n/data");
+			system('cp', "$d/vsecret/users.acl",
+				"$d/vsecret/internal-password", "$etc/acl/");
+
+			for my $k ('redis.conf', 'sentinel.conf') {
+				my $c = $rcmv->{data}{$k} // '';
+				$c =~ s/^bind .*$//m;
+				$c =~ s/^port .*$/port $p\nbind 127.0.0.1/m;
+				$c =~ s{^dir /data$}{dir $d/vs-$n/data}m;
+				$c =~ s{^dir /run/redis$}{dir $d/vs-$n/run}m;
+				$c =~ s{/etc/redis/}{$etc/}g;
+				$t->write_file("vs-$n/etc/$k", $c);
+			}
+
+			my $sh = $rcmv->{data}{$script} // 'exit 1';
+			$sh =~ s{/etc/redis/}{$etc/}g;
+			$sh =~ s{/run/redis/}{$d/vs-$n/run/}g;
+			$sh =~ s{-h "dynamo-rl-sentinel-\$i\.dynamo-rl-sentinel"}
+				{-h 127.0.0.1}g;
+			$sh =~ s/\b26379\b/$sp/g;
+			$sh =~ s/\b6379\b/$pp/g;
+			$t->write_file("vs-$n.sh", $sh);
+
+			local $ENV{TEST_HOST} = $host;
+			local $ENV{TEST_NODE0} = $node0;
+			local $ENV{POD_IP} = '10.255.0.' . (1 + @pid);
+
+			push @pid, daemon("$d/vs-$n.out", 'sh', "$d/vs-$n.sh");
+
+			ok($t->waitforsocket("127.0.0.1:$p"), "$v: $script runs $host")
 				or diag(slurp("$d/vs-$n.out"));
 		}
-
-		my $sc = "sentinel monitor $master 127.0.0.1 $pp 2\n" . $sconf
-			. "sentinel auth-pass $master $ipw\n";
-		mkdir "$d/vs-s";
-		$sc =~ s/^port .*$/port $sp\nbind 127.0.0.1/m;
-		$sc =~ s/^dir .*$/dir $d\/vs-s/m;
-		$t->write_file('vs-s.conf', $sc);
-
-		push @pid, daemon("$d/vs-s.out", $sentinel, "$d/vs-s.conf");
 
 		ok(Test::DynamoRL::wait_for(sub {
 			cli($rp, '--user', 'sentinel', '--pass', $ipw, 'ROLE')
 				=~ /^slave\n127\.0\.0\.1\n$pp\nconnected\n/ }, 20),
-			"$v: the replica syncs as \"replica\"")
+			"$v: node 1 replicates the primary the sentinel names")
 			or diag(slurp("$d/vs-r.out"));
 		is(cli($sp, 'SENTINEL', 'get-master-addr-by-name', $master),
 			"127.0.0.1\n$pp", "$v: the sentinel names the primary")
