@@ -22,13 +22,15 @@
 # parameters name is in a Secret mounted read-only; its nginx.conf, with
 # certificates made here with openssl, passes "nginx -t".  store-tls:
 # the store's certificate is for the URL's host, the gateway's is a
-# client certificate of the same CA, and Debian's redis-server runs its
-# redis.conf (TLS only, a client certificate required).  store-sentinel:
+# client certificate of the same CA, Debian's redis-server runs its
+# redis.conf (TLS only, a client certificate required), and the gateway
+# runs its nginx.conf against it: the store is up.  store-sentinel:
 # the URL names every sentinel pod and the master they watch, wait=1;
 # its start scripts run Debian's redis-server and redis-sentinel with the
 # ACL file of its redis-acl, on loopback: node 0 is the primary, node 1
 # finds it through the sentinel and replicates it, the sentinel watches
-# both, each as its own user.  store-managed: rediss://
+# both, each as its own user; the gateway runs its nginx.conf and finds
+# the primary through the sentinel: the store is up.  store-managed: rediss://
 # outside the cluster, its CA from the Secret, egress to an address block.
 
 ###############################################################################
@@ -39,6 +41,7 @@ use strict;
 use Cwd qw/ abs_path /;
 use File::Basename qw/ dirname /;
 use IO::Socket::INET;
+use JSON::PP;
 use POSIX qw/ WNOHANG /;
 use Test::More;
 
@@ -66,7 +69,7 @@ if ($yaml_error) {
 
 my $t = Test::DynamoRL->new();
 
-plan(tests => 242);
+plan(tests => 245);
 
 ###############################################################################
 
@@ -584,6 +587,16 @@ $t->write_file($pw_file, slurp("$d/secret/password"));
 my $tls = certificates("$d/tls");
 is($tls, '', 'nginx -t: test certificates') or diag($tls);
 
+# an orchestrator's certificate, for the gateways the variants run
+
+my $orch_cmd = "cd $d/tls && openssl req -newkey ec -pkeyopt"
+	. " ec_paramgen_curve:prime256v1 -nodes -subj /CN=orchestrator"
+	. " -keyout orch.key -out orch.csr 2>&1 && openssl x509 -req"
+	. " -in orch.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1"
+	. " -out orch.crt 2>&1";
+my $orch = `$orch_cmd`;
+is($?, 0, 'an orchestrator\'s certificate') or diag($orch);
+
 SKIP: {
 	skip("module not built: $so is missing", 3) unless -f $so;
 
@@ -780,6 +793,7 @@ for my $v (sort keys %VARIANT) {
 		or diag(join ' ', map { "$files[$_]=$where[$_]" } 0 .. $#files);
 
 	my $local = localise($vconf{$v}, $d);
+	$vstore{$v}{local} = \$local;
 
 	for my $f (@files) {
 		my ($dir, $key) = $f =~ m{^(.*)/([^/]+)$};
@@ -894,6 +908,10 @@ for my $v (sort keys %VARIANT) {
 			'PING'), qr/^PONG$/m, "$v: nothing without a certificate");
 		unlike(cli($p, '--user', $s->{param}{user}, '--pass', $pw, 'PING'),
 			qr/^PONG$/m, "$v: nothing in plain TCP");
+
+		my $gw = gateway($v, $p);
+		ok(is_true($gw->{store}{up}), "$v: the gateway's store is up")
+			or diag(explain($gw));
 
 		stop($pid);
 	}
@@ -1069,6 +1087,15 @@ for my $v (sort keys %VARIANT) {
 					!~ /\n(?:flags\n[^\n]*(?:disconnected|s_down))/ }, 20),
 			"$v: the sentinel watches the nodes as \"sentinel\"")
 			or diag(slurp("$d/vs-s.out"));
+
+		# the gateway's password is this redis-acl's
+
+		system('cp', "$d/vsecret/password",
+			"$d/v/$v/etc/dynamo-rl/redis/password");
+
+		my $gw = gateway($v, $sp);
+		ok(is_true($gw->{store}{up}), "$v: the gateway's store is up,"
+			. " through the sentinel") or diag(explain($gw));
 
 		stop($_) for reverse @pid;
 	}
@@ -1403,6 +1430,46 @@ sub daemon {
 	}
 
 	return $pid;
+}
+
+# the gateway of a variant's nginx.conf, run on free loopback ports with
+# its store on "port" (a sentinel's, for sentinel://): the status its
+# trusted listener answers, over mutual TLS, once the store is up or
+# after 10 s
+
+sub gateway {
+	my ($v, $port) = @_;
+
+	my $g = Test::DynamoRL->new();
+	my $conf = ${$vstore{$v}{local}};
+	my %p = map { $_ => port(8060 + $_ % 100) } qw/ 8080 9090 8088 /;
+
+	$conf =~ s{%%TESTDIR%%/tls/}{$d/tls/}g;
+	$conf =~ s{^(\s*listen\s+)(8080|9090|8088)\b}{${1}127.0.0.1:$p{$2}}mg;
+	$conf =~ s{((?:rediss?|sentinel)://[^/\s]*?127\.0\.0\.1:)\d+}
+		{$1$port}g;
+
+	$g->write_file_expand('nginx.conf', $conf);
+	$g->run();
+
+	my $st = {};
+
+	Test::DynamoRL::wait_for(sub {
+		my $curl = "curl -s --max-time 5 -k --cert $d/tls/orch.crt"
+			. " --key $d/tls/orch.key https://127.0.0.1:$p{9090}/rl/status";
+		my $out = `$curl`;
+		$st = eval { JSON::PP::decode_json($out) } // { raw => $out };
+		return is_true($st->{store}{up});
+	}, 10);
+
+	$g->stop();
+
+	return $st;
+}
+
+sub is_true {
+	my ($v) = @_;
+	return ref $v && $v ? 1 : 0;
 }
 
 # a daemon stopped by its pid: redis-server refuses a SIGTERM while it
