@@ -1724,11 +1724,16 @@ ngx_http_dynamo_rl_store_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
                     "to the store made again after a failure.\n"
                     "# TYPE dynamo_rl_store_reconnects_total counter\n"
                     "dynamo_rl_store_reconnects_total %uA\n"
+                    "# HELP dynamo_rl_store_conflicts_total Ids forwarded "
+                    "under on_error=local that another replica had "
+                    "claimed meanwhile.\n"
+                    "# TYPE dynamo_rl_store_conflicts_total counter\n"
+                    "dynamo_rl_store_conflicts_total %uA\n"
                     "# HELP dynamo_rl_store_operations_total Store "
                     "operations by kind and result.\n"
                     "# TYPE dynamo_rl_store_operations_total counter\n",
                     &rp->store->replica, st->up, st->queue, st->fallbacks,
-                    st->dropped, st->reconnects);
+                    st->dropped, st->reconnects, st->conflicts);
 
     for (i = 0; i < NGX_HTTP_DYNAMO_RL_STORE_OPS; i++) {
         for (j = 0; j < NGX_HTTP_DYNAMO_RL_STORE_RESULTS; j++) {

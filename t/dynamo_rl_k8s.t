@@ -15,6 +15,23 @@
 # password_file is the Secret's "password", mounted; and Debian's
 # redis-server runs that redis.conf with what redis-acl writes: the
 # gateway's user may run scripts on its own prefix and nothing else.
+#
+# The store's variants (store-tls/, store-sentinel/, store-managed/): the
+# README names each; each file parses and replaces a base object whose
+# text or structure it repeats but for the store; every file the store's
+# parameters name is in a Secret mounted read-only; its nginx.conf, with
+# certificates made here with openssl, passes "nginx -t".  store-tls:
+# the store's certificate is for the URL's host, the gateway's is a
+# client certificate of the same CA, Debian's redis-server runs its
+# redis.conf (TLS only, a client certificate required), and the gateway
+# runs its nginx.conf against it: the store is up.  store-sentinel:
+# the URL names every sentinel pod and the master they watch, wait=1;
+# its start scripts run Debian's redis-server and redis-sentinel with the
+# ACL file of its redis-acl, on loopback: node 0 is the primary, node 1
+# finds it through the sentinel and replicates it, the sentinel watches
+# both, each as its own user; the gateway runs its nginx.conf and finds
+# the primary through the sentinel: the store is up.  store-managed: rediss://
+# outside the cluster, its CA from the Secret, egress to an address block.
 
 ###############################################################################
 
@@ -24,6 +41,7 @@ use strict;
 use Cwd qw/ abs_path /;
 use File::Basename qw/ dirname /;
 use IO::Socket::INET;
+use JSON::PP;
 use POSIX qw/ WNOHANG /;
 use Test::More;
 
@@ -51,7 +69,7 @@ if ($yaml_error) {
 
 my $t = Test::DynamoRL->new();
 
-plan(tests => 155);
+plan(tests => 246);
 
 ###############################################################################
 
@@ -574,6 +592,16 @@ $t->write_file($pw_file, slurp("$d/secret/password"));
 my $tls = certificates("$d/tls");
 is($tls, '', 'nginx -t: test certificates') or diag($tls);
 
+# an orchestrator's certificate, for the gateways the variants run
+
+my $orch_cmd = "cd $d/tls && openssl req -newkey ec -pkeyopt"
+	. " ec_paramgen_curve:prime256v1 -nodes -subj /CN=orchestrator"
+	. " -keyout orch.key -out orch.csr 2>&1 && openssl x509 -req"
+	. " -in orch.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1"
+	. " -out orch.crt 2>&1";
+my $orch = `$orch_cmd`;
+is($?, 0, 'an orchestrator\'s certificate') or diag($orch);
+
 SKIP: {
 	skip("module not built: $so is missing", 3) unless -f $so;
 
@@ -656,6 +684,426 @@ SKIP: {
 
 	kill 'TERM', $pid;
 	waitpid($pid, 0);
+}
+
+###############################################################################
+
+# the store's variants: each directory holds the files that replace those
+# of the same name here (or come in addition), for the same objects;
+# apart from the store, each replacement says what the base says
+
+my %VARIANT = (
+	'store-tls' => [ qw/ certificates.yaml configmap.yaml deployment.yaml
+		redis.yaml / ],
+	'store-sentinel' => [ qw/ configmap.yaml networkpolicy.yaml redis-acl
+		redis.yaml / ],
+	'store-managed' => [ qw/ configmap.yaml deployment.yaml
+		networkpolicy.yaml / ],
+);
+
+my %VAPI = (%API, Issuer => 'cert-manager.io/v1',
+	Certificate => 'cert-manager.io/v1');
+
+my $readme = slurp("$K8S/README.md");
+my %base_doc = map { ("$_->{kind}/$_->{metadata}{name}" => $_) } @docs;
+
+my (%vdocs, %vconf, %vdep);
+
+# the base's objects as in their files: the checks above autovivify
+
+my ($dep0) = YAML::XS::LoadFile("$K8S/deployment.yaml");
+my ($np0) = YAML::XS::LoadFile("$K8S/networkpolicy.yaml");
+
+for my $v (sort keys %VARIANT) {
+	my @f = map { s{.*/}{}r } glob("$K8S/$v/*");
+
+	is(join(' ', sort @f), join(' ', @{$VARIANT{$v}}), "$v: the files");
+	ok($readme =~ m{^## .*\Q$v/\E}m, "$v: README.md has its section");
+	ok($readme =~ m{^\| `\Q$v/\E` \|}m, "$v: README.md's table names it");
+
+	for my $name (grep { /\.yaml$/ } @f) {
+		my @d = eval { YAML::XS::LoadFile("$K8S/$v/$name") };
+		diag("$v/$name: $@") if $@;
+		@d = grep { defined } @d;
+
+		ok(!$@ && @d, "$v/$name: parses");
+
+		my @bad = grep { ref $_ ne 'HASH' || !length($_->{kind} // '')
+			|| ($VAPI{$_->{kind}} // '-') ne ($_->{apiVersion} // '')
+			|| !length($_->{metadata}{name} // '')
+			|| ($_->{metadata}{namespace} // '') ne 'dynamo' } @d;
+
+		is(scalar @bad, 0, "$v/$name: kinds, apiVersions, names, namespace");
+
+		push @{$vdocs{$v}{$name}}, @d;
+	}
+
+	my ($cmv) = grep { $_->{kind} eq 'ConfigMap' }
+		@{$vdocs{$v}{'configmap.yaml'} // []};
+	$vconf{$v} = ($cmv // {})->{data}{'nginx.conf'} // '';
+
+	my ($depv) = grep { $_->{kind} eq 'Deployment' }
+		@{$vdocs{$v}{'deployment.yaml'} // []};
+	$vdep{$v} = $depv // $dep0;
+
+	# the same objects as the base's, and the same text but the store's
+
+	is(join(' ', map { "$_->{kind}/$_->{metadata}{name}" } grep {
+		!$base_doc{"$_->{kind}/$_->{metadata}{name}"} }
+		@{$vdocs{$v}{'configmap.yaml'} // []},
+		@{$vdocs{$v}{'deployment.yaml'} // []},
+		@{$vdocs{$v}{'networkpolicy.yaml'} // []}), '',
+		"$v: replaces the base's objects");
+
+	is(conf_but_store($vconf{$v}), conf_but_store($conf),
+		"$v: nginx.conf is the base's but for the store");
+	is_deeply(dep_but_store($vdep{$v}), dep_but_store($dep0),
+		"$v: the Deployment is the base's but for the store's Secrets");
+
+	my ($npv) = @{$vdocs{$v}{'networkpolicy.yaml'} // [ $np0 ]};
+	is_deeply(np_but_store($npv), np_but_store($np0),
+		"$v: the NetworkPolicy is the base's but for the store");
+}
+
+# every file the store's parameters name is in a Secret mounted
+# read-only; nginx -t with each configuration, with certificates made
+# here where it names files
+
+my $vca = ca_chain("$d/vtls");
+is($vca, '', 'variants: test CA and certificates') or diag($vca);
+
+my %VFILE = (
+	'ca.crt' => "$d/vtls/ca.crt",
+	'tls.crt' => "$d/vtls/client.crt",
+	'tls.key' => "$d/vtls/client.key",
+	'password' => "$d/secret/password",
+);
+
+my %vstore;
+
+for my $v (sort keys %VARIANT) {
+	my $bare_v = $vconf{$v} =~ s/#.*//gr;
+	my ($line) = $bare_v =~ /^\s*dynamo_rl_store\s+([^;]*);/m;
+	my @p = split ' ', $line // '';
+	my %param = map { /^(\w+)=(.*)$/ ? ($1, $2) : () } @p[1 .. $#p];
+
+	$vstore{$v} = { url => $p[0] // '', param => \%param, bare => $bare_v };
+
+	my @files = map { $param{$_} }
+		grep { /^(?:password_file|tls_\w*certificate\w*)$/ } sort keys %param;
+	my @where = map { join ':', secret_file($vdep{$v}, $_) } @files;
+
+	is(scalar(grep { !/^\S+:\S+:ro$/ } @where), 0,
+		"$v: the store's files are in Secrets mounted read-only")
+		or diag(join ' ', map { "$files[$_]=$where[$_]" } 0 .. $#files);
+
+	my $local = localise($vconf{$v}, $d);
+	$vstore{$v}{local} = \$local;
+
+	for my $f (@files) {
+		my ($dir, $key) = $f =~ m{^(.*)/([^/]+)$};
+		my $to = "$d/v/$v" . $dir;
+		system('mkdir', '-p', $to);
+		system('cp', $VFILE{$key} // '/dev/null', "$to/$key");
+		$local =~ s{(=)\Q$f\E(?=[\s;])}{$1$to/$key}g;
+	}
+
+	SKIP: {
+		skip("module not built: $so is missing", 2) unless -f $so;
+
+		my ($code, $out) = $t->nginx_t($local);
+
+		is($code, 0, "$v: nginx -t") or diag($out);
+		unlike($out, qr/\[(?:emerg|alert|crit|error|warn)\]/,
+			"$v: nginx -t, no messages") or diag($out);
+	}
+}
+
+# TLS to the in-cluster store: its certificate names the URL's host, the
+# store is TLS only with client certificates, the gateway's Secret is the
+# client certificate's, both from one CA
+
+{
+	my $v = 'store-tls';
+	my $s = $vstore{$v};
+	my %cert = map { ($_->{metadata}{name} => $_) } grep {
+		$_->{kind} eq 'Certificate' } @{$vdocs{$v}{'certificates.yaml'} // []};
+	my ($rcmv) = grep { $_->{kind} eq 'ConfigMap' }
+		@{$vdocs{$v}{'redis.yaml'} // []};
+	my ($rssv) = grep { $_->{kind} eq 'StatefulSet' }
+		@{$vdocs{$v}{'redis.yaml'} // []};
+	my ($rsvcv) = grep { $_->{kind} eq 'Service' }
+		@{$vdocs{$v}{'redis.yaml'} // []};
+
+	my ($host, $port) = $s->{url} =~ m{^rediss://([^:/]+):(\d+)$};
+
+	is($host // '-', "$rsvcv->{metadata}{name}.dynamo.svc.cluster.local",
+		"$v: rediss:// to the store's Service");
+	is($port // '-', $rsvcv->{spec}{ports}[0]{port}, "$v: its port");
+
+	my %rs = map { /^\s*(\S+)\s+(.*?)\s*$/ ? (lc $1, $2) : () }
+		grep { !/^\s*#/ } split /\n/, $rcmv->{data}{'redis.conf'} // '';
+
+	is(join(' ', map { $rs{$_} // '-' } qw/ port tls-port tls-auth-clients
+		appendonly maxmemory-policy /), "0 $port yes yes noeviction",
+		"$v: redis.conf: TLS only, client certificates, as the base");
+
+	my $server = (grep { grep { $_ eq $host } @{$_->{spec}{dnsNames} // []} }
+		values %cert)[0] // {};
+	my ($client_secret) = secret_file($vdep{$v},
+		$s->{param}{tls_certificate} // '-');
+	my ($client) = grep { $_->{spec}{secretName} eq ($client_secret // '-') }
+		values %cert;
+	$client //= {};
+
+	my %rv = map { $_->{name} => $_ } @{$rssv->{spec}{template}{spec}{volumes}
+		// []};
+	my %rm = map { $_->{mountPath} => $_ }
+		@{$rssv->{spec}{template}{spec}{containers}[0]{volumeMounts} // []};
+	(my $tls_dir = $rs{'tls-cert-file'} // '-') =~ s{/[^/]+$}{};
+
+	is($rv{($rm{$tls_dir} // {})->{name} // '-'}{secret}{secretName} // '-',
+		$server->{spec}{secretName} // 'none',
+		"$v: the store's certificate, for the URL's host, is its Secret");
+	is(join(' ', grep { /auth/ } @{$client->{spec}{usages} // []}),
+		'client auth', "$v: the gateway's Secret is a client certificate");
+	is($client->{spec}{issuerRef}{name} // '-',
+		$server->{spec}{issuerRef}{name} // 'none', "$v: one CA for both");
+	ok(($cert{$client->{spec}{issuerRef}{name} // '-'} // {})->{spec}{isCA}
+		|| grep({ $_->{kind} eq 'Issuer' && $_->{spec}{ca}
+			&& $_->{metadata}{name} eq ($server->{spec}{issuerRef}{name}
+				// '-') } @{$vdocs{$v}{'certificates.yaml'} // []}),
+		"$v: the issuer is a CA");
+
+	# Debian's redis-server runs this redis.conf with the test's
+	# certificates: the gateway's user with the client certificate and the
+	# password; nothing without the certificate, nothing in plain TCP
+
+	SKIP: {
+		skip('no redis-server', 4) unless $redis;
+
+		my $p = port(8078);
+		my $rc_v = $rcmv->{data}{'redis.conf'};
+		mkdir "$d/vredis";
+
+		$rc_v =~ s/^bind .*$/bind 127.0.0.1/m;
+		$rc_v =~ s/^tls-port .*$/tls-port $p/m;
+		$rc_v =~ s/^dir .*$/dir $d\/vredis/m;
+		$rc_v =~ s/^aclfile .*$/aclfile $d\/secret\/users.acl/m;
+		$rc_v =~ s{^(tls-[\w-]+-file) /\S+/(\S+)$}{
+			"$1 $d/vtls/" . { 'tls.crt' => 'server.crt',
+				'tls.key' => 'server.key', 'ca.crt' => 'ca.crt' }->{$2}
+		}mge;
+		$t->write_file('vredis.conf', $rc_v);
+
+		my $pid = daemon("$d/vredis.out", $redis, "$d/vredis.conf");
+
+		ok($t->waitforsocket("127.0.0.1:$p"), "$v: redis-server runs it")
+			or diag(slurp("$d/vredis.out"));
+
+		my $pw = slurp("$d/secret/password");
+		my @tls = ('--tls', '--cacert', "$d/vtls/ca.crt");
+		my @cert = ('--cert', "$d/vtls/client.crt",
+			'--key', "$d/vtls/client.key");
+
+		is(cli($p, @tls, @cert, '--user', $s->{param}{user}, '--pass', $pw,
+			'HSET', '{dynamo-rl}:gate', 'state', 'open'), '1',
+			"$v: the gateway's user with its certificate");
+		unlike(cli($p, @tls, '--user', $s->{param}{user}, '--pass', $pw,
+			'PING'), qr/^PONG$/m, "$v: nothing without a certificate");
+		unlike(cli($p, '--user', $s->{param}{user}, '--pass', $pw, 'PING'),
+			qr/^PONG$/m, "$v: nothing in plain TCP");
+
+		my $gw = gateway($v, $p);
+		ok(is_true($gw->{store}{up}), "$v: the gateway's store is up")
+			or diag(explain($gw));
+
+		stop($pid);
+	}
+}
+
+# a managed endpoint: rediss:// to a name outside the cluster, verified
+# against the CA of the store's Secret, reached by an address block
+
+{
+	my $v = 'store-managed';
+	my $s = $vstore{$v};
+
+	like($s->{url}, qr{^rediss://[a-z0-9.-]+:\d+$}, "$v: rediss://");
+	unlike($s->{url}, qr/\.svc\.cluster\.local|dynamo-rl-redis\b/,
+		"$v: an endpoint outside the cluster");
+	is(join(':', secret_file($vdep{$v},
+		$s->{param}{tls_trusted_certificate} // '-')), 'dynamo-rl-redis:ca.crt:ro',
+		"$v: its CA from the Secret dynamo-rl-redis");
+	ok(!defined $s->{param}{tls_verify}, "$v: the certificate verified");
+	like($s->{bare}, qr/^\s*resolver\s+kube-dns\.kube-system\.svc\.cluster\.local\b/m,
+		"$v: nginx's resolver is kube-dns");
+
+	my ($npv) = @{$vdocs{$v}{'networkpolicy.yaml'} // []};
+	my @blocks = grep { grep { $_->{ipBlock} } @{$_->{to} // []} }
+		@{$npv->{spec}{egress} // []};
+
+	is(join(' ', map { rule_ports($_) } @blocks), '6379',
+		"$v: egress to an address block on 6379 only");
+}
+
+# Sentinel: the gateway names each sentinel of the StatefulSet by its
+# name in the headless Service, and the master they watch; wait=1; the
+# sentinels' port as well as the nodes' in the NetworkPolicies
+
+{
+	my $v = 'store-sentinel';
+	my $s = $vstore{$v};
+	my %o = map { ("$_->{kind}/$_->{metadata}{name}" => $_) }
+		@{$vdocs{$v}{'redis.yaml'} // []};
+
+	my ($sset) = grep { /^StatefulSet\// && $o{$_}{spec}{template}{spec}
+		{containers}[0]{ports}[0]{containerPort} == 26379 } keys %o;
+	my ($nset) = grep { /^StatefulSet\// && $_ ne ($sset // '') } keys %o;
+	my $ss = $o{$sset // '-'} // {};
+	my $ns = $o{$nset // '-'} // {};
+	my $ssvc = $o{"Service/" . ($ss->{spec}{serviceName} // '-')} // {};
+	my $nsvc = $o{"Service/" . ($ns->{spec}{serviceName} // '-')} // {};
+
+	my ($hosts, $master) = $s->{url} =~ m{^sentinel://([^/]+)/(\S+)$};
+	my @want = map { "$ss->{metadata}{name}-$_.$ssvc->{metadata}{name}"
+		. ".dynamo.svc.cluster.local:$ssvc->{spec}{ports}[0]{port}" }
+		0 .. ($ss->{spec}{replicas} // 0) - 1;
+
+	is($hosts // '-', join(',', @want), "$v: every sentinel by its name");
+	is(scalar @want, 3, "$v: three sentinels");
+	is(join(' ', map { $_->{spec}{clusterIP} // '-' } $ssvc, $nsvc),
+		'None None', "$v: headless Services for names of pods");
+	is($ns->{spec}{replicas}, 3, "$v: a primary and two replicas");
+	is($s->{param}{wait}, 1, "$v: wait=1");
+	like($s->{bare}, qr/^\s*resolver\s+kube-dns\.kube-system\.svc\.cluster\.local\b/m,
+		"$v: nginx's resolver is kube-dns");
+
+	my $rcmv = $o{'ConfigMap/dynamo-rl-redis'} // {};
+	my $sconf = $rcmv->{data}{'sentinel.conf'} // '';
+	my $start = $rcmv->{data}{'start-sentinel'} // '';
+
+	like($start, qr/^\s*echo "sentinel monitor \Q$master\E \$primary 6379 2"$/m,
+		"$v: the sentinels watch the gateway's master, quorum 2");
+	unlike($sconf, qr/resolve-hostnames\s+yes/, "$v: nodes by address");
+
+	for my $k (qw/ start-redis start-sentinel /) {
+		$t->write_file("v-$k", $rcmv->{data}{$k} // 'exit 1');
+		my $out = `sh -n $d/v-$k 2>&1`;
+		is($?, 0, "$v: $k: sh -n") or diag($out);
+		like($rcmv->{data}{$k} // '', qr/^\s*exec redis-\w+ \/run\/redis\//m,
+			"$v: $k: runs from the writable volume");
+	}
+
+	my ($npv) = @{$vdocs{$v}{'networkpolicy.yaml'} // []};
+	my %eg = map { join(',', %{($_->{to}[0]{podSelector}{matchLabels}
+		// {})}) => join(' ', sort map { $_->{port} } @{$_->{ports}}) }
+		@{$npv->{spec}{egress} // []};
+
+	is($eg{'app.kubernetes.io/name,dynamo-rl-redis'}, '26379 6379',
+		"$v: the gateway reaches the nodes and the sentinels");
+
+	# the start scripts run, with Debian's redis-server and
+	# redis-sentinel, the Secret of store-sentinel/redis-acl, loopback
+	# for the pods' names and ports of the test's: node 0 starts as the
+	# primary; a sentinel watches it; node 1 asks the sentinel for the
+	# primary (its name of node 0 does not resolve) and replicates it as
+	# "replica"; the sentinel sees both as "sentinel"
+
+	my $acl_v = `$K8S/$v/redis-acl $d/vsecret 2>&1`;
+	is($?, 0, "$v: redis-acl: exit 0") or diag($acl_v);
+
+	my $sentinel = `sh -c 'command -v redis-sentinel' 2>/dev/null`;
+	chomp $sentinel;
+
+	SKIP: {
+		skip('no redis-server or redis-sentinel', 4)
+			unless $redis && $sentinel;
+
+		my $ipw = slurp("$d/vsecret/internal-password");
+		my ($pp, $rp, $sp) = (port(8077), port(8076), port(8075));
+		my $bin = "$d/vs-bin";
+		my @pid;
+
+		# hostname and getent of a pod
+
+		mkdir $bin;
+		$t->write_file('vs-bin/hostname', "#!/bin/sh\necho \"\$TEST_HOST\"\n");
+		$t->write_file('vs-bin/getent', "#!/bin/sh\n"
+			. "[ -n \"\$TEST_NODE0\" ] || exit 2\n"
+			. "echo \"\$TEST_NODE0 \$2\"\n");
+		chmod 0755, "$bin/hostname", "$bin/getent";
+
+		local $ENV{PATH} = "$bin:$ENV{PATH}";
+
+		for ([ 'p', $pp, 'dynamo-rl-redis-0', 'start-redis', '' ],
+			[ 's', $sp, 'dynamo-rl-sentinel-0', 'start-sentinel',
+				'127.0.0.1' ],
+			[ 'r', $rp, 'dynamo-rl-redis-1', 'start-redis', '' ])
+		{
+			my ($n, $p, $host, $script, $node0) = @$_;
+			my $etc = "$d/vs-$n/etc";
+
+			system('mkdir', '-p', "$etc/acl", "$d/vs-$n/run",
+				"$d/vs-$n/data");
+			system('cp', "$d/vsecret/users.acl",
+				"$d/vsecret/internal-password", "$etc/acl/");
+
+			for my $k ('redis.conf', 'sentinel.conf') {
+				my $c = $rcmv->{data}{$k} // '';
+				$c =~ s/^bind .*$//m;
+				$c =~ s/^port .*$/port $p\nbind 127.0.0.1/m;
+				$c =~ s{^dir /data$}{dir $d/vs-$n/data}m;
+				$c =~ s{^dir /run/redis$}{dir $d/vs-$n/run}m;
+				$c =~ s{/etc/redis/}{$etc/}g;
+				$t->write_file("vs-$n/etc/$k", $c);
+			}
+
+			my $sh = $rcmv->{data}{$script} // 'exit 1';
+			$sh =~ s{/etc/redis/}{$etc/}g;
+			$sh =~ s{/run/redis/}{$d/vs-$n/run/}g;
+			$sh =~ s{-h "dynamo-rl-sentinel-\$i\.dynamo-rl-sentinel"}
+				{-h 127.0.0.1}g;
+			$sh =~ s/\b26379\b/$sp/g;
+			$sh =~ s/\b6379\b/$pp/g;
+			$t->write_file("vs-$n.sh", $sh);
+
+			local $ENV{TEST_HOST} = $host;
+			local $ENV{TEST_NODE0} = $node0;
+			local $ENV{POD_IP} = '10.255.0.' . (1 + @pid);
+
+			push @pid, daemon("$d/vs-$n.out", 'sh', "$d/vs-$n.sh");
+
+			ok($t->waitforsocket("127.0.0.1:$p"), "$v: $script runs $host")
+				or diag(slurp("$d/vs-$n.out"));
+		}
+
+		ok(Test::DynamoRL::wait_for(sub {
+			cli($rp, '--user', 'sentinel', '--pass', $ipw, 'ROLE')
+				=~ /^slave\n127\.0\.0\.1\n$pp\nconnected\n/ }, 20),
+			"$v: node 1 replicates the primary the sentinel names")
+			or diag(slurp("$d/vs-r.out"));
+		is(cli($sp, 'SENTINEL', 'get-master-addr-by-name', $master),
+			"127.0.0.1\n$pp", "$v: the sentinel names the primary")
+			or diag(slurp("$d/vs-s.out"));
+		ok(Test::DynamoRL::wait_for(sub {
+			cli($sp, 'SENTINEL', 'replicas', $master) =~ /\b$rp\b/
+				&& cli($sp, 'SENTINEL', 'master', $master)
+					!~ /\n(?:flags\n[^\n]*(?:disconnected|s_down))/ }, 20),
+			"$v: the sentinel watches the nodes as \"sentinel\"")
+			or diag(slurp("$d/vs-s.out"));
+
+		# the gateway's password is this redis-acl's
+
+		system('cp', "$d/vsecret/password",
+			"$d/v/$v/etc/dynamo-rl/redis/password");
+
+		my $gw = gateway($v, $sp);
+		ok(is_true($gw->{store}{up}), "$v: the gateway's store is up,"
+			. " through the sentinel") or diag(explain($gw));
+
+		stop($_) for reverse @pid;
+	}
 }
 
 ###############################################################################
@@ -846,6 +1294,227 @@ sub certificates {
 	}
 
 	return '';
+}
+
+# what is left of an nginx.conf without comments, the store and the
+# resolver, in single spaces
+
+sub conf_but_store {
+	my ($text) = @_;
+
+	$text =~ s/#.*//g;
+	$text =~ s/^\s*(?:dynamo_rl_store|resolver)\s[^;]*;//mg;
+	$text =~ s/\s+/ /g;
+
+	return $text;
+}
+
+# a Deployment without the volumes of the store's Secrets ("redis-*")
+
+sub dep_but_store {
+	my ($d) = @_;
+
+	my $c = YAML::XS::Load(YAML::XS::Dump($d // {}));
+	my $s = $c->{spec}{template}{spec} // {};
+
+	$s->{volumes} = [ grep { $_->{name} !~ /^redis-/ }
+		@{$s->{volumes} // []} ];
+
+	for my $ct (@{$s->{containers} // []}) {
+		$ct->{volumeMounts} = [ grep { $_->{name} !~ /^redis-/ }
+			@{$ct->{volumeMounts} // []} ];
+	}
+
+	return $c;
+}
+
+# a NetworkPolicy without its egress to the store
+
+sub np_but_store {
+	my ($n) = @_;
+
+	my $c = YAML::XS::Load(YAML::XS::Dump($n // {}));
+
+	$c->{spec}{egress} = [ grep { !grep { ($_->{port} // 0) == 6379 }
+		@{$_->{ports} // []} } @{$c->{spec}{egress} // []} ];
+
+	return $c;
+}
+
+# the Secret and key a file of the container is, and "ro" if mounted so
+
+sub secret_file {
+	my ($d, $path) = @_;
+
+	my ($dir, $file) = $path =~ m{^(.*)/([^/]+)$} or return ();
+	my $s = $d->{spec}{template}{spec} // {};
+	my ($m) = grep { $_->{mountPath} eq $dir }
+		@{$s->{containers}[0]{volumeMounts} // []};
+	my ($vol) = grep { $_->{name} eq ($m // {})->{name} // '-' }
+		@{$s->{volumes} // []};
+	my $sec = ($vol // {})->{secret} or return ();
+
+	my $key = $file;
+
+	if ($sec->{items}) {
+		my ($i) = grep { $_->{path} eq $file } @{$sec->{items}};
+		$key = $i ? $i->{key} : return ();
+	}
+
+	return ($sec->{secretName}, $key, $m->{readOnly} ? 'ro' : 'rw');
+}
+
+# an nginx.conf of the manifests for nginx -t here: loopback for every
+# name, the test directory for every path but the store's files
+
+sub localise {
+	my ($text, $dir) = @_;
+
+	$text =~ s{^(\s*server\s+)[A-Za-z][A-Za-z0-9.-]*(:\d+)}
+		{${1}127.0.0.1$2}mg;
+	$text =~ s{(?<![\w/])/tmp/}{%%TESTDIR%%/}g;
+	$text =~ s{^(load_module\s+)/usr/lib/nginx/modules/
+		(ngx_http_dynamo_rl_module\.so;)}{$1$so;}mx;
+	$text =~ s{(\bstate=)/\S+/}{$1%%TESTDIR%%/state/}g;
+	$text =~ s{/etc/nginx/tls/}{%%TESTDIR%%/tls/}g;
+	$text =~ s{(rediss?://)[A-Za-z][A-Za-z0-9.-]*:}{${1}127.0.0.1:}g;
+	$text =~ s{(sentinel://)(\S+)/}{$1 . join(',', map { s/^[^:]+/127.0.0.1/r }
+		split /,/, $2) . '/'}ge;
+	$text =~ s{^(\s*resolver\s+)[A-Za-z][A-Za-z0-9.-]*}{${1}127.0.0.1}mg;
+
+	return $text;
+}
+
+# a CA, a certificate of the store's Service name and 127.0.0.1, and a
+# client certificate, as cert-manager would issue them
+
+sub ca_chain {
+	my ($dir) = @_;
+
+	mkdir $dir;
+
+	my $ec = '-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';
+	my @cmds = (
+		"openssl req -x509 $ec -days 1 -subj '/CN=dynamo-rl-redis CA'"
+			. " -keyout ca.key -out ca.crt",
+		"openssl req $ec -subj '/CN=dynamo-rl-redis' -keyout server.key"
+			. " -out server.csr",
+		"printf 'subjectAltName=DNS:dynamo-rl-redis.dynamo.svc.cluster.local"
+			. ",IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' > server.ext",
+		"openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key"
+			. " -CAcreateserial -days 1 -extfile server.ext -out server.crt",
+		"openssl req $ec -subj '/CN=dynamo-rl-gateway' -keyout client.key"
+			. " -out client.csr",
+		"printf 'extendedKeyUsage=clientAuth\\n' > client.ext",
+		"openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key"
+			. " -CAcreateserial -days 1 -extfile client.ext -out client.crt",
+	);
+
+	for my $cmd (@cmds) {
+		my $out = `cd '$dir' && $cmd 2>&1`;
+		return "$cmd:\n$out" if $?;
+	}
+
+	return '';
+}
+
+# a daemon of the test, its output to a file; stopped by its pid
+
+sub daemon {
+	my ($out, @cmd) = @_;
+
+	my $pid = fork() // die "cannot fork: $!\n";
+
+	if ($pid == 0) {
+		open STDIN, '<', '/dev/null';
+		open STDOUT, '>', $out;
+		open STDERR, '>&', \*STDOUT;
+		delete $ENV{LD_PRELOAD};
+		{ exec @cmd; }
+		POSIX::_exit(127);
+	}
+
+	return $pid;
+}
+
+# the gateway of a variant's nginx.conf, run on free loopback ports with
+# its store on "port" (a sentinel's, for sentinel://): the status its
+# trusted listener answers, over mutual TLS, once the store is up or
+# after 10 s
+
+sub gateway {
+	my ($v, $port) = @_;
+
+	my $g = Test::DynamoRL->new();
+	my $conf = ${$vstore{$v}{local}};
+	my %p = map { $_ => port(8060 + $_ % 100) } qw/ 8080 9090 8088 /;
+
+	$conf =~ s{%%TESTDIR%%/tls/}{$d/tls/}g;
+	$conf =~ s{^(\s*listen\s+)(8080|9090|8088)\b}{${1}127.0.0.1:$p{$2}}mg;
+	$conf =~ s{((?:rediss?|sentinel)://[^/\s]*?127\.0\.0\.1:)\d+}
+		{$1$port}g;
+
+	$g->write_file_expand('nginx.conf', $conf);
+	$g->run();
+
+	my $st = {};
+
+	Test::DynamoRL::wait_for(sub {
+		my $curl = "curl -s --max-time 5 -k --cert $d/tls/orch.crt"
+			. " --key $d/tls/orch.key https://127.0.0.1:$p{9090}/rl/status";
+		my $out = `$curl`;
+		$st = eval { JSON::PP::decode_json($out) } // { raw => $out };
+		return is_true($st->{store}{up});
+	}, 10);
+
+	$g->stop();
+
+	return $st;
+}
+
+sub is_true {
+	my ($v) = @_;
+	return ref $v && $v ? 1 : 0;
+}
+
+# a daemon stopped by its pid: redis-server refuses a SIGTERM while it
+# writes its first append-only file (a replica after its sync), so
+# SIGTERM again until it exits
+
+sub stop {
+	my ($pid) = @_;
+
+	for (1 .. 100) {
+		kill 'TERM', $pid;
+		return if Test::DynamoRL::wait_for(sub {
+			waitpid($pid, WNOHANG) == $pid }, 1);
+	}
+
+	kill 'KILL', $pid;
+	waitpid($pid, 0);
+}
+
+# redis-cli on loopback: its output, errors included, without the last
+# newline
+
+sub cli {
+	my ($port, @args) = @_;
+
+	my $pid = open(my $fh, '-|') // return "cannot fork: $!";
+
+	if ($pid == 0) {
+		open STDERR, '>&', \*STDOUT;
+		delete $ENV{LD_PRELOAD};
+		{ exec 'timeout', '10', 'redis-cli', '--no-auth-warning',
+			'-h', '127.0.0.1', '-p', $port, @args; }
+		POSIX::_exit(127);
+	}
+
+	my $out = join '', <$fh>;
+	close $fh;
+	chomp $out;
+
+	return $out;
 }
 
 ###############################################################################

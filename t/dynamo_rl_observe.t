@@ -395,7 +395,7 @@ my $all = join "\n", @queries;
 
 is(join(' ', grep { $all !~ /\bdynamo_rl_$_\b/ } qw/ store_up
 	store_round_trip_seconds_bucket store_operations_total store_queue
-	store_fallbacks_total fleet_replicas fleet_acked fleet_lost
+	store_fallbacks_total store_conflicts_total fleet_replicas fleet_acked fleet_lost
 	fleet_drained /), '', 'grafana: panels for the store and the fleet');
 is(join(', ', map { $_->{title} } grep { !@{$_->{targets} // []} } @panels),
 	'', 'grafana: every panel has a query');
@@ -414,8 +414,8 @@ my %alerting = map { $_->{alert} => 1 } map { @{$_->{rules} // []} }
 	@{$rules->{groups} // []};
 
 is(join(' ', grep { !$alerting{$_} } qw/ DynamoRLStoreDown
-	DynamoRLStoreFallback DynamoRLStoreDroppingWrites DynamoRLStoreSlow
-	DynamoRLReplicaLost /), '', 'prometheus: the store\'s alerts');
+	DynamoRLStoreFallback DynamoRLStoreConflict DynamoRLStoreDroppingWrites
+	DynamoRLStoreSlow DynamoRLReplicaLost /), '', 'prometheus: the store\'s alerts');
 
 ###############################################################################
 

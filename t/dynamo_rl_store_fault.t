@@ -64,7 +64,7 @@ $tz->run();
 my $URL = 'redis://127.0.0.1:' . port(8379);
 
 my $STORE_SERIES = qr/^dynamo_rl_store_(?:info|up|queue|fallbacks_total
-	|dropped_total|reconnects_total|operations_total
+	|dropped_total|reconnects_total|conflicts_total|operations_total
 	|round_trip_seconds_(?:bucket|sum|count))$/x;
 
 my @OPS = qw/ claim move gate beat get connect /;
@@ -101,8 +101,8 @@ Test::DynamoRL::wait_for(sub {
 is($m->{dynamo_rl_store_up}, 1, 'metrics: store up');
 is($m->{'dynamo_rl_store_info{replica="A"}'}, 1, 'metrics: info, replica');
 is(join(' ', map { $m->{"dynamo_rl_store_$_"} // '-' }
-	qw/ queue fallbacks_total dropped_total /), '0 0 0',
-	'metrics: queue, fallbacks, dropped');
+	qw/ queue fallbacks_total dropped_total conflicts_total /), '0 0 0 0',
+	'metrics: queue, fallbacks, dropped, conflicts');
 like($m->{dynamo_rl_store_reconnects_total} // '', qr/^\d+$/,
 	'metrics: reconnects');
 is(scalar(grep { !defined $m->{op($_->[0], $_->[1])} }

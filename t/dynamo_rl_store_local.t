@@ -15,8 +15,9 @@
 #   before it admits anything new through it; B then refuses them (409),
 #   each was forwarded once; the stream's record is "streaming" on B and
 #   ends there as it ends on L;
-# - the id B forwarded meanwhile is a conflict: counted in the status,
-#   one warn line naming it and B.
+# - the id B forwarded meanwhile is a conflict: counted in the status
+#   and in dynamo_rl_store_conflicts_total (B's stays 0), one warn line
+#   naming it and B.
 
 ###############################################################################
 
@@ -28,7 +29,7 @@ use Test::More;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ api forwarded is_false is_true json call
-	read_until start time_limit /;
+	metrics read_until start time_limit /;
 use Test::DynamoRL::Redis qw/ admit gen replica_conf resp_proxy
 	wait_done wait_state wait_status /;
 
@@ -36,7 +37,7 @@ use Test::DynamoRL::Redis qw/ admit gen replica_conf resp_proxy
 
 time_limit(Test::DynamoRL::scale(120));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(17);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(19);
 my $tb = Test::DynamoRL->new()->check_at_end();
 
 my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
@@ -120,6 +121,10 @@ ok(Test::DynamoRL::wait_for(sub {
 ok(Test::DynamoRL::wait_for(sub {
 	(json(call('GET', '/rl/status', port => $L{api}))->{store}{conflicts}
 		// 0) == 1 }, 10), 'conflict: counted');
+is(metrics($L{api})->{dynamo_rl_store_conflicts_total}, 1,
+	'conflict: in the metrics');
+is(metrics($B{api})->{dynamo_rl_store_conflicts_total}, 0,
+	'conflict: none on B');
 
 my $want = 'attempt "local-2", forwarded by this replica while the store'
 	. ' was unavailable, was claimed meanwhile through replica "B":'
