@@ -2,17 +2,17 @@
 
 # (C) ngx_dynamo_rl_module developers
 
-# Attack 25: wait=1 and the store's replica gone.  Each claim is followed
-# by "WAIT 1 <ms>" on the worker process's one connection; Redis blocks
-# that connection for each WAIT in turn, so under load the worker
-# process's own heartbeat ("live") waits behind a convoy of WAITs for
-# longer than six heartbeats.  Replica B, whose connection is fine,
-# judges A's live worker process silent and ends its attempt in flight
-# as failed ("replica_lost") while A still streams it: the attempts API
-# says failed for a live attempt, and the record lives only for
-# dynamo_rl_attempt_ttl from then on.  Once the ttl has run, the same id
-# sent to B is forwarded a second time while the first generation still
-# runs on A.
+# The WAIT convoy (attack 25, issue 25): wait=1 and the store's replica
+# gone.  Each claim was followed by "WAIT 1 <ms>" on the worker process's
+# one connection; Redis blocks that connection for each WAIT in turn, so
+# under load the worker process's own heartbeat ("live") waited behind a
+# convoy of WAITs for longer than six heartbeats.  Replica B, whose
+# connection is fine, judged A's live worker process silent and ended its
+# attempt in flight as failed ("replica_lost") while A still streamed it:
+# the attempts API said failed for a live attempt, and the record lived
+# only for dynamo_rl_attempt_ttl from then on.  Once the ttl had run, the
+# same id sent to B was forwarded a second time while the first
+# generation still ran on A.
 #
 # Expected: a worker process that is alive and connected is not judged
 # silent because of its own WAITs (its heartbeat is not held behind
