@@ -37,7 +37,7 @@ use Test::DynamoRL::Redis qw/ replica_conf gen admit store_key /;
 
 time_limit(Test::DynamoRL::scale(120));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(6 + 2);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(7 + 2);
 my $tb = Test::DynamoRL->new()->check_at_end();
 
 my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
@@ -108,10 +108,23 @@ for my $i (1 .. 30) {
 	push @pids, $pid;
 }
 
-my $st;
+# meanwhile, the age of the last beat of A's worker process, on the
+# store's clock
+
+my ($st, $gap);
+$gap = 0;
 
 $t->wait_for(sub {
 	$st = $redis->hgetall($key)->{st} // '-';
+
+	my $live = $redis->hgetall(store_key('live'));
+	my $now = $redis->time_ms();
+
+	for my $id (grep { m{^A/} } keys %$live) {
+		my $g = $now - $live->{$id};
+		$gap = $g if $g > $gap;
+	}
+
 	return $st ne 's';
 }, 10);
 
@@ -119,6 +132,13 @@ unlink($t->testdir() . '/load');
 waitpid($_, 0) for @pids;
 
 is($st, 's', 'the attempt A still streams stays in flight in the store');
+
+# one WAIT at a time: two beats at most 2 * 250ms + 500ms apart, and well
+# under half the 3 s silence (before, 3 s and more behind a queue of WAITs)
+
+cmp_ok($gap, '<', 1500, "A's beats behind one WAIT at most")
+	or diag("gap $gap ms");
+note("the oldest beat of A seen: $gap ms");
 
 # the replica back: the store admits again on both
 
