@@ -1447,7 +1447,11 @@ ngx_http_dynamo_rl_ledger_store_exit_process(ngx_http_dynamo_rl_store_t *store)
 /*
  * how long a worker process may be silent before its records in flight
  * end: six heartbeats, 3 s at least, but half the lease at most, so that
- * they end before their lease runs out and the id is taken for unused
+ * they end before their lease runs out and the id is taken for unused.
+ * With wait=, a beat may wait in the store behind one WAIT (up to
+ * timeout), and so may the next: two beats of a live process are at most
+ * 2 * timeout + heartbeat apart, and the silence is twice that at least
+ * (dynamo_rl_store refuses a lease shorter than twice the silence then)
  */
 
 static ngx_msec_t
@@ -1457,6 +1461,11 @@ ngx_http_dynamo_rl_ledger_silence(ngx_http_dynamo_rl_store_t *store)
 
     silence = ngx_max(NGX_HTTP_DYNAMO_RL_LIVE_BEATS * store->heartbeat,
                       NGX_HTTP_DYNAMO_RL_LIVE_SILENCE);
+
+    if (store->wait) {
+        silence = ngx_max(silence,
+                          2 * (2 * store->timeout + store->heartbeat));
+    }
 
     if (silence > store->lease / 2) {
         silence = ngx_max(store->lease / 2, 2 * store->heartbeat);

@@ -324,7 +324,9 @@ static u_char  ngx_http_dynamo_rl_lua_beat[] =
  * longer than "silence": killed, or its replica gone; but only when its
  * own previous beat is recent: after a pause of the store, or of its own
  * connection, every process is late, and none is judged by one that is.
- * The records keep their ids refused for their ttl.  The reply:
+ * The records keep their ids refused for the longer of their ttl and the
+ * lease: a replica cut off from the store may still stream them, and
+ * their lease is what the store promised them without news of it.  The reply:
  * identity, count, for each process it settled.  "bye", a process's
  * last words as it exits, ends its own records ("worker_exited") and its
  * entries.
@@ -343,7 +345,9 @@ static u_char  ngx_http_dynamo_rl_lua_live[] =
     " and string.sub(r[2] or '', 1, #id + 1) == id .. '/' then\n"
     "      redis.call('HSET', m[i], 'st', 'f', 'code', '0', 'sse',"
     " r[3] or '0', 'b', '0', 't1', d(now), 'rs', rs)\n"
-    "      redis.call('PEXPIRE', m[i], m[i + 1])\n"
+    "      local ttl = tonumber(m[i + 1]) or 0\n"
+    "      if rs == 'rl' then ttl = math.max(ttl, tonumber(ARGV[2]) or 0) end\n"
+    "      redis.call('PEXPIRE', m[i], d(ttl))\n"
     "      n = n + 1\n"
     "    end\n"
     "  end\n"

@@ -98,9 +98,12 @@ static ngx_uint_t ngx_http_dynamo_rl_store_waited(
 static u_char *ngx_http_dynamo_rl_store_format(u_char *p, u_char type,
     size_t n);
 static ngx_int_t ngx_http_dynamo_rl_store_wait(
-    ngx_http_dynamo_rl_store_conn_t *conn, ngx_http_dynamo_rl_store_cmd_t *cmd);
+    ngx_http_dynamo_rl_store_conn_t *conn, ngx_msec_t deadline);
 static ngx_int_t ngx_http_dynamo_rl_store_waited_reply(
     ngx_http_dynamo_rl_store_conn_t *conn, redisReply *reply);
+static void ngx_http_dynamo_rl_store_held(
+    ngx_http_dynamo_rl_store_conn_t *conn, ngx_queue_t *held,
+    ngx_uint_t enough);
 static void ngx_http_dynamo_rl_store_wait_drop(
     ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t call);
 
@@ -393,6 +396,22 @@ ngx_http_dynamo_rl_store_check(ngx_conf_t *cf,
     if (store->gate_stale <= store->gate_poll) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "gate_stale must be longer than gate_poll");
+        return NGX_CONF_ERROR;
+    }
+
+    /*
+     * wait=: two beats of a live worker process may be 2 * timeout +
+     * heartbeat apart (each waits for one WAIT at most); its records end
+     * after twice that, at most half the lease (the ledger's silence)
+     */
+
+    if (store->wait
+        && (uint64_t) store->lease
+           < 8 * (uint64_t) store->timeout + 4 * (uint64_t) store->heartbeat)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "with \"wait\", lease must be at least"
+                           " 8 * timeout + 4 * heartbeat");
         return NGX_CONF_ERROR;
     }
 
@@ -820,6 +839,8 @@ ngx_http_dynamo_rl_store_init_process(ngx_http_dynamo_rl_store_t *store,
     for (i = 0; i < NGX_HTTP_DYNAMO_RL_SCRIPTS; i++) {
         ngx_queue_init(&conn->batch[i].members);
     }
+
+    ngx_queue_init(&conn->held);
 
     conn->reply = ngx_http_dynamo_rl_store_reply;
     conn->flush = ngx_http_dynamo_rl_store_flush_all;
@@ -1682,7 +1703,12 @@ ngx_http_dynamo_rl_store_evalsha(u_char *p, ngx_uint_t script,
 }
 
 
-/* into the connection's output and FIFO; wait=: a WAIT after a claim */
+/*
+ * into the connection's output and FIFO; wait=: a WAIT after a claim, or,
+ * while one is out, the claim is covered by the next (a WAIT blocks the
+ * connection in the store: with one at a time, a heartbeat or a gate read
+ * waits for one WAIT at most, never for a convoy of them)
+ */
 
 static ngx_int_t
 ngx_http_dynamo_rl_store_queue(ngx_http_dynamo_rl_store_conn_t *conn,
@@ -1692,11 +1718,34 @@ ngx_http_dynamo_rl_store_queue(ngx_http_dynamo_rl_store_conn_t *conn,
         return NGX_ERROR;
     }
 
-    if (conn->store->wait && cmd->script == NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM
-        && cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_USER && cmd->waited
-        && ngx_http_dynamo_rl_store_wait(conn, cmd) != NGX_OK)
+    if (!conn->store->wait || cmd->script != NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM
+        || cmd->kind != NGX_HTTP_DYNAMO_RL_STORE_USER || !cmd->waited)
     {
-        return NGX_ERROR;
+        return NGX_OK;
+    }
+
+    cmd->wait = 1;
+
+    if (conn->waiting) {
+        if (!conn->owing) {
+            conn->owing = 1;
+            conn->owed = cmd->deadline;
+        }
+
+        return NGX_OK;
+    }
+
+    if (ngx_http_dynamo_rl_store_wait(conn, cmd->deadline) != NGX_OK) {
+
+        /*
+         * the claim is in the FIFO, its reply will come: its waiters are
+         * answered now as by an unavailable store (they release the ids)
+         */
+
+        cmd->wait = 0;
+        ngx_http_dynamo_rl_store_conn_finish(conn, cmd,
+                                             NGX_HTTP_DYNAMO_RL_STORE_R_DOWN,
+                                             NGX_ERROR, NULL);
     }
 
     return NGX_OK;
@@ -1763,10 +1812,8 @@ ngx_http_dynamo_rl_store_reply(ngx_http_dynamo_rl_store_conn_t *conn,
     /* wait=: the claims are answered once the replicas have them */
 
     if (cmd->wait && reply->type != REDIS_REPLY_ERROR) {
-        ngx_http_dynamo_rl_store_wait_drop(conn, 1);
-
-        conn->held = cmd;
-        conn->held_reply = reply;
+        cmd->reply = reply;
+        ngx_queue_insert_tail(&conn->held, &cmd->queue);
 
         return NGX_OK;
     }
@@ -1912,13 +1959,15 @@ ngx_http_dynamo_rl_store_format(u_char *p, u_char type, size_t n)
 
 
 /*
- * wait=N: "WAIT N ms" right after a claim, on the same connection, within
- * what is left of the claim's timeout (WAIT 0 would block for ever)
+ * wait=N: "WAIT N ms" right after a claim, or after the claims sent while
+ * the last one was out, on the same connection (WAIT waits for the
+ * connection's own writes), within what is left of the first claim's
+ * timeout (WAIT 0 would block for ever)
  */
 
 static ngx_int_t
 ngx_http_dynamo_rl_store_wait(ngx_http_dynamo_rl_store_conn_t *conn,
-    ngx_http_dynamo_rl_store_cmd_t *cmd)
+    ngx_msec_t deadline)
 {
     size_t           len[3];
     u_char          *p;
@@ -1926,7 +1975,7 @@ ngx_http_dynamo_rl_store_wait(ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_msec_int_t   left;
     u_char           n[NGX_INT_T_LEN], ms[NGX_INT_T_LEN];
 
-    left = (ngx_msec_int_t) (cmd->deadline - ngx_current_msec);
+    left = (ngx_msec_int_t) (deadline - ngx_current_msec);
 
     if (left < 1) {
         left = 1;
@@ -1951,73 +2000,91 @@ ngx_http_dynamo_rl_store_wait(ngx_http_dynamo_rl_store_conn_t *conn,
         return NGX_ERROR;
     }
 
-    cmd->wait = 1;
+    conn->waiting = 1;
 
     return NGX_OK;
 }
 
 
 /*
- * the reply to a WAIT: the claim held before it is answered with its own
- * reply if enough replicas have it, or as by an unavailable store (its
- * requests release their ids); a WAIT after a claim that went again as
- * EVAL (NOSCRIPT) has nothing held
+ * the reply to a WAIT: the claims held before it are answered with their
+ * own replies if enough replicas have them, or as by an unavailable store
+ * (their requests release their ids); the claims sent since get the next
+ * WAIT, at the end of the FIFO.  A WAIT after claims that went again as
+ * EVAL (NOSCRIPT) may have nothing held.
  */
 
 static ngx_int_t
 ngx_http_dynamo_rl_store_waited_reply(ngx_http_dynamo_rl_store_conn_t *conn,
     redisReply *reply)
 {
-    ngx_http_dynamo_rl_store_t      *store;
-    ngx_http_dynamo_rl_store_cmd_t  *cmd;
+    ngx_int_t                    rc;
+    ngx_uint_t                   enough, refused;
+    ngx_queue_t                  held;
+    ngx_http_dynamo_rl_store_t  *store;
 
-    cmd = conn->held;
     store = conn->store;
 
-    if (cmd == NULL) {
-        freeReplyObject(reply);
-        return NGX_OK;
-    }
+    enough = (reply->type == REDIS_REPLY_INTEGER
+              && reply->integer >= (long long) store->wait);
+    refused = 0;
 
-    if (reply->type == REDIS_REPLY_INTEGER
-        && reply->integer >= (long long) store->wait)
-    {
-        conn->held = NULL;
+    ngx_queue_init(&held);
 
-        ngx_http_dynamo_rl_store_conn_finish(conn, cmd,
-                                             NGX_HTTP_DYNAMO_RL_STORE_R_OK,
-                                             NGX_OK, conn->held_reply);
+    if (!ngx_queue_empty(&conn->held)) {
+        ngx_queue_add(&held, &conn->held);
+        ngx_queue_init(&conn->held);
 
-        freeReplyObject(conn->held_reply);
-        conn->held_reply = NULL;
-        ngx_http_dynamo_rl_store_conn_cmd_free(conn, cmd);
+        if (!enough) {
+            refused = 1;
 
-    } else {
-        ngx_log_error(NGX_LOG_WARN, conn->log, 0,
-                      "dynamo rl store: \"%V\" had the claims on %L of %ui"
-                      " replicas within the timeout, refused",
-                      &store->url,
-                      reply->type == REDIS_REPLY_INTEGER
-                      ? (int64_t) reply->integer : (int64_t) -1,
-                      store->wait);
-
-        ngx_http_dynamo_rl_store_wait_drop(conn, 1);
-
-        if (store->sentinel.len) {
-            /*
-             * a primary without its replicas: after a failover, the
-             * demoted one, until the sentinels reconfigure it; they are
-             * asked again
-             */
-
-            freeReplyObject(reply);
-            ngx_http_dynamo_rl_store_conn_fail(conn, "too few replicas (wait=),"
-                                               " the sentinels asked again", 0);
-            return NGX_ERROR;
+            ngx_log_error(NGX_LOG_WARN, conn->log, 0,
+                          "dynamo rl store: \"%V\" had the claims on %L of"
+                          " %ui replicas within the timeout, refused",
+                          &store->url,
+                          reply->type == REDIS_REPLY_INTEGER
+                          ? (int64_t) reply->integer : (int64_t) -1,
+                          store->wait);
         }
     }
 
     freeReplyObject(reply);
+
+    conn->waiting = 0;
+    rc = NGX_OK;
+
+    if (refused && store->sentinel.len) {
+        /*
+         * a primary without its replicas: after a failover, the demoted
+         * one, until the sentinels reconfigure it; they are asked again
+         */
+
+        ngx_http_dynamo_rl_store_held(conn, &held, 0);
+
+        if (conn->state == NGX_HTTP_DYNAMO_RL_STORE_READY) {
+            ngx_http_dynamo_rl_store_conn_fail(conn, "too few replicas (wait=),"
+                                               " the sentinels asked again", 0);
+        }
+
+        return NGX_ERROR;
+    }
+
+    if (conn->owing) {
+        conn->owing = 0;
+        rc = ngx_http_dynamo_rl_store_wait(conn, conn->owed);
+    }
+
+    ngx_http_dynamo_rl_store_held(conn, &held, enough);
+
+    if (conn->state != NGX_HTTP_DYNAMO_RL_STORE_READY) {
+        /* a handler's command failed the connection */
+        return NGX_ERROR;
+    }
+
+    if (rc != NGX_OK) {
+        ngx_http_dynamo_rl_store_conn_fail(conn, "out of memory", 0);
+        return NGX_ERROR;
+    }
 
     ngx_http_dynamo_rl_store_conn_idle(conn);
 
@@ -2025,31 +2092,77 @@ ngx_http_dynamo_rl_store_waited_reply(ngx_http_dynamo_rl_store_conn_t *conn,
 }
 
 
-/* the held claim, if any, answered as by an unavailable store, or not */
+/* the held claims, with their replies or as by an unavailable store */
+
+static void
+ngx_http_dynamo_rl_store_held(ngx_http_dynamo_rl_store_conn_t *conn,
+    ngx_queue_t *held, ngx_uint_t enough)
+{
+    ngx_queue_t                     *q;
+    ngx_http_dynamo_rl_store_cmd_t  *cmd;
+
+    while (!ngx_queue_empty(held)) {
+        q = ngx_queue_head(held);
+        ngx_queue_remove(q);
+
+        cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+
+        if (enough) {
+            ngx_http_dynamo_rl_store_conn_finish(conn, cmd,
+                                                NGX_HTTP_DYNAMO_RL_STORE_R_OK,
+                                                NGX_OK, cmd->reply);
+
+        } else {
+            ngx_http_dynamo_rl_store_conn_finish(conn, cmd,
+                                               NGX_HTTP_DYNAMO_RL_STORE_R_ERROR,
+                                               NGX_ERROR, NULL);
+        }
+
+        freeReplyObject(cmd->reply);
+        cmd->reply = NULL;
+        ngx_http_dynamo_rl_store_conn_cmd_free(conn, cmd);
+    }
+}
+
+
+/*
+ * the connection is lost, or the process exits: the held claims are
+ * answered as by an unavailable store, or not; the WAITs are gone
+ */
 
 static void
 ngx_http_dynamo_rl_store_wait_drop(ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_uint_t call)
 {
+    ngx_queue_t                      held, *q;
     ngx_http_dynamo_rl_store_cmd_t  *cmd;
 
-    cmd = conn->held;
+    conn->waiting = 0;
+    conn->owing = 0;
 
-    if (cmd == NULL) {
+    if (ngx_queue_empty(&conn->held)) {
         return;
     }
 
-    conn->held = NULL;
+    ngx_queue_init(&held);
+    ngx_queue_add(&held, &conn->held);
+    ngx_queue_init(&conn->held);
 
     if (call) {
-        ngx_http_dynamo_rl_store_conn_finish(conn, cmd,
-                                             NGX_HTTP_DYNAMO_RL_STORE_R_ERROR,
-                                             NGX_ERROR, NULL);
+        ngx_http_dynamo_rl_store_held(conn, &held, 0);
+        return;
     }
 
-    freeReplyObject(conn->held_reply);
-    conn->held_reply = NULL;
-    ngx_http_dynamo_rl_store_conn_cmd_free(conn, cmd);
+    while (!ngx_queue_empty(&held)) {
+        q = ngx_queue_head(&held);
+        ngx_queue_remove(q);
+
+        cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+
+        freeReplyObject(cmd->reply);
+        cmd->reply = NULL;
+        ngx_http_dynamo_rl_store_conn_cmd_free(conn, cmd);
+    }
 }
 
 

@@ -12,8 +12,8 @@
  * their deadlines, the bounds of a reply, and the reconnect with backoff.
  * It knows nothing of attempts or gates: the replies to the commands of
  * its owner (ngx_http_dynamo_rl_store.c) go to the owner's hooks, and so
- * do the batches of a turn before a send and the claim a WAIT holds when
- * the connection is lost.
+ * do the batches of a turn before a send and the claims the WAITs hold
+ * when the connection is lost.
  */
 
 
@@ -238,8 +238,8 @@ struct ngx_http_dynamo_rl_store_conn_s {
      * the owner's (ngx_http_dynamo_rl_store.c), set before the first
      * connect: the reply to a user's command or to a WAIT, taken from the
      * FIFO (NGX_ERROR: the connection was closed); the batches of the
-     * turn, before a send and when the connection is lost; the claim a
-     * WAIT holds, answered as by an unavailable store ("call") or not
+     * turn, before a send and when the connection is lost; the claims
+     * the WAITs hold, answered as by an unavailable store ("call") or not
      */
     ngx_int_t                     (*reply)(
                                       ngx_http_dynamo_rl_store_conn_t *conn,
@@ -258,9 +258,17 @@ struct ngx_http_dynamo_rl_store_conn_s {
     ngx_http_dynamo_rl_store_batch_t  batch[NGX_HTTP_DYNAMO_RL_SCRIPTS];
     ngx_uint_t                      nbatched;
 
-    /* wait=: a claim's reply, held until the WAIT after it is answered */
-    ngx_http_dynamo_rl_store_cmd_t *held;
-    redisReply                     *held_reply;
+    /*
+     * wait=: one WAIT at a time, so that what follows it in the FIFO waits
+     * for one WAIT at most ("waiting"); the claims sent meanwhile are
+     * covered by the next one, sent once it is answered ("owing", within
+     * what is left of the first one's timeout, "owed"); the claims'
+     * replies are held until a WAIT after them is answered
+     */
+    ngx_queue_t                     held;
+    ngx_msec_t                      owed;
+    unsigned                        waiting:1;
+    unsigned                        owing:1;
 
     unsigned                        up:1;
     unsigned                        reported:1;
@@ -291,12 +299,15 @@ struct ngx_http_dynamo_rl_store_cmd_s {
     unsigned                            own:1;     /* buf is ngx_alloc()'s */
     unsigned                            live:1;
     unsigned                            open:1;    /* in a batch, unsent */
-    unsigned                            wait:1;    /* a WAIT follows it */
+    unsigned                            wait:1;    /* a WAIT covers it */
 
     /* a batch's command: its waited members, answered by position */
     ngx_queue_t                         members;
     ngx_uint_t                          nmembers;
     ngx_http_dynamo_rl_store_conn_t    *conn;
+
+    /* wait=: a claim's reply, held until a WAIT after it is answered */
+    redisReply                         *reply;
 
     /* a user's command, formatted here when it fits: no allocation */
     u_char                              small[NGX_HTTP_DYNAMO_RL_STORE_SMALL];

@@ -37,7 +37,7 @@ my $REDIS = '/usr/bin/redis-server';
 
 plan(skip_all => "no $REDIS (apt-get install redis-server)") unless -x $REDIS;
 
-my $t = Test::DynamoRL->new()->has(qw/http/)->plan(84 + 4 + 8);
+my $t = Test::DynamoRL->new()->has(qw/http/)->plan(84 + 4 + 8 + 4);
 
 my $d = $t->testdir();
 my $conf = "$d/nginx-t.conf";
@@ -59,7 +59,8 @@ for my $store (
 	'unix:/run/redis.sock?db=2 on_error=fail',
 	'REDIS://127.0.0.1',
 	'rediss://localhost:6380/1 tls_verify=off',
-	'rediss://127.0.0.1 tls_name=redis.test')
+	'rediss://127.0.0.1 tls_name=redis.test',
+	'redis://127.0.0.1 wait=1 lease=4s')
 {
 	my ($code, $out) = $t->nginx_t(config($store));
 
@@ -117,6 +118,8 @@ emerg('heartbeat', 'redis://127.0.0.1 heartbeat=1x',
 	'invalid heartbeat "1x"');
 emerg('gate_stale', 'redis://127.0.0.1 gate_poll=1s gate_stale=1s',
 	'gate_stale must be longer than gate_poll');
+emerg('wait with a short lease', 'redis://127.0.0.1 wait=1 lease=3999ms',
+	'with "wait", lease must be at least 8 * timeout + 4 * heartbeat');
 emerg('on_error', 'redis://127.0.0.1 on_error=open',
 	'invalid on_error "open", it must be "fail" or "local"');
 emerg('replica', 'redis://127.0.0.1 replica=a/b',
