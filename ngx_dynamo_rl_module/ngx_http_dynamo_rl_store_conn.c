@@ -602,9 +602,19 @@ ngx_http_dynamo_rl_store_fail_reply(ngx_http_dynamo_rl_store_conn_t *conn,
         len = ngx_min(reply->len, 160);
     }
 
-    p = ngx_snprintf(conn->cause, sizeof(conn->cause) - 1, "%s: %*s", what,
-                     len, len ? reply->str : "an unexpected reply");
-    *p = '\0';
+    if (len == 0) {
+        p = ngx_snprintf(conn->cause, sizeof(conn->cause) - 1,
+                         "%s: an unexpected reply", what);
+        *p = '\0';
+
+    } else {
+        /* the store's text is not trusted for the log: a LF forges lines */
+
+        p = ngx_snprintf(conn->cause, sizeof(conn->cause) - 1, "%s: ", what);
+        (void) ngx_http_dynamo_rl_escape_log(p,
+                                             conn->cause + sizeof(conn->cause),
+                                             (u_char *) reply->str, len);
+    }
 
     ngx_http_dynamo_rl_store_conn_fail(conn, (char *) conn->cause, 0);
 }
@@ -1149,6 +1159,7 @@ ngx_http_dynamo_rl_store_handshake(ngx_http_dynamo_rl_store_conn_t *conn,
 {
     ngx_str_t                     policy;
     ngx_http_dynamo_rl_script_t  *script;
+    u_char                        text[128];
 
     switch (cmd->kind) {
 
@@ -1199,11 +1210,18 @@ ngx_http_dynamo_rl_store_handshake(ngx_http_dynamo_rl_store_conn_t *conn,
             if (policy.len != 10
                 || ngx_strncmp(policy.data, "noeviction", 10) != 0)
             {
+                /* the store's text is not trusted for the log */
+
+                (void) ngx_http_dynamo_rl_escape_log(text,
+                                                     text + sizeof(text),
+                                                     policy.data,
+                                                     policy.len);
+
                 ngx_log_error(NGX_LOG_WARN, conn->log, 0,
                               "dynamo rl store: maxmemory-policy of \"%V\""
-                              " is \"%V\", not \"noeviction\": the store"
+                              " is \"%s\", not \"noeviction\": the store"
                               " may evict attempts in flight",
-                              &conn->store->url, &policy);
+                              &conn->store->url, text);
             }
         }
 
@@ -1689,6 +1707,7 @@ ngx_http_dynamo_rl_store_sentinel_reply(ngx_http_dynamo_rl_store_conn_t *conn,
     struct sockaddr_in6         *sin6;
 #endif
     ngx_http_dynamo_rl_store_t  *store;
+    u_char                       text[128];
 
     store = conn->store;
 
@@ -1739,9 +1758,14 @@ ngx_http_dynamo_rl_store_sentinel_reply(ngx_http_dynamo_rl_store_conn_t *conn,
 #endif
 
     if (conn->primary.socklen == 0) {
+        /* the sentinel's text is not trusted for the log */
+
+        (void) ngx_http_dynamo_rl_escape_log(text, text + sizeof(text),
+                                             host.data, host.len);
+
         p = ngx_snprintf(conn->cause, sizeof(conn->cause) - 1,
                          "the sentinel names the primary by a host name,"
-                         " \"%V\", not an address", &host);
+                         " \"%s\", not an address", text);
         *p = '\0';
 
         ngx_http_dynamo_rl_store_conn_fail(conn, (char *) conn->cause, 0);

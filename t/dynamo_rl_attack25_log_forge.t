@@ -29,7 +29,7 @@ use Test::DynamoRL::Redis qw/ replica_conf gen resp_parse /;
 
 time_limit(Test::DynamoRL::scale(60));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(2);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(3);
 
 my $FORGED = '2026/01/01 00:00:00 [alert] 1#1: forged by the sentinel';
 
@@ -75,5 +75,9 @@ is(gen($rep, 'forge-1')->{status}, 503, 'no primary: 503');
 my @forged = $t->log_lines('error.log', qr/^\Q$FORGED\E/);
 
 is(scalar @forged, 0, 'no line of the error log is the sentinel\'s');
+
+ok($t->log_lines('error.log', qr/\[error\].*SENTINEL
+	\ get-master-addr-by-name:\ ERR\ no\ such\ master\\x0a2026/x),
+	'the sentinel\'s words kept in the line, the LF as \\x0a');
 
 ###############################################################################
