@@ -9,7 +9,8 @@
 # CN=redis.test, must then not pass for tls_name=redis.test; one with a
 # DNS name "127.0.0.1" must not pass for the address 127.0.0.1; a partial
 # wildcard "r*.example.test" must not pass for redis.example.test.  A
-# certificate with subjectAltName DNS:redis.test is the control.
+# certificate with subjectAltName DNS:redis.test is the control, and one
+# with the whole-label wildcard DNS:*.example.test that of the partial one.
 
 ###############################################################################
 
@@ -32,7 +33,7 @@ my $t = Test::DynamoRL->new()->has(qw/http proxy/);
 system('openssl version >/dev/null 2>&1') == 0
 	or plan(skip_all => 'no openssl command');
 
-$t->plan(6);
+$t->plan(7);
 
 my $d = $t->testdir();
 
@@ -52,7 +53,8 @@ sub ossl {
 	for my $c ([ 'good', '/CN=x', 'subjectAltName=DNS:redis.test' ],
 		[ 'cn', '/CN=redis.test', undef ],
 		[ 'dnsip', '/CN=127.0.0.1', 'subjectAltName=DNS:127.0.0.1' ],
-		[ 'partial', '/CN=x', 'subjectAltName=DNS:r*.example.test' ])
+		[ 'partial', '/CN=x', 'subjectAltName=DNS:r*.example.test' ],
+		[ 'wild', '/CN=x', 'subjectAltName=DNS:*.example.test' ])
 	{
 		my ($n, $subj, $ext) = @$c;
 
@@ -77,7 +79,7 @@ sub ossl {
 my %redis;
 my $port = 8379;
 
-for my $n (qw/ good cn dnsip partial /) {
+for my $n (qw/ good cn dnsip partial wild /) {
 	$redis{$n} = Test::DynamoRL::Redis->new($t, port => $port,
 		tls => $port + 1, args => [ '--tls-cert-file', "$d/$n.crt",
 		'--tls-key-file', "$d/$n.key", '--tls-ca-cert-file',
@@ -138,6 +140,14 @@ $t->reload();
 $r = admitted('partial');
 is($r->{status}, 503,
 	'partial wildcard r*.example.test for redis.example.test: refused');
+
+# the control of the partial one: a whole label's wildcard still serves
+
+conf('wild', 'redis.example.test');
+$t->reload();
+
+is(admitted('wild')->{status}, 200,
+	'wildcard *.example.test for redis.example.test: admits');
 
 conf('good', 'redis.test');
 $t->reload();
