@@ -399,6 +399,9 @@ ngx_http_dynamo_rl_store_tls_handshaked(ngx_connection_t *c)
     cause = ngx_http_dynamo_rl_store_tls_check(conn->store->tls, c);
 
     if (cause != NULL) {
+        /* a refusal, unless it timed out: see _store_report() */
+        conn->refused = !c->timedout;
+
         ngx_http_dynamo_rl_store_conn_fail(conn, cause, 0);
         return;
     }
@@ -706,17 +709,42 @@ ngx_http_dynamo_rl_store_conn_fail(ngx_http_dynamo_rl_store_conn_t *conn,
 
 /*
  * the operations' count of a failed connect, the store's state, and one
- * log line per transition; 1: the connection was up
+ * log line per transition; 1: the connection was up.  While the store
+ * stays unavailable, a refusal (an error reply of the store or a
+ * sentinel, a replica's ROLE, the store's certificate) other than the
+ * failure last logged is logged too: a certificate rotated to another
+ * name shows after "the store closed the connection".  Failures of the
+ * transport (refused, reset, timed out) stay at debug: their symptoms
+ * vary from one attempt to the next (an alert read, or a reset write).
  */
 
 static ngx_uint_t
 ngx_http_dynamo_rl_store_report(ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_uint_t was, const char *cause, ngx_err_t err)
 {
-    ngx_uint_t                   result, changed;
+    uint32_t                     crc;
+    ngx_uint_t                   i, n, result, changed, refused;
     ngx_http_dynamo_rl_store_t  *store;
 
     store = conn->store;
+
+    refused = conn->refused || cause == (char *) conn->cause;
+    conn->refused = 0;
+
+    ngx_crc32_init(crc);
+    ngx_crc32_update(&crc, (u_char *) cause, ngx_strlen(cause));
+    ngx_crc32_update(&crc, (u_char *) &err, sizeof(ngx_err_t));
+    ngx_crc32_final(crc);
+
+    /* a refusal logged in this outage (sentinels may take turns) */
+
+    n = ngx_min(conn->nreported, NGX_HTTP_DYNAMO_RL_STORE_CAUSES);
+
+    for (i = 0; refused && i < n; i++) {
+        if (conn->reported_cause[i] == crc) {
+            refused = 0;
+        }
+    }
 
     if (was != NGX_HTTP_DYNAMO_RL_STORE_READY) {
         result = (err == NGX_ETIMEDOUT) ? NGX_HTTP_DYNAMO_RL_STORE_R_TIMEOUT
@@ -753,13 +781,27 @@ ngx_http_dynamo_rl_store_report(ngx_http_dynamo_rl_store_conn_t *conn,
             store->stats->up = 0;
         }
 
+    } else if (refused) {
+        ngx_log_error(NGX_LOG_ERR, conn->log, err,
+                      "dynamo rl store: \"%V\" (%V) is still unavailable:"
+                      " %s", &store->url, conn->peer.name, cause);
+
+        conn->reported_cause[conn->nreported++
+                             % NGX_HTTP_DYNAMO_RL_STORE_CAUSES] = crc;
+
+        return changed;
+
     } else {
         ngx_log_debug2(NGX_LOG_DEBUG_EVENT, conn->log, err,
                        "dynamo rl store: \"%V\" still unavailable: %s",
                        &store->url, cause);
+
+        return changed;
     }
 
     conn->reported = 1;
+    conn->reported_cause[0] = crc;
+    conn->nreported = 1;
 
     return changed;
 }
@@ -1181,6 +1223,7 @@ ngx_http_dynamo_rl_store_handshake(ngx_http_dynamo_rl_store_conn_t *conn,
         /* a service that refuses ROLE is taken at its word */
 
         if (ngx_http_dynamo_rl_resp_role(reply) == NGX_DECLINED) {
+            conn->refused = 1;
             ngx_http_dynamo_rl_store_conn_fail(conn,
                                                "the store is not a primary"
                                                " (ROLE)", 0);
