@@ -1809,6 +1809,24 @@ ngx_http_dynamo_rl_store_reply(ngx_http_dynamo_rl_store_conn_t *conn,
     readonly = (reply->type == REDIS_REPLY_ERROR && reply->len >= 8
                 && ngx_strncmp(reply->str, "READONLY", 8) == 0);
 
+    if (readonly && !cmd->waited) {
+        /*
+         * a write of its own (a record's end, a release) that the demoted
+         * primary did not run: back to the head of the FIFO, whence the
+         * lost connection puts it first of the pending writes, for the
+         * primary found next; thrown away, the record would stay in
+         * flight, renewed by the heartbeat, or the id used up
+         */
+
+        freeReplyObject(reply);
+
+        ngx_queue_insert_head(&conn->fifo, &cmd->queue);
+        conn->nfifo++;
+
+        ngx_http_dynamo_rl_store_conn_fail(conn, "the store is read-only", 0);
+        return NGX_ERROR;
+    }
+
     /* wait=: the claims are answered once the replicas have them */
 
     if (cmd->wait && reply->type != REDIS_REPLY_ERROR) {

@@ -441,6 +441,9 @@ ngx_http_dynamo_rl_store_tls_handshaked(ngx_connection_t *c)
     cause = ngx_http_dynamo_rl_store_tls_check(conn->store->tls, c);
 
     if (cause != NULL) {
+        /* a refusal, unless it timed out: see _store_report() */
+        conn->refused = !c->timedout;
+
         ngx_http_dynamo_rl_store_conn_fail(conn, cause, 0);
         return;
     }
@@ -644,9 +647,19 @@ ngx_http_dynamo_rl_store_fail_reply(ngx_http_dynamo_rl_store_conn_t *conn,
         len = ngx_min(reply->len, 160);
     }
 
-    p = ngx_snprintf(conn->cause, sizeof(conn->cause) - 1, "%s: %*s", what,
-                     len, len ? reply->str : "an unexpected reply");
-    *p = '\0';
+    if (len == 0) {
+        p = ngx_snprintf(conn->cause, sizeof(conn->cause) - 1,
+                         "%s: an unexpected reply", what);
+        *p = '\0';
+
+    } else {
+        /* the store's text is not trusted for the log: a LF forges lines */
+
+        p = ngx_snprintf(conn->cause, sizeof(conn->cause) - 1, "%s: ", what);
+        (void) ngx_http_dynamo_rl_escape_log(p,
+                                             conn->cause + sizeof(conn->cause),
+                                             (u_char *) reply->str, len);
+    }
 
     ngx_http_dynamo_rl_store_conn_fail(conn, (char *) conn->cause, 0);
 }
@@ -738,17 +751,42 @@ ngx_http_dynamo_rl_store_conn_fail(ngx_http_dynamo_rl_store_conn_t *conn,
 
 /*
  * the operations' count of a failed connect, the store's state, and one
- * log line per transition; 1: the connection was up
+ * log line per transition; 1: the connection was up.  While the store
+ * stays unavailable, a refusal (an error reply of the store or a
+ * sentinel, a replica's ROLE, the store's certificate) other than the
+ * failure last logged is logged too: a certificate rotated to another
+ * name shows after "the store closed the connection".  Failures of the
+ * transport (refused, reset, timed out) stay at debug: their symptoms
+ * vary from one attempt to the next (an alert read, or a reset write).
  */
 
 static ngx_uint_t
 ngx_http_dynamo_rl_store_report(ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_uint_t was, const char *cause, ngx_err_t err)
 {
-    ngx_uint_t                   result, changed;
+    uint32_t                     crc;
+    ngx_uint_t                   i, n, result, changed, refused;
     ngx_http_dynamo_rl_store_t  *store;
 
     store = conn->store;
+
+    refused = conn->refused || cause == (char *) conn->cause;
+    conn->refused = 0;
+
+    ngx_crc32_init(crc);
+    ngx_crc32_update(&crc, (u_char *) cause, ngx_strlen(cause));
+    ngx_crc32_update(&crc, (u_char *) &err, sizeof(ngx_err_t));
+    ngx_crc32_final(crc);
+
+    /* a refusal logged in this outage (sentinels may take turns) */
+
+    n = ngx_min(conn->nreported, NGX_HTTP_DYNAMO_RL_STORE_CAUSES);
+
+    for (i = 0; refused && i < n; i++) {
+        if (conn->reported_cause[i] == crc) {
+            refused = 0;
+        }
+    }
 
     if (was != NGX_HTTP_DYNAMO_RL_STORE_READY) {
         result = (err == NGX_ETIMEDOUT) ? NGX_HTTP_DYNAMO_RL_STORE_R_TIMEOUT
@@ -785,13 +823,27 @@ ngx_http_dynamo_rl_store_report(ngx_http_dynamo_rl_store_conn_t *conn,
             store->stats->up = 0;
         }
 
+    } else if (refused) {
+        ngx_log_error(NGX_LOG_ERR, conn->log, err,
+                      "dynamo rl store: \"%V\" (%V) is still unavailable:"
+                      " %s", &store->url, conn->peer.name, cause);
+
+        conn->reported_cause[conn->nreported++
+                             % NGX_HTTP_DYNAMO_RL_STORE_CAUSES] = crc;
+
+        return changed;
+
     } else {
         ngx_log_debug2(NGX_LOG_DEBUG_EVENT, conn->log, err,
                        "dynamo rl store: \"%V\" still unavailable: %s",
                        &store->url, cause);
+
+        return changed;
     }
 
     conn->reported = 1;
+    conn->reported_cause[0] = crc;
+    conn->nreported = 1;
 
     return changed;
 }
@@ -1193,6 +1245,7 @@ ngx_http_dynamo_rl_store_handshake(ngx_http_dynamo_rl_store_conn_t *conn,
 {
     ngx_str_t                     policy;
     ngx_http_dynamo_rl_script_t  *script;
+    u_char                        text[128];
 
     switch (cmd->kind) {
 
@@ -1214,6 +1267,7 @@ ngx_http_dynamo_rl_store_handshake(ngx_http_dynamo_rl_store_conn_t *conn,
         /* a service that refuses ROLE is taken at its word */
 
         if (ngx_http_dynamo_rl_resp_role(reply) == NGX_DECLINED) {
+            conn->refused = 1;
             ngx_http_dynamo_rl_store_conn_fail(conn,
                                                "the store is not a primary"
                                                " (ROLE)", 0);
@@ -1243,11 +1297,18 @@ ngx_http_dynamo_rl_store_handshake(ngx_http_dynamo_rl_store_conn_t *conn,
             if (policy.len != 10
                 || ngx_strncmp(policy.data, "noeviction", 10) != 0)
             {
+                /* the store's text is not trusted for the log */
+
+                (void) ngx_http_dynamo_rl_escape_log(text,
+                                                     text + sizeof(text),
+                                                     policy.data,
+                                                     policy.len);
+
                 ngx_log_error(NGX_LOG_WARN, conn->log, 0,
                               "dynamo rl store: maxmemory-policy of \"%V\""
-                              " is \"%V\", not \"noeviction\": the store"
+                              " is \"%s\", not \"noeviction\": the store"
                               " may evict attempts in flight",
-                              &conn->store->url, &policy);
+                              &conn->store->url, text);
             }
         }
 
@@ -1744,6 +1805,7 @@ ngx_http_dynamo_rl_store_sentinel_reply(ngx_http_dynamo_rl_store_conn_t *conn,
     struct sockaddr_in6         *sin6;
 #endif
     ngx_http_dynamo_rl_store_t  *store;
+    u_char                       text[128];
 
     store = conn->store;
 
@@ -1794,9 +1856,14 @@ ngx_http_dynamo_rl_store_sentinel_reply(ngx_http_dynamo_rl_store_conn_t *conn,
 #endif
 
     if (conn->primary.socklen == 0) {
+        /* the sentinel's text is not trusted for the log */
+
+        (void) ngx_http_dynamo_rl_escape_log(text, text + sizeof(text),
+                                             host.data, host.len);
+
         p = ngx_snprintf(conn->cause, sizeof(conn->cause) - 1,
                          "the sentinel names the primary by a host name,"
-                         " \"%V\", not an address", &host);
+                         " \"%s\", not an address", text);
         *p = '\0';
 
         ngx_http_dynamo_rl_store_conn_fail(conn, (char *) conn->cause, 0);

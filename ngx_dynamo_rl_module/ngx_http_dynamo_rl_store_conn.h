@@ -161,6 +161,9 @@ struct ngx_http_dynamo_rl_store_s {
 
 #define NGX_HTTP_DYNAMO_RL_STORE_SMALL       512
 
+/* the refusals of an outage logged at error, remembered: see _report() */
+#define NGX_HTTP_DYNAMO_RL_STORE_CAUSES      4
+
 #define NGX_HTTP_DYNAMO_RL_STORE_STAT(store, field, n)                       \
     if ((store)->stats != NULL) {                                            \
         (void) ngx_atomic_fetch_add(&(store)->stats->field,                  \
@@ -234,6 +237,11 @@ struct ngx_http_dynamo_rl_store_conn_s {
 
     u_char                          cause[256];
 
+    /* the last failures logged at error: a new refusal is logged too */
+    uint32_t                        reported_cause[
+                                        NGX_HTTP_DYNAMO_RL_STORE_CAUSES];
+    ngx_uint_t                      nreported;
+
     /*
      * the owner's (ngx_http_dynamo_rl_store.c), set before the first
      * connect: the reply to a user's command or to a WAIT, taken from the
@@ -278,6 +286,7 @@ struct ngx_http_dynamo_rl_store_conn_s {
     unsigned                        flushing:1;
     unsigned                        asking:1;   /* a sentinel */
     unsigned                        primary_known:1;
+    unsigned                        refused:1;  /* ROLE, the certificate */
 };
 
 

@@ -381,16 +381,30 @@ ngx_http_dynamo_rl_store_tls_check(ngx_http_dynamo_rl_store_tls_t *tls,
             return (char *) tls->reason;
         }
 
-        if (tls->addr) {
-            cert = SSL_get_peer_certificate(c->ssl->connection);
-            rc = (cert != NULL
-                  && X509_check_ip_asc(cert, (char *) tls->name.data, 0)
-                     == 1);
-            X509_free(cert);
+        /*
+         * the subjectAltName alone, never the CN (RFC 6125, 6.4.4), and
+         * no partial wildcard ("r*.example.test"): ngx_ssl_check_host()
+         * allows both
+         */
+
+        cert = SSL_get_peer_certificate(c->ssl->connection);
+
+        if (cert == NULL) {
+            rc = 0;
+
+        } else if (tls->addr) {
+            rc = (X509_check_ip_asc(cert, (char *) tls->name.data, 0) == 1);
 
         } else {
-            rc = (ngx_ssl_check_host(c, &tls->name) == NGX_OK);
+            rc = (X509_check_host(cert, (char *) tls->name.data,
+                                  tls->name.len,
+                                  X509_CHECK_FLAG_NEVER_CHECK_SUBJECT
+                                  |X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS,
+                                  NULL)
+                  == 1);
         }
+
+        X509_free(cert);
 
         if (!rc) {
             p = ngx_snprintf(p, sizeof(tls->reason) - 1,

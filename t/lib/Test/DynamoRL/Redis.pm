@@ -125,6 +125,10 @@ package Test::DynamoRL::Redis;
 #     - "fault-shape-<x>": passed on, and of a reply that is an array of
 #       one element, the element sent alone (a batch of one claim
 #       answered [ok, epoch] instead of [[ok, epoch]]);
+#     - "fault-hold-<x>": passed on, its reply held until the file
+#       <dir>/go-<x> exists (30 s at most), then sent; the commands
+#       after it wait meanwhile (a claim that ran, answered late while
+#       the test changes the store);
 #
 # each of them once per id (a file <dir>/fired-<id>).  While the file
 # <dir>/mode holds "silent", it accepts connections and never answers,
@@ -852,6 +856,15 @@ sub _proxy_conn {
 				next;
 			}
 
+			if ($fault eq 'hold') {
+				my ($id) = map { /(fault-hold-[\w.-]+)/ } @$cmd;
+				my $end = time() + 30;
+				select(undef, undef, undef, 0.01)
+					while !-e "$dir/go-$id" && time() < $end;
+				_write($c, $raw);
+				next;
+			}
+
 			if ($fault eq 'shape') {
 				$raw =~ s/^\*1\r\n//;
 				_write($c, $raw);
@@ -890,8 +903,8 @@ sub _fault {
 
 	for my $arg (@$cmd) {
 		my ($id, $kind) = $arg
-			=~ /(fault-(stall|close|garbage|noscript|huge|drip|shape|late)
-				-[\w.-]+)/x
+			=~ /(fault-(stall|close|garbage|noscript|huge|drip|shape|late
+				|hold)-[\w.-]+)/x
 			or next;
 
 		next if $kind eq 'noscript' && uc $cmd->[0] ne 'EVALSHA';
