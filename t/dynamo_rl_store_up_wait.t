@@ -20,13 +20,13 @@ use Test::More;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ metrics time_limit forwarded /;
-use Test::DynamoRL::Redis qw/ replica_conf reason gen admit /;
+use Test::DynamoRL::Redis qw/ replica_conf reason gen admit status /;
 
 ###############################################################################
 
 time_limit(Test::DynamoRL::scale(120));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(6);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(8);
 
 my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
 my $replica = Test::DynamoRL::Redis->new($t, port => 8389,
@@ -68,5 +68,11 @@ is($m->{dynamo_rl_store_up}, 0,
 	'a store that refuses every claim (wait=1) is not reported up');
 
 is(reason(gen($rep, 'nrep-7')), 'store_unavailable', 'still refused');
+
+# the refusals are counted, and the status does not say "up" either
+
+cmp_ok($m->{'dynamo_rl_store_operations_total{op="claim",result="error"}'}
+	// 0, '>=', 6, 'the refused claims counted: op claim, result error');
+is(status($rep)->{store}{up} ? 1 : 0, 0, 'status: store not up');
 
 ###############################################################################

@@ -20,13 +20,13 @@ use Test::More;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ metrics time_limit /;
-use Test::DynamoRL::Redis qw/ replica_conf reason gen admit /;
+use Test::DynamoRL::Redis qw/ replica_conf reason gen admit status /;
 
 ###############################################################################
 
 time_limit(Test::DynamoRL::scale(120));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(5);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(9);
 
 my $redis = Test::DynamoRL::Redis->new($t, port => 8379,
 	args => [ '--maxmemory-policy', 'noeviction' ])->start();
@@ -62,5 +62,20 @@ is($m->{dynamo_rl_store_up}, 0,
 	'the store that refuses every claim is not reported up');
 
 is(reason(gen($rep, 'oom-last')), 'store_unavailable', 'store_unavailable');
+
+# the refusals are counted, and the status does not say "up" either
+
+cmp_ok($m->{'dynamo_rl_store_operations_total{op="claim",result="error"}'}
+	// 0, '>=', 5, 'the refused claims counted: op claim, result error');
+is(status($rep)->{store}{up} ? 1 : 0, 0, 'status: store not up');
+
+# room again: the next claim is admitted and the store is up again
+
+$redis->cmd('CONFIG', 'SET', 'maxmemory', 0);
+
+is(admit($rep)->{status}, 200, 'room again: admits');
+
+$t->wait_for(sub { (metrics()->{dynamo_rl_store_up} // 0) == 1 }, 5);
+is(metrics()->{dynamo_rl_store_up}, 1, 'room again: up');
 
 ###############################################################################

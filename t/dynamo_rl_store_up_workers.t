@@ -19,13 +19,13 @@ use Test::More;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ metrics time_limit /;
-use Test::DynamoRL::Redis qw/ replica_conf reason gen admit /;
+use Test::DynamoRL::Redis qw/ replica_conf reason gen admit status /;
 
 ###############################################################################
 
 time_limit(Test::DynamoRL::scale(120));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(4);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(7);
 
 my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
 
@@ -76,9 +76,17 @@ my $m = metrics();
 
 isnt($m->{dynamo_rl_store_up}, 1,
 	'a worker process refusing every claim: the store is not reported up');
+is(status($rep)->{store}{up} ? 1 : 0, 0, 'status: store not up');
+cmp_ok($m->{'dynamo_rl_store_operations_total{op="claim",result="unavailable"}'}
+	// 0, '>=', 1, 'the refused claims counted: op claim, result unavailable');
 
 $redis->cmd('CONFIG', 'SET', 'maxclients', 10000);
 
 ok(admit($rep)->{status} == 200, 'room again: admits');
+
+# both worker processes connected again: up
+
+$t->wait_for(sub { (metrics()->{dynamo_rl_store_up} // 0) == 1 }, 10);
+is(metrics()->{dynamo_rl_store_up}, 1, 'room again: both connected, up');
 
 ###############################################################################
