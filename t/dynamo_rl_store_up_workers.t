@@ -25,7 +25,7 @@ use Test::DynamoRL::Redis qw/ replica_conf reason gen admit status /;
 
 time_limit(Test::DynamoRL::scale(120));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(7);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(10);
 
 my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
 
@@ -88,5 +88,30 @@ ok(admit($rep)->{status} == 200, 'room again: admits');
 
 $t->wait_for(sub { (metrics()->{dynamo_rl_store_up} // 0) == 1 }, 10);
 is(metrics()->{dynamo_rl_store_up}, 1, 'room again: both connected, up');
+
+# a worker process that exited does not count for ever: one cut off
+# again, then nginx reloaded with one worker process; the old ones exit,
+# and the new one takes the room the old connected one leaves
+
+$redis->cmd('CONFIG', 'SET', 'maxclients', 2);
+$redis->cmd('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+
+$t->wait_for(sub { (metrics()->{dynamo_rl_store_up} // 1) == 0 }, 10);
+is(metrics()->{dynamo_rl_store_up}, 0, 'cut off again: not up');
+
+my @old = $t->worker_pids();
+
+$t->write_file_expand('nginx.conf', replica_conf(name => 'A',
+	store => $redis->url(), params => 'timeout=250ms', workers => 1));
+$t->reload();
+
+$t->wait_for(sub { !grep { kill 0, $_ } @old }, 20);
+is(scalar(grep { kill 0, $_ } @old), 0, 'reloaded: the old workers exited');
+
+$t->wait_for(sub { (metrics()->{dynamo_rl_store_up} // 0) == 1 }, 10);
+is(metrics()->{dynamo_rl_store_up}, 1,
+	'the one worker process connected: up, the exited ones not counted');
+
+$redis->cmd('CONFIG', 'SET', 'maxclients', 10000);
 
 ###############################################################################
