@@ -1357,6 +1357,8 @@ ngx_http_dynamo_rl_store_conn_finish(ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_int_t                        shape;
     ngx_uint_t                       i;
     redisReply                      *e;
+    ngx_atomic_t                    *refused;
+    ngx_atomic_uint_t                when;
     ngx_queue_t                     *q;
     ngx_http_dynamo_rl_store_t      *store;
     ngx_http_dynamo_rl_store_pt      handler;
@@ -1430,16 +1432,24 @@ ngx_http_dynamo_rl_store_conn_finish(ngx_http_dynamo_rl_store_conn_t *conn,
         cmd->done = 1;
         NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[cmd->op][result], 1);
 
-        /* a claim refused by the store itself, or one admitted again */
+        /*
+         * a claim refused by the store itself, or one admitted again; the
+         * shared line is written only when that changes what it says
+         */
 
         if (cmd->op == NGX_HTTP_DYNAMO_RL_STORE_OP_CLAIM
             && store->stats != NULL
             && (result == NGX_HTTP_DYNAMO_RL_STORE_R_ERROR
                 || (result == NGX_HTTP_DYNAMO_RL_STORE_R_OK && rc == NGX_OK)))
         {
-            store->stats->slot_refused[ngx_process_slot % NGX_MAX_PROCESSES]
-                = (result == NGX_HTTP_DYNAMO_RL_STORE_R_ERROR)
-                  ? (ngx_atomic_uint_t) ngx_time() : 0;
+            refused = &store->stats->slot_refused[ngx_process_slot
+                                                  % NGX_MAX_PROCESSES];
+            when = (result == NGX_HTTP_DYNAMO_RL_STORE_R_ERROR)
+                   ? (ngx_atomic_uint_t) ngx_time() : 0;
+
+            if (*refused != when) {
+                *refused = when;
+            }
         }
     }
 
