@@ -734,6 +734,7 @@ ngx_http_dynamo_rl_report(ngx_http_request_t *r,
     if (drmcf->store != NULL) {
         rp->store = drmcf->store;
         rp->store_stats = sh->store;
+        rp->store_stats.up = ngx_http_dynamo_rl_store_conn_up(&sh->store);
         rp->store_fallback = sh->store_fallback;
     }
 
@@ -1705,8 +1706,10 @@ ngx_http_dynamo_rl_store_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
                     "replica name for this gateway.\n"
                     "# TYPE dynamo_rl_store_info gauge\n"
                     "dynamo_rl_store_info{replica=\"%V\"} 1\n"
-                    "# HELP dynamo_rl_store_up 1 while the shared store "
-                    "answers.\n# TYPE dynamo_rl_store_up gauge\n"
+                    "# HELP dynamo_rl_store_up 1 while every worker "
+                    "process is connected to the shared store and it "
+                    "refuses none of their claims.\n"
+                    "# TYPE dynamo_rl_store_up gauge\n"
                     "dynamo_rl_store_up %uA\n"
                     "# HELP dynamo_rl_store_queue Store commands waiting "
                     "for an answer or a connection.\n"

@@ -44,6 +44,8 @@ static void ngx_http_dynamo_rl_store_fail_reply(
 static ngx_uint_t ngx_http_dynamo_rl_store_report(
     ngx_http_dynamo_rl_store_conn_t *conn, ngx_uint_t was, const char *cause,
     ngx_err_t err);
+static void ngx_http_dynamo_rl_store_slot(ngx_http_dynamo_rl_store_t *store,
+    ngx_atomic_uint_t state);
 static void ngx_http_dynamo_rl_store_close(
     ngx_http_dynamo_rl_store_conn_t *conn);
 
@@ -322,6 +324,9 @@ ngx_http_dynamo_rl_store_conn_create(ngx_http_dynamo_rl_store_t *store,
     conn->backoff = NGX_HTTP_DYNAMO_RL_STORE_BACKOFF;
     conn->stall = ngx_max(4 * store->timeout,
                           NGX_HTTP_DYNAMO_RL_STORE_STALL_MIN);
+
+    /* not up until connected */
+    ngx_http_dynamo_rl_store_slot(store, (ngx_atomic_uint_t) ngx_pid << 1);
 
     return conn;
 }
@@ -621,8 +626,10 @@ ngx_http_dynamo_rl_store_ready_now(ngx_http_dynamo_rl_store_conn_t *conn)
                   "dynamo rl store: connected to \"%V\" (%V) as replica"
                   " \"%V\"", &store->url, conn->peer.name, &store->replica);
 
+    ngx_http_dynamo_rl_store_slot(store,
+                                  (ngx_atomic_uint_t) ngx_pid << 1 | 1);
+
     if (store->stats != NULL) {
-        store->stats->up = 1;
         (void) ngx_atomic_fetch_add(&store->stats->transitions, 1);
     }
 
@@ -809,8 +816,9 @@ ngx_http_dynamo_rl_store_report(ngx_http_dynamo_rl_store_conn_t *conn,
                       "dynamo rl store: lost \"%V\" (%V): %s",
                       &store->url, conn->peer.name, cause);
 
+        ngx_http_dynamo_rl_store_slot(store, (ngx_atomic_uint_t) ngx_pid << 1);
+
         if (store->stats != NULL) {
-            store->stats->up = 0;
             (void) ngx_atomic_fetch_add(&store->stats->transitions, 1);
         }
 
@@ -819,9 +827,7 @@ ngx_http_dynamo_rl_store_report(ngx_http_dynamo_rl_store_conn_t *conn,
                       "dynamo rl store: \"%V\" (%V) is unavailable: %s",
                       &store->url, conn->peer.name, cause);
 
-        if (store->stats != NULL) {
-            store->stats->up = 0;
-        }
+        ngx_http_dynamo_rl_store_slot(store, (ngx_atomic_uint_t) ngx_pid << 1);
 
     } else if (refused) {
         ngx_log_error(NGX_LOG_ERR, conn->log, err,
@@ -923,6 +929,9 @@ ngx_http_dynamo_rl_store_conn_destroy(ngx_http_dynamo_rl_store_conn_t *conn)
     ngx_connection_t  *c;
 
     ngx_http_dynamo_rl_store_resolve_cancel(conn->store->resolve);
+
+    /* the process exits: it is no longer one of the store's */
+    ngx_http_dynamo_rl_store_slot(conn->store, 0);
 
     c = conn->peer.connection;
 
@@ -1409,6 +1418,8 @@ ngx_http_dynamo_rl_store_conn_finish(ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_int_t                        shape;
     ngx_uint_t                       i;
     redisReply                      *e;
+    ngx_atomic_t                    *refused;
+    ngx_atomic_uint_t                when;
     ngx_queue_t                     *q;
     ngx_http_dynamo_rl_store_t      *store;
     ngx_http_dynamo_rl_store_pt      handler;
@@ -1481,6 +1492,26 @@ ngx_http_dynamo_rl_store_conn_finish(ngx_http_dynamo_rl_store_conn_t *conn,
     if (!cmd->done) {
         cmd->done = 1;
         NGX_HTTP_DYNAMO_RL_STORE_STAT(store, ops[cmd->op][result], 1);
+
+        /*
+         * a claim refused by the store itself, or one admitted again; the
+         * shared line is written only when that changes what it says
+         */
+
+        if (cmd->op == NGX_HTTP_DYNAMO_RL_STORE_OP_CLAIM
+            && store->stats != NULL
+            && (result == NGX_HTTP_DYNAMO_RL_STORE_R_ERROR
+                || (result == NGX_HTTP_DYNAMO_RL_STORE_R_OK && rc == NGX_OK)))
+        {
+            refused = &store->stats->slot_refused[ngx_process_slot
+                                                  % NGX_MAX_PROCESSES];
+            when = (result == NGX_HTTP_DYNAMO_RL_STORE_R_ERROR)
+                   ? (ngx_atomic_uint_t) ngx_time() : 0;
+
+            if (*refused != when) {
+                *refused = when;
+            }
+        }
     }
 
     handler = cmd->handler;
@@ -1677,6 +1708,79 @@ ngx_http_dynamo_rl_store_conn_us(void)
     (void) clock_gettime(CLOCK_MONOTONIC, &ts);
 
     return (uint64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+
+/* this worker process's connection state in its slot: "pid << 1 | ready" */
+
+static void
+ngx_http_dynamo_rl_store_slot(ngx_http_dynamo_rl_store_t *store,
+    ngx_atomic_uint_t state)
+{
+    ngx_uint_t  slot;
+
+    if (store->stats == NULL) {
+        return;
+    }
+
+    slot = ngx_process_slot % NGX_MAX_PROCESSES;
+
+    store->stats->slot_conn[slot] = state;
+
+    if (state == 0) {
+        store->stats->slot_refused[slot] = 0;
+    }
+}
+
+
+/*
+ * the store is up for the instance when every worker process that has it
+ * (not one that exited, however it exited) is connected, and the store
+ * refused none of its claims (an error reply, too few replicas for
+ * wait=) in the last NGX_HTTP_DYNAMO_RL_STORE_REFUSED seconds without one
+ * admitted since; not up with no such process
+ */
+
+ngx_uint_t
+ngx_http_dynamo_rl_store_conn_up(ngx_http_dynamo_rl_store_stats_t *stats)
+{
+    time_t             refused, now;
+    ngx_pid_t          pid;
+    ngx_uint_t         i, n;
+    ngx_atomic_uint_t  state;
+
+    now = ngx_time();
+    n = 0;
+
+    for (i = 0; i < NGX_MAX_PROCESSES; i++) {
+        state = stats->slot_conn[i];
+
+        if (state == 0) {
+            continue;
+        }
+
+        pid = (ngx_pid_t) (state >> 1);
+
+        if (pid != ngx_pid && kill(pid, 0) == -1 && ngx_errno == NGX_ESRCH) {
+            continue;
+        }
+
+        if (!(state & 1)) {
+            return 0;
+        }
+
+        refused = (time_t) stats->slot_refused[i];
+
+        /* another process's cached clock may be a little ahead of ours */
+
+        if (refused != 0 && now - refused < NGX_HTTP_DYNAMO_RL_STORE_REFUSED) {
+            return 0;
+        }
+
+        n++;
+    }
+
+    return (n > 0);
 }
 
 

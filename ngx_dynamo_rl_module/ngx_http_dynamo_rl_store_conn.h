@@ -42,6 +42,12 @@
 #define NGX_HTTP_DYNAMO_RL_STORE_R_TIMEOUT 3
 #define NGX_HTTP_DYNAMO_RL_STORE_RESULTS   4
 
+/*
+ * a worker process whose claims the store refused is not up until one is
+ * admitted, or for this long (seconds) after the last refusal
+ */
+#define NGX_HTTP_DYNAMO_RL_STORE_REFUSED   30
+
 /* round trips, in microseconds: 100us .. 1s, +Inf */
 #define NGX_HTTP_DYNAMO_RL_STORE_BUCKETS   14
 
@@ -49,7 +55,8 @@
 /* in the zone, shared by the worker processes */
 
 typedef struct {
-    ngx_atomic_t                    up;          /* 1: last seen reachable */
+    /* 1: every worker process up, set as reported: store_conn_up() */
+    ngx_atomic_t                    up;
     ngx_atomic_t                    transitions;
     ngx_atomic_t                    ops[NGX_HTTP_DYNAMO_RL_STORE_OPS]
                                        [NGX_HTTP_DYNAMO_RL_STORE_RESULTS];
@@ -62,6 +69,15 @@ typedef struct {
     ngx_atomic_t                    dropped;     /* writes given up */
     ngx_atomic_t                    conflicts;   /* on_error=local's ids
                                                     claimed meanwhile */
+    /*
+     * per process slot of nginx (ngx_process_slot): the worker process
+     * there and its connection, "pid << 1 | ready" (0: none with the
+     * store), and when the store last refused one of its claims with an
+     * error reply or too few replicas for wait= (ngx_time(); 0: a claim
+     * was admitted since)
+     */
+    ngx_atomic_t                    slot_conn[NGX_MAX_PROCESSES];
+    ngx_atomic_t                    slot_refused[NGX_MAX_PROCESSES];
 } ngx_http_dynamo_rl_store_stats_t;
 
 
@@ -361,6 +377,8 @@ void ngx_http_dynamo_rl_store_conn_cmd_release(
 ngx_int_t ngx_http_dynamo_rl_store_conn_grow(u_char **data, size_t *size,
     size_t used, size_t n, ngx_log_t *log);
 uint64_t ngx_http_dynamo_rl_store_conn_us(void);
+ngx_uint_t ngx_http_dynamo_rl_store_conn_up(
+    ngx_http_dynamo_rl_store_stats_t *stats);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_STORE_CONN_H_INCLUDED_ */

@@ -16,7 +16,7 @@
 
 
 /* bumped whenever the layout of the shared context changes */
-#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  13
+#define NGX_HTTP_DYNAMO_RL_ZONE_VERSION  14
 
 /* the discovery sources (dynamo_rl_discovery URIs) a zone holds apart */
 #define NGX_HTTP_DYNAMO_RL_SOURCES       16

@@ -415,7 +415,8 @@ my %alerting = map { $_->{alert} => 1 } map { @{$_->{rules} // []} }
 
 is(join(' ', grep { !$alerting{$_} } qw/ DynamoRLStoreDown
 	DynamoRLStoreFallback DynamoRLStoreConflict DynamoRLStoreDroppingWrites
-	DynamoRLStoreSlow DynamoRLReplicaLost /), '', 'prometheus: the store\'s alerts');
+	DynamoRLStoreSlow DynamoRLReplicaLost DynamoRLStoreRefusingClaims /), '',
+	'prometheus: the store\'s alerts');
 
 ###############################################################################
 
