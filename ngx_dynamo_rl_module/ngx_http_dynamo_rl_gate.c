@@ -1016,7 +1016,7 @@ ngx_http_dynamo_rl_gate_beat(ngx_event_t *ev)
 {
     ngx_http_dynamo_rl_gate_poller_t *gp = ev->data;
 
-    ngx_str_t                    argv[4];
+    ngx_str_t                    argv[5];
     ngx_http_dynamo_rl_shctx_t  *sh;
     u_char                       seen[NGX_INT_T_LEN];
     u_char                       flight[NGX_INT_T_LEN];
@@ -1033,19 +1033,20 @@ ngx_http_dynamo_rl_gate_beat(ngx_event_t *ev)
         && ngx_http_dynamo_rl_store_ready(gp->store))
     {
         argv[0] = gp->store->fleet_key;
-        argv[1] = gp->field;
+        argv[1] = gp->store->gate_key;
+        argv[2] = gp->field;
 
-        argv[2].data = seen;
-        argv[2].len = ngx_sprintf(seen, "%ui", sh->gate_epoch) - seen;
+        argv[3].data = seen;
+        argv[3].len = ngx_sprintf(seen, "%ui", sh->gate_epoch) - seen;
 
-        argv[3].data = flight;
-        argv[3].len = ngx_sprintf(flight, "%ui",
+        argv[4].data = flight;
+        argv[4].len = ngx_sprintf(flight, "%ui",
                                   ngx_http_dynamo_rl_gate_in_flight(sh))
                       - flight;
 
         if (ngx_http_dynamo_rl_store_eval(gp->store,
                                           NGX_HTTP_DYNAMO_RL_SCRIPT_BEAT,
-                                          1, 4, argv,
+                                          2, 5, argv,
                                           ngx_http_dynamo_rl_gate_beaten, gp,
                                           NULL)
             == NGX_OK)

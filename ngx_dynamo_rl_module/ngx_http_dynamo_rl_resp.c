@@ -252,7 +252,7 @@ static u_char  ngx_http_dynamo_rl_lua_gate[] =
     "  elseif ARGV[5] == '1' then\n"
     "    redis.call('HSET', KEYS[1], 'state', 'closed', 'epoch', d(min + 1),"
     " 'expires', '0', 'lease', '0', 'reason', 'gate record lost',"
-    " 'changed', d(now))\n"
+    " 'changed', d(now), 'since', d(now))\n"
     "    redis.call('PUBLISH', KEYS[1], d(min + 1))\n"
     "    res = 'lost'\n"
     "  else\n"
@@ -273,6 +273,9 @@ static u_char  ngx_http_dynamo_rl_lua_gate[] =
     "    if act == 'close' then\n"
     "      local exp = 0\n"
     "      if lease > 0 then exp = now + lease end\n"
+    "      if g[1] ~= 'closed' then\n"
+    "        redis.call('HSET', KEYS[1], 'since', d(now))\n"
+    "      end\n"
     "      redis.call('HSET', KEYS[1], 'state', 'closed', 'lease', d(lease),"
     " 'expires', d(exp), 'reason', ARGV[4])\n"
     "    elseif act == 'renew' then\n"
@@ -282,6 +285,7 @@ static u_char  ngx_http_dynamo_rl_lua_gate[] =
     "    else\n"
     "      redis.call('HSET', KEYS[1], 'state', 'open', 'lease', '0',"
     " 'expires', '0', 'reason', '')\n"
+    "      redis.call('HDEL', KEYS[1], 'since')\n"
     "    end\n"
     "    redis.call('HSET', KEYS[1], 'epoch', d(epoch + 1),"
     " 'changed', d(now))\n"
@@ -289,21 +293,34 @@ static u_char  ngx_http_dynamo_rl_lua_gate[] =
     "  end\n"
     "end\n"
     "local s = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'expires',"
-    " 'reason', 'changed', 'lease')\n"
+    " 'reason', 'changed', 'lease', 'since')\n"
     "return {res, s[1] or '', s[2] or '0', s[3] or '0', s[4] or '',"
-    " s[5] or '0', now, s[6] or '0', redis.call('HGETALL', KEYS[2])}\n";
+    " s[5] or '0', now, s[6] or '0', redis.call('HGETALL', KEYS[2]),"
+    " s[7] or '0'}\n";
 
 
-/* fields that are not "seen:in_flight:ts" are dropped too, they heal */
+/*
+ * beat: KEYS the fleet, the gate; ARGV the instance's field, seen, in
+ * flight.  A report older than 10 minutes is dropped, but, while the gate
+ * is closed, not that of an instance alive or lost (silent for less than
+ * a minute) when it closed: it may still admit with the gate it last read
+ * (see ngx_http_dynamo_rl_resp_fleet()).  Fields that are not
+ * "seen:in_flight:ts" are dropped too, they heal.
+ */
 
 static u_char  ngx_http_dynamo_rl_lua_beat[] =
     NGX_HTTP_DYNAMO_RL_LUA_NOW
     "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. ':'"
     " .. string.format('%d', now))\n"
+    "local g = redis.call('HMGET', KEYS[2], 'state', 'since', 'changed')\n"
+    "local hold\n"
+    "if g[1] == 'closed' then\n"
+    "  hold = (tonumber(g[2]) or tonumber(g[3]) or 0) - 60000\n"
+    "end\n"
     "local f = redis.call('HGETALL', KEYS[1])\n"
     "for i = 1, #f, 2 do\n"
     "  local ts = tonumber(string.match(f[i + 1], '^%d+:%d+:(%d+)$'))\n"
-    "  if ts == nil or now - ts > 600000 then\n"
+    "  if ts == nil or (now - ts > 600000 and not (hold and ts > hold)) then\n"
     "    redis.call('HDEL', KEYS[1], f[i])\n"
     "  end\n"
     "end\n"
@@ -724,7 +741,9 @@ ngx_http_dynamo_rl_resp_move(redisReply *reply, ngx_int_t *moved)
 
 /*
  * gate: {result, state, epoch, expires, reason, changed, now, lease,
- * HGETALL(fleet)}; the state is "" only with "nogate"
+ * HGETALL(fleet), since}; the state is "" only with "nogate"; "since" is
+ * the store ms of the close, "0" when it is not known (open, or closed
+ * by a gateway that did not write it)
  */
 
 ngx_int_t
@@ -745,7 +764,7 @@ ngx_http_dynamo_rl_resp_gate(redisReply *reply, uint64_t heartbeat,
     ngx_memzero(gr, sizeof(ngx_http_dynamo_rl_gate_reply_t));
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
-        || reply->elements != 9)
+        || reply->elements != 10)
     {
         return NGX_ERROR;
     }
@@ -785,7 +804,8 @@ ngx_http_dynamo_rl_resp_gate(redisReply *reply, uint64_t heartbeat,
         || ngx_http_dynamo_rl_resp_str(e[4], &gr->reason) != NGX_OK
         || ngx_http_dynamo_rl_resp_u64(e[5], &gr->changed) != NGX_OK
         || ngx_http_dynamo_rl_resp_u64(e[6], &gr->now) != NGX_OK
-        || ngx_http_dynamo_rl_resp_u64(e[7], &gr->lease) != NGX_OK)
+        || ngx_http_dynamo_rl_resp_u64(e[7], &gr->lease) != NGX_OK
+        || ngx_http_dynamo_rl_resp_u64(e[9], &gr->since) != NGX_OK)
     {
         return NGX_ERROR;
     }
@@ -797,10 +817,11 @@ ngx_http_dynamo_rl_resp_gate(redisReply *reply, uint64_t heartbeat,
 /*
  * the fleet from HGETALL: replica -> "seen:in_flight:ts"; alive when the
  * report is younger than 3 heartbeats, lost from 3 heartbeats to 60 s,
- * forgotten after, but for a replica that was alive when the gate closed:
- * while it stays closed, that one stays lost, however long it is silent
- * (cut off from the store, it may still admit with the gate it last
- * read); a report from the future (one store clock, so only a clock
+ * forgotten after, but for a replica that was alive or lost when the gate
+ * closed ("since", or the last change for a close that did not write
+ * it): while it stays closed, that one stays lost, however long it is
+ * silent (cut off from the store, it may still admit with the gate it
+ * last read); a report from the future (one store clock, so only a clock
  * step) counts as fresh
  */
 
@@ -809,7 +830,7 @@ ngx_http_dynamo_rl_resp_fleet(redisReply *r, uint64_t heartbeat,
     ngx_http_dynamo_rl_gate_reply_t *gr)
 {
     size_t                       i, j;
-    uint64_t                     seen, in_flight, ts, age, alive;
+    uint64_t                     seen, in_flight, ts, age, alive, since;
     ngx_str_t                    name, value;
     ngx_http_dynamo_rl_fleet_t  *fl;
 
@@ -821,6 +842,7 @@ ngx_http_dynamo_rl_resp_fleet(redisReply *r, uint64_t heartbeat,
     gr->has_fleet = 1;
 
     alive = (heartbeat > UINT64_MAX / 3) ? UINT64_MAX : 3 * heartbeat;
+    since = gr->since ? gr->since : gr->changed;
 
     for (i = 0; i < r->elements; i += 2) {
 
@@ -851,7 +873,8 @@ ngx_http_dynamo_rl_resp_fleet(redisReply *r, uint64_t heartbeat,
         }
 
         if (age < NGX_HTTP_DYNAMO_RL_FLEET_FORGET
-            || (gr->closed && ts + alive > gr->changed))
+            || (gr->closed && ts > since - ngx_min(since,
+                                          NGX_HTTP_DYNAMO_RL_FLEET_FORGET)))
         {
 
             /* an instance's field is "replica/pid of its master" */

@@ -104,6 +104,7 @@ typedef struct {
     uint64_t                        expires;   /* store ms, 0: no lease */
     uint64_t                        lease;     /* ms, 0: none */
     uint64_t                        changed;   /* store ms, 0: never */
+    uint64_t                        since;     /* store ms of the close */
     uint64_t                        now;       /* store ms */
     ngx_str_t                       reason;    /* into the reply */
     ngx_uint_t                      has_fleet;

@@ -23,6 +23,7 @@ static redisReply *parse(const char *s, size_t len);
 static void bulk(char *buf, const char *s);
 static void gate_reply(char *buf, const char *result, const char *state,
     const char *epoch, const char *fleet, size_t nfleet);
+static void gate_since(char *buf, const char *since);
 static ngx_int_t gate(char *buf, uint64_t heartbeat,
     ngx_http_dynamo_rl_gate_reply_t *gr);
 static ngx_int_t claim(const char *s, ngx_http_dynamo_rl_claim_reply_t *cr);
@@ -96,13 +97,16 @@ bulk(char *buf, const char *s)
 }
 
 
-/* {result, state, epoch, expires 0, reason, changed, now, lease, fleet} */
+/*
+ * {result, state, epoch, expires 0, reason, changed, now, lease, fleet,
+ * since "0"}; gate_since() replaces the last
+ */
 
 static void
 gate_reply(char *buf, const char *result, const char *state,
     const char *epoch, const char *fleet, size_t nfleet)
 {
-    strcpy(buf, "*9\r\n");
+    strcpy(buf, "*10\r\n");
     bulk(buf, result);
     bulk(buf, state);
     bulk(buf, epoch);
@@ -112,6 +116,15 @@ gate_reply(char *buf, const char *result, const char *state,
     strcat(buf, ":" NOW "\r\n");
     bulk(buf, "60000");
     sprintf(buf + strlen(buf), "*%zu\r\n%s", nfleet, fleet);
+    bulk(buf, "0");
+}
+
+
+static void
+gate_since(char *buf, const char *since)
+{
+    *strrchr(buf, '$') = '\0';
+    bulk(buf, since);
 }
 
 
@@ -360,14 +373,21 @@ main(void)
         ok(gate(buf, 500, &gr) == NGX_ERROR, bad_gates[i].name);
     }
 
-    buf[1] = '8';
-    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: 8 elements");
-    ok(gate("*9\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n:5\r\n:0\r\n:1\r\n"
-            ":0\r\n*0\r\n", 500, &gr) == NGX_ERROR,
-       "gate: reason as an integer");
+    buf[2] = '1';
+    strcat(buf, ":0\r\n");
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: 11 elements");
     ok(gate("*9\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
-            ":1\r\n:0\r\n:7\r\n", 500, &gr) == NGX_ERROR,
+            ":1\r\n:0\r\n*0\r\n", 500, &gr) == NGX_ERROR,
+       "gate: 9 elements, no since");
+    ok(gate("*10\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n:5\r\n:0\r\n:1\r\n"
+            ":0\r\n*0\r\n:0\r\n", 500, &gr) == NGX_ERROR,
+       "gate: reason as an integer");
+    ok(gate("*10\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n:7\r\n:0\r\n", 500, &gr) == NGX_ERROR,
        "gate: fleet not an array");
+    ok(gate("*10\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n$2\r\n1x\r\n", 500, &gr) == NGX_ERROR,
+       "gate: junk in since");
     ok(gate("-ERR x\r\n", 500, &gr) == NGX_ERROR, "gate: an error reply");
 
     /* the fleet: heartbeat 500 ms, alive < 1500 ms, lost < 60 s */
@@ -386,7 +406,9 @@ main(void)
     bulk(fleet, "F");
     bulk(fleet, "6:0:1000000005");       /* from the future: alive */
 
-    gate_reply(buf, "ok", "closed", "5", fleet, 12);
+    /* open: the 60 s apply to every report */
+
+    gate_reply(buf, "ok", "open", "5", fleet, 12);
     ok(gate(buf, 500, &gr) == NGX_OK, "fleet: parsed");
     ok(gr.fleet.replicas == 3, "fleet: A, B and F alive");
     ok(gr.fleet.acked == 2, "fleet: A and F acked");
@@ -437,6 +459,48 @@ main(void)
        && gr.fleet.lost_total == 1 && is(&gr.fleet.lost[0], "G")
        && !gr.fleet.drained,
        "fleet: alive at the close, silent since: lost, not drained");
+
+    /*
+     * lost when it closed (silent for 5 s then, 105 s now) holds the
+     * drain too, judged from "since" (a renew moved "changed" since);
+     * without "since", from "changed"
+     */
+
+    fleet[0] = '\0';
+    bulk(fleet, "A");
+    bulk(fleet, "5:0:999999900");
+    bulk(fleet, "I");
+    bulk(fleet, "4:0:999895000");        /* 105 s: lost at the close */
+
+    gate_reply(buf, "ok", "closed", "5", fleet, 4);
+    gate_since(buf, "999900000");
+
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.since == 999900000
+       && gr.fleet.replicas == 1 && gr.fleet.lost_total == 1
+       && is(&gr.fleet.lost[0], "I") && !gr.fleet.drained,
+       "fleet: lost at the close, silent since: lost, not drained");
+
+    gate_since(buf, "999960000");
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.lost_total == 0
+       && gr.fleet.drained,
+       "fleet: silent for over a minute at the close: forgotten");
+
+    gate_since(buf, "0");
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.lost_total == 0,
+       "fleet: no since: judged from the last change");
+
+    gate_reply(buf, "ok", "open", "5", fleet, 4);
+    gate_since(buf, "999900000");
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.lost_total == 0
+       && !gr.fleet.drained, "fleet: open: forgotten after a minute");
+
+    fleet[0] = '\0';
+    bulk(fleet, "A");
+    bulk(fleet, "5:0:999999900");
+    bulk(fleet, "G");
+    bulk(fleet, "4:0:999905000");
+    bulk(fleet, "H");
+    bulk(fleet, "4:0:999800000");
 
     gate_reply(buf, "ok", "closed", "8", fleet, 6);
     ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.acked == 0
