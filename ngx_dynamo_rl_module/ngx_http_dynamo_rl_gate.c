@@ -1008,7 +1008,8 @@ ngx_http_dynamo_rl_gate_polled(void *data, ngx_int_t rc, redisReply *reply)
 
 /*
  * the instance's report: the highest epoch it applied and its requests
- * in flight; a report that acknowledges the close epoch only falls after
+ * in flight, and how long the report counts as alive (3 heartbeats); a
+ * report that acknowledges the close epoch only falls after
  */
 
 static void
@@ -1016,10 +1017,11 @@ ngx_http_dynamo_rl_gate_beat(ngx_event_t *ev)
 {
     ngx_http_dynamo_rl_gate_poller_t *gp = ev->data;
 
-    ngx_str_t                    argv[5];
+    ngx_str_t                    argv[6];
     ngx_http_dynamo_rl_shctx_t  *sh;
     u_char                       seen[NGX_INT_T_LEN];
     u_char                       flight[NGX_INT_T_LEN];
+    u_char                       alive[NGX_INT64_LEN];
 
     if ((ngx_exiting || ngx_quit || ngx_terminate)
         && !ngx_http_dynamo_rl_gate_own(gp))
@@ -1044,9 +1046,16 @@ ngx_http_dynamo_rl_gate_beat(ngx_event_t *ev)
                                   ngx_http_dynamo_rl_gate_in_flight(sh))
                       - flight;
 
+        /* the readers judge this report by this instance's heartbeat */
+
+        argv[5].data = alive;
+        argv[5].len = ngx_sprintf(alive, "%uL",
+                                  (uint64_t) gp->store->heartbeat * 3)
+                      - alive;
+
         if (ngx_http_dynamo_rl_store_eval(gp->store,
                                           NGX_HTTP_DYNAMO_RL_SCRIPT_BEAT,
-                                          2, 5, argv,
+                                          2, 6, argv,
                                           ngx_http_dynamo_rl_gate_beaten, gp,
                                           NULL)
             == NGX_OK)

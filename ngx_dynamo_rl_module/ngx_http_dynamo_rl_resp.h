@@ -40,7 +40,7 @@
 #define NGX_HTTP_DYNAMO_RL_CLAIM_SHARED    3
 
 /* the claim script's arguments per record */
-#define NGX_HTTP_DYNAMO_RL_CLAIM_ARGS      8
+#define NGX_HTTP_DYNAMO_RL_CLAIM_ARGS      9
 
 /* the end script's arguments per record */
 #define NGX_HTTP_DYNAMO_RL_END_ARGS        8

@@ -26,13 +26,14 @@ use Test::More;
 use lib 't/lib';
 use Test::DynamoRL;
 use Test::DynamoRL::Fixture qw/ time_limit forwarded start /;
-use Test::DynamoRL::Redis qw/ replica_conf gen admit store_key /;
+use Test::DynamoRL::Redis qw/ replica_conf gen admit store_key gate
+	wait_gate /;
 
 ###############################################################################
 
 time_limit(Test::DynamoRL::scale(120));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(4 + 2);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(5 + 2);
 my $tb = Test::DynamoRL->new()->check_at_end();
 
 my $redis = Test::DynamoRL::Redis->new($t, port => 8379)->start();
@@ -76,16 +77,25 @@ my $key = store_key('a:hb-1');
 
 $t->wait_for(sub { ($redis->hgetall($key)->{st} // '') eq 's' }, 5);
 
-# two of A's heartbeats, and more than six of B's
+# two of A's heartbeats, and more than six of B's; B's gate API judges
+# A's fleet report by A's heartbeat too: once B has seen it, never lost
 
-my $st;
+my ($st, $g, $fleet);
+
+wait_gate(\%B, sub { ($_[0]{fleet}{replicas} // 0) == 2 });
 
 $t->wait_for(sub {
 	$st = $redis->hgetall($key)->{st} // '-';
+	$g = gate(\%B);
+	$fleet //= '';
+	$fleet = "replicas $g->{fleet}{replicas} lost "
+		. join(',', @{$g->{fleet}{lost}})
+		if $g->{fleet} && ($fleet eq '' || $fleet eq 'replicas 2 lost ');
 	return $st ne 's';
 }, 8);
 
 is($st, 's', 'the attempt A still streams stays in flight in the store');
+is($fleet, 'replicas 2 lost ', 'B never sees A lost in the fleet');
 
 # the record's ttl runs out while A's generation goes on
 

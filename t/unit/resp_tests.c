@@ -24,6 +24,7 @@ static void bulk(char *buf, const char *s);
 static void gate_reply(char *buf, const char *result, const char *state,
     const char *epoch, const char *fleet, size_t nfleet);
 static void gate_since(char *buf, const char *since);
+static void gate_windows(char *buf, const char *windows, size_t n);
 static ngx_int_t gate(char *buf, uint64_t heartbeat,
     ngx_http_dynamo_rl_gate_reply_t *gr);
 static ngx_int_t claim(const char *s, ngx_http_dynamo_rl_claim_reply_t *cr);
@@ -106,7 +107,7 @@ static void
 gate_reply(char *buf, const char *result, const char *state,
     const char *epoch, const char *fleet, size_t nfleet)
 {
-    strcpy(buf, "*10\r\n");
+    strcpy(buf, "*11\r\n");
     bulk(buf, result);
     bulk(buf, state);
     bulk(buf, epoch);
@@ -117,6 +118,7 @@ gate_reply(char *buf, const char *result, const char *state,
     bulk(buf, "60000");
     sprintf(buf + strlen(buf), "*%zu\r\n%s", nfleet, fleet);
     bulk(buf, "0");
+    strcat(buf, "*0\r\n");
 }
 
 
@@ -125,6 +127,17 @@ gate_since(char *buf, const char *since)
 {
     *strrchr(buf, '$') = '\0';
     bulk(buf, since);
+    strcat(buf, "*0\r\n");
+}
+
+
+/* replaces the last, the windows the instances declared */
+
+static void
+gate_windows(char *buf, const char *windows, size_t n)
+{
+    *strrchr(buf, '*') = '\0';
+    sprintf(buf + strlen(buf), "*%zu\r\n%s", n, windows);
 }
 
 
@@ -190,6 +203,7 @@ int
 main(void)
 {
     char                              buf[8192], fleet[4096], name[64];
+    char                              windows[256];
     ngx_int_t                         moved;
     ngx_uint_t                        i;
     ngx_http_dynamo_rl_record_t       rec;
@@ -373,21 +387,32 @@ main(void)
         ok(gate(buf, 500, &gr) == NGX_ERROR, bad_gates[i].name);
     }
 
-    buf[2] = '1';
+    buf[2] = '2';
     strcat(buf, ":0\r\n");
-    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: 11 elements");
-    ok(gate("*9\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
-            ":1\r\n:0\r\n*0\r\n", 500, &gr) == NGX_ERROR,
-       "gate: 9 elements, no since");
-    ok(gate("*10\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n:5\r\n:0\r\n:1\r\n"
-            ":0\r\n*0\r\n:0\r\n", 500, &gr) == NGX_ERROR,
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: 12 elements");
+    ok(gate("*10\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n:0\r\n", 500, &gr) == NGX_ERROR,
+       "gate: 10 elements, no windows");
+    ok(gate("*11\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n:5\r\n:0\r\n:1\r\n"
+            ":0\r\n*0\r\n:0\r\n*0\r\n", 500, &gr) == NGX_ERROR,
        "gate: reason as an integer");
-    ok(gate("*10\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
-            ":1\r\n:0\r\n:7\r\n:0\r\n", 500, &gr) == NGX_ERROR,
+    ok(gate("*11\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n:7\r\n:0\r\n*0\r\n", 500, &gr) == NGX_ERROR,
        "gate: fleet not an array");
-    ok(gate("*10\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
-            ":1\r\n:0\r\n*0\r\n$2\r\n1x\r\n", 500, &gr) == NGX_ERROR,
+    ok(gate("*11\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n$2\r\n1x\r\n*0\r\n", 500, &gr) == NGX_ERROR,
        "gate: junk in since");
+    ok(gate("*11\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n:0\r\n:7\r\n", 500, &gr) == NGX_ERROR,
+       "gate: windows not an array");
+    ok(gate("*11\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n:0\r\n*2\r\n$1\r\nA\r\n$2\r\n1x\r\n",
+            500, &gr) == NGX_ERROR,
+       "gate: junk in a window");
+    ok(gate("*11\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n:0\r\n*1\r\n$1\r\nA\r\n",
+            500, &gr) == NGX_ERROR,
+       "gate: odd windows");
     ok(gate("-ERR x\r\n", 500, &gr) == NGX_ERROR, "gate: an error reply");
 
     /* the fleet: heartbeat 500 ms, alive < 1500 ms, lost < 60 s */
@@ -421,6 +446,24 @@ main(void)
     ok(gate(buf, 30000, &gr) == NGX_OK && gr.fleet.replicas == 6
        && gr.fleet.nlost == 0 && gr.fleet.in_flight == 20,
        "fleet: with a 30 s heartbeat, every report is alive");
+
+    /*
+     * each judged by the window it declared (3 of its own heartbeats):
+     * C (heartbeat 5 s) alive, B (heartbeat 100 ms) lost; the others,
+     * without one, by this reader's
+     */
+
+    windows[0] = '\0';
+    bulk(windows, "C");
+    bulk(windows, "15000");
+    bulk(windows, "B");
+    bulk(windows, "300");
+    gate_windows(buf, windows, 4);
+
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.replicas == 3
+       && gr.fleet.nlost == 2 && is(&gr.fleet.lost[0], "B")
+       && is(&gr.fleet.lost[1], "D") && gr.fleet.acked == 3,
+       "fleet: each judged by its own window");
 
     fleet[0] = '\0';
     bulk(fleet, "A");
