@@ -241,6 +241,18 @@ static u_char  ngx_http_dynamo_rl_lua_end[] =
     "return n\n";
 
 
+/*
+ * gate: KEYS the gate, the fleet; ARGV action ("init": a read, which
+ * creates a missing record), the epoch expected or "", the lease, the
+ * reason, whether the caller last saw the gate closed, the highest epoch
+ * it saw, the change's deadline on the store's clock ("" none) and its
+ * token ("" none).  A change that runs at or after its deadline is
+ * refused ("late") and changes nothing: its caller has answered that it
+ * did not happen.  A change writes its token ("tok"), so that a caller
+ * that had no answer can read whether it was made; a close of an open
+ * gate writes its time ("since", the fleet is judged from it).
+ */
+
 static u_char  ngx_http_dynamo_rl_lua_gate[] =
     NGX_HTTP_DYNAMO_RL_LUA_NOW
     "local function d(x) return string.format('%d', x) end\n"
@@ -248,7 +260,9 @@ static u_char  ngx_http_dynamo_rl_lua_gate[] =
     "local lease = tonumber(ARGV[3]) or 0\n"
     "local res = 'ok'\n"
     "local g = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'lease')\n"
-    "if not g[1] then\n"
+    "if act ~= 'init' and ARGV[7] ~= '' and now >= tonumber(ARGV[7]) then\n"
+    "  res = 'late'\n"
+    "elseif not g[1] then\n"
     "  local min = tonumber(ARGV[6]) or 0\n"
     "  if act ~= 'init' then\n"
     "    res = 'nogate'\n"
@@ -291,15 +305,15 @@ static u_char  ngx_http_dynamo_rl_lua_gate[] =
     "      redis.call('HDEL', KEYS[1], 'since')\n"
     "    end\n"
     "    redis.call('HSET', KEYS[1], 'epoch', d(epoch + 1),"
-    " 'changed', d(now))\n"
+    " 'changed', d(now), 'tok', ARGV[8])\n"
     "    redis.call('PUBLISH', KEYS[1], d(epoch + 1))\n"
     "  end\n"
     "end\n"
     "local s = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'expires',"
-    " 'reason', 'changed', 'lease', 'since')\n"
+    " 'reason', 'changed', 'lease', 'since', 'tok')\n"
     "return {res, s[1] or '', s[2] or '0', s[3] or '0', s[4] or '',"
     " s[5] or '0', now, s[6] or '0', redis.call('HGETALL', KEYS[2]),"
-    " s[7] or '0', redis.call('HGETALL', KEYS[2] .. ':q')}\n";
+    " s[7] or '0', redis.call('HGETALL', KEYS[2] .. ':q'), s[8] or ''}\n";
 
 
 /*
@@ -764,9 +778,10 @@ ngx_http_dynamo_rl_resp_move(redisReply *reply, ngx_int_t *moved)
 
 /*
  * gate: {result, state, epoch, expires, reason, changed, now, lease,
- * HGETALL(fleet), since, HGETALL(fleet:q)}; the state is "" only with
- * "nogate"; "since" is the store ms of the close, "0" when it is not
- * known (open, or closed by a gateway that did not write it)
+ * HGETALL(fleet), since, HGETALL(fleet:q), token}; the state is "" only
+ * with "nogate"; "since" is the store ms of the close, "0" when it is not
+ * known (open, or closed by a gateway that did not write it); the token
+ * of the last change, "" when it had none
  */
 
 ngx_int_t
@@ -781,13 +796,13 @@ ngx_http_dynamo_rl_resp_gate(redisReply *reply, uint64_t heartbeat,
 
     static const char  *results[] = {
         "ok", "epoch_mismatch", "not_closed", "no_lease", "nogate",
-        "created", "lost"
+        "created", "lost", "late"
     };
 
     ngx_memzero(gr, sizeof(ngx_http_dynamo_rl_gate_reply_t));
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
-        || reply->elements != 11)
+        || reply->elements != 12)
     {
         return NGX_ERROR;
     }
@@ -828,7 +843,8 @@ ngx_http_dynamo_rl_resp_gate(redisReply *reply, uint64_t heartbeat,
         || ngx_http_dynamo_rl_resp_u64(e[5], &gr->changed) != NGX_OK
         || ngx_http_dynamo_rl_resp_u64(e[6], &gr->now) != NGX_OK
         || ngx_http_dynamo_rl_resp_u64(e[7], &gr->lease) != NGX_OK
-        || ngx_http_dynamo_rl_resp_u64(e[9], &gr->since) != NGX_OK)
+        || ngx_http_dynamo_rl_resp_u64(e[9], &gr->since) != NGX_OK
+        || ngx_http_dynamo_rl_resp_str(e[11], &gr->token) != NGX_OK)
     {
         return NGX_ERROR;
     }

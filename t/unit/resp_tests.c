@@ -23,7 +23,9 @@ static redisReply *parse(const char *s, size_t len);
 static void bulk(char *buf, const char *s);
 static void gate_reply(char *buf, const char *result, const char *state,
     const char *epoch, const char *fleet, size_t nfleet);
+static void gate_tail(char *buf);
 static void gate_since(char *buf, const char *since);
+static void gate_token(char *buf, const char *token);
 static void gate_windows(char *buf, const char *windows, size_t n);
 static ngx_int_t gate(char *buf, uint64_t heartbeat,
     ngx_http_dynamo_rl_gate_reply_t *gr);
@@ -100,14 +102,23 @@ bulk(char *buf, const char *s)
 
 /*
  * {result, state, epoch, expires 0, reason, changed, now, lease, fleet,
- * since "0"}; gate_since() replaces the last
+ * since, windows, token}; the last three from gate_tail (since "0", no
+ * windows, token ""), which gate_since(), gate_windows() and gate_token()
+ * change and write again
  */
+
+static size_t       tail_at;
+static const char  *tail_since;
+static const char  *tail_windows;
+static size_t       tail_nwindows;
+static const char  *tail_token;
+
 
 static void
 gate_reply(char *buf, const char *result, const char *state,
     const char *epoch, const char *fleet, size_t nfleet)
 {
-    strcpy(buf, "*11\r\n");
+    strcpy(buf, "*12\r\n");
     bulk(buf, result);
     bulk(buf, state);
     bulk(buf, epoch);
@@ -117,27 +128,49 @@ gate_reply(char *buf, const char *result, const char *state,
     strcat(buf, ":" NOW "\r\n");
     bulk(buf, "60000");
     sprintf(buf + strlen(buf), "*%zu\r\n%s", nfleet, fleet);
-    bulk(buf, "0");
-    strcat(buf, "*0\r\n");
+
+    tail_at = strlen(buf);
+    tail_since = "0";
+    tail_windows = "";
+    tail_nwindows = 0;
+    tail_token = "";
+
+    gate_tail(buf);
+}
+
+
+static void
+gate_tail(char *buf)
+{
+    buf[tail_at] = '\0';
+    bulk(buf, tail_since);
+    sprintf(buf + strlen(buf), "*%zu\r\n%s", tail_nwindows, tail_windows);
+    bulk(buf, tail_token);
 }
 
 
 static void
 gate_since(char *buf, const char *since)
 {
-    *strrchr(buf, '$') = '\0';
-    bulk(buf, since);
-    strcat(buf, "*0\r\n");
+    tail_since = since;
+    gate_tail(buf);
 }
 
-
-/* replaces the last, the windows the instances declared */
 
 static void
 gate_windows(char *buf, const char *windows, size_t n)
 {
-    *strrchr(buf, '*') = '\0';
-    sprintf(buf + strlen(buf), "*%zu\r\n%s", n, windows);
+    tail_windows = windows;
+    tail_nwindows = n;
+    gate_tail(buf);
+}
+
+
+static void
+gate_token(char *buf, const char *token)
+{
+    tail_token = token;
+    gate_tail(buf);
 }
 
 
@@ -365,8 +398,17 @@ main(void)
        && !gr.fleet.drained, "gate: closed, no fleet, not drained");
 
     gate_reply(buf, "ok", "open", "6", "", 0);
-    ok(gate(buf, 500, &gr) == NGX_OK && !gr.closed && gr.epoch == 6,
-       "gate: open");
+    ok(gate(buf, 500, &gr) == NGX_OK && !gr.closed && gr.epoch == 6
+       && gr.token.len == 0, "gate: open");
+
+    gate_token(buf, "0123456789abcdef.7");
+    ok(gate(buf, 500, &gr) == NGX_OK && is(&gr.token, "0123456789abcdef.7"),
+       "gate: the last change's token");
+
+    gate_reply(buf, "late", "closed", "6", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_OK
+       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_LATE && gr.closed,
+       "gate: late");
 
     for (i = 0; gate_results[i].name != NULL; i++) {
         gate_reply(buf, gate_results[i].result, gate_results[i].state,
@@ -387,30 +429,38 @@ main(void)
         ok(gate(buf, 500, &gr) == NGX_ERROR, bad_gates[i].name);
     }
 
-    buf[2] = '2';
+    buf[2] = '3';
     strcat(buf, ":0\r\n");
-    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: 12 elements");
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: 13 elements");
     ok(gate("*10\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
             ":1\r\n:0\r\n*0\r\n:0\r\n", 500, &gr) == NGX_ERROR,
-       "gate: 10 elements, no windows");
-    ok(gate("*11\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n:5\r\n:0\r\n:1\r\n"
-            ":0\r\n*0\r\n:0\r\n*0\r\n", 500, &gr) == NGX_ERROR,
+       "gate: 10 elements");
+    ok(gate("*12\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n:0\r\n*0\r\n:7\r\n", 500, &gr)
+       == NGX_ERROR,
+       "gate: token as an integer");
+    ok(gate("*12\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n:5\r\n:0\r\n:1\r\n"
+            ":0\r\n*0\r\n:0\r\n*0\r\n$0\r\n\r\n", 500, &gr)
+       == NGX_ERROR,
        "gate: reason as an integer");
-    ok(gate("*11\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
-            ":1\r\n:0\r\n:7\r\n:0\r\n*0\r\n", 500, &gr) == NGX_ERROR,
+    ok(gate("*12\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n:7\r\n:0\r\n*0\r\n$0\r\n\r\n", 500, &gr)
+       == NGX_ERROR,
        "gate: fleet not an array");
-    ok(gate("*11\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
-            ":1\r\n:0\r\n*0\r\n$2\r\n1x\r\n*0\r\n", 500, &gr) == NGX_ERROR,
+    ok(gate("*12\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n$2\r\n1x\r\n*0\r\n$0\r\n\r\n", 500, &gr)
+       == NGX_ERROR,
        "gate: junk in since");
-    ok(gate("*11\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
-            ":1\r\n:0\r\n*0\r\n:0\r\n:7\r\n", 500, &gr) == NGX_ERROR,
+    ok(gate("*12\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n:0\r\n:7\r\n$0\r\n\r\n", 500, &gr)
+       == NGX_ERROR,
        "gate: windows not an array");
-    ok(gate("*11\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
-            ":1\r\n:0\r\n*0\r\n:0\r\n*2\r\n$1\r\nA\r\n$2\r\n1x\r\n",
-            500, &gr) == NGX_ERROR,
+    ok(gate("*12\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n:0\r\n*2\r\n$1\r\nA\r\n$2\r\n1x\r\n"
+            "$0\r\n\r\n", 500, &gr) == NGX_ERROR,
        "gate: junk in a window");
-    ok(gate("*11\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
-            ":1\r\n:0\r\n*0\r\n:0\r\n*1\r\n$1\r\nA\r\n",
+    ok(gate("*12\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n:0\r\n*1\r\n$1\r\nA\r\n$0\r\n\r\n",
             500, &gr) == NGX_ERROR,
        "gate: odd windows");
     ok(gate("-ERR x\r\n", 500, &gr) == NGX_ERROR, "gate: an error reply");
