@@ -15,6 +15,13 @@
 #define NGX_HTTP_DYNAMO_RL_GATE_BODY    4096
 #define NGX_HTTP_DYNAMO_RL_RETRY_AFTER  5
 
+/*
+ * a change the store did not answer: how long the gate is read again to
+ * learn whether it was made, past its deadline, and how often
+ */
+#define NGX_HTTP_DYNAMO_RL_GATE_VERIFY        3000
+#define NGX_HTTP_DYNAMO_RL_GATE_VERIFY_EVERY  100
+
 
 static ngx_int_t ngx_http_dynamo_rl_gate_known(ngx_http_request_t *r,
     ngx_http_dynamo_rl_ctx_t *ctx, ngx_http_dynamo_rl_main_conf_t *drmcf,
@@ -28,9 +35,11 @@ static ngx_int_t ngx_http_dynamo_rl_gate_apply(ngx_http_request_t *r,
 static ngx_int_t ngx_http_dynamo_rl_gate_send(ngx_http_request_t *r);
 static ngx_int_t ngx_http_dynamo_rl_gate_store_send(
     ngx_http_dynamo_rl_store_t *store, ngx_http_dynamo_rl_shctx_t *sh,
-    char *action, ngx_http_dynamo_rl_gate_req_t *req,
-    ngx_http_dynamo_rl_store_pt handler, void *data,
+    char *action, ngx_http_dynamo_rl_gate_req_t *req, uint64_t deadline,
+    ngx_str_t *token, ngx_http_dynamo_rl_store_pt handler, void *data,
     ngx_http_dynamo_rl_store_cmd_t **cmdp);
+static void ngx_http_dynamo_rl_gate_clock(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_gate_reply_t *gr);
 static void ngx_http_dynamo_rl_gate_store_apply(
     ngx_http_dynamo_rl_zone_t *zone, ngx_http_dynamo_rl_store_t *store,
     ngx_http_dynamo_rl_gate_reply_t *gr, ngx_log_t *log);
@@ -46,6 +55,7 @@ static void ngx_http_dynamo_rl_gate_answered(void *data, ngx_int_t rc,
     redisReply *reply);
 static ngx_int_t ngx_http_dynamo_rl_gate_unavailable(ngx_http_request_t *r,
     ngx_http_dynamo_rl_store_t *store, ngx_uint_t change);
+static void ngx_http_dynamo_rl_gate_call_cleanup(void *data);
 static ngx_int_t ngx_http_dynamo_rl_gate_fleet_send(ngx_http_request_t *r,
     ngx_http_dynamo_rl_store_t *store, ngx_http_dynamo_rl_gate_reply_t *gr,
     ngx_uint_t local);
@@ -69,14 +79,37 @@ static ngx_uint_t ngx_http_dynamo_rl_gate_own(
     ngx_http_dynamo_rl_gate_poller_t *gp);
 
 
-/* a call of the gate API on the store, waited for */
+/*
+ * a call of the gate API on the store, waited for; a change carries a
+ * deadline on the store's clock, past which the store refuses it, and a
+ * token it leaves in the gate record: one the store did not answer is
+ * followed by reads of the gate ("verifying") that tell whether it was
+ * made
+ */
 
 typedef struct {
     ngx_http_request_t             *request;
     ngx_http_dynamo_rl_store_cmd_t *cmd;
     ngx_uint_t                      action;
     ngx_uint_t                      change;
+    ngx_uint_t                      verifying;
+    ngx_event_t                     verify;
+    ngx_msec_t                      sent;      /* ngx_current_msec */
+    ngx_msec_t                      until;     /* verifying, at most */
+    uint64_t                        epoch;     /* the change's starting one */
+    ngx_str_t                       token;
 } ngx_http_dynamo_rl_gate_call_t;
+
+
+static ngx_int_t ngx_http_dynamo_rl_gate_change_send(
+    ngx_http_dynamo_rl_gate_call_t *gc, ngx_http_dynamo_rl_store_t *store,
+    ngx_http_dynamo_rl_gate_req_t *req);
+static void ngx_http_dynamo_rl_gate_verify_later(
+    ngx_http_dynamo_rl_gate_call_t *gc, ngx_http_dynamo_rl_store_t *store);
+static void ngx_http_dynamo_rl_gate_verify(ngx_event_t *ev);
+static ngx_int_t ngx_http_dynamo_rl_gate_verified(
+    ngx_http_dynamo_rl_gate_call_t *gc, ngx_http_dynamo_rl_store_t *store,
+    ngx_http_dynamo_rl_gate_reply_t *gr);
 
 
 /*
@@ -790,18 +823,20 @@ ngx_http_dynamo_rl_gate_store_init_process(ngx_http_dynamo_rl_zone_t *zone,
 /*
  * KEYS: the gate, the fleet; ARGV: action, the epoch expected or "", the
  * lease, the reason, whether this instance last saw the gate closed and
- * the highest epoch it saw (for a gate record that is gone)
+ * the highest epoch it saw (for a gate record that is gone), a change's
+ * deadline on the store's clock and its token ("" for a read)
  */
 
 static ngx_int_t
 ngx_http_dynamo_rl_gate_store_send(ngx_http_dynamo_rl_store_t *store,
     ngx_http_dynamo_rl_shctx_t *sh, char *action,
-    ngx_http_dynamo_rl_gate_req_t *req, ngx_http_dynamo_rl_store_pt handler,
-    void *data, ngx_http_dynamo_rl_store_cmd_t **cmdp)
+    ngx_http_dynamo_rl_gate_req_t *req, uint64_t deadline, ngx_str_t *token,
+    ngx_http_dynamo_rl_store_pt handler, void *data,
+    ngx_http_dynamo_rl_store_cmd_t **cmdp)
 {
-    ngx_str_t  argv[8];
+    ngx_str_t  argv[10];
     u_char     epoch[NGX_INT_T_LEN], lease[NGX_INT_T_LEN];
-    u_char     seen[NGX_INT_T_LEN];
+    u_char     seen[NGX_INT_T_LEN], until[NGX_INT64_LEN];
 
     argv[0] = store->gate_key;
     argv[1] = store->fleet_key;
@@ -832,8 +867,45 @@ ngx_http_dynamo_rl_gate_store_send(ngx_http_dynamo_rl_store_t *store,
     argv[7].data = seen;
     argv[7].len = ngx_sprintf(seen, "%ui", sh->gate_epoch) - seen;
 
+    ngx_str_null(&argv[8]);
+    ngx_str_null(&argv[9]);
+
+    if (token != NULL) {
+        argv[8].data = until;
+        argv[8].len = ngx_sprintf(until, "%uL", deadline) - until;
+        argv[9] = *token;
+    }
+
     return ngx_http_dynamo_rl_store_eval(store, NGX_HTTP_DYNAMO_RL_SCRIPT_GATE,
-                                         2, 8, argv, handler, data, cmdp);
+                                         2, 10, argv, handler, data, cmdp);
+}
+
+
+/*
+ * the store's clock as a gate read found it, against the monotonic one
+ * when the reply is handled (later than the store's TIME was taken, and
+ * 1 ms less for the rounding of both): a deadline set from it is never
+ * later on the store than the moment it is set for here
+ */
+
+static void
+ngx_http_dynamo_rl_gate_clock(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_http_dynamo_rl_gate_reply_t *gr)
+{
+    uint64_t  mono;
+
+    mono = ngx_http_dynamo_rl_now() + 1;
+
+    if (gr->now <= mono) {
+        return;
+    }
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    zone->sh->store_skew = gr->now - mono;
+    zone->sh->store_skew_known = 1;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
 
@@ -963,7 +1035,7 @@ ngx_http_dynamo_rl_gate_poll(ngx_event_t *ev)
     if (!gp->polling
         && ngx_http_dynamo_rl_store_ready(gp->store)
         && ngx_http_dynamo_rl_gate_store_send(gp->store, gp->zone->sh, "init",
-                                              NULL,
+                                              NULL, 0, NULL,
                                               ngx_http_dynamo_rl_gate_polled,
                                               gp, NULL)
            == NGX_OK)
@@ -996,6 +1068,8 @@ ngx_http_dynamo_rl_gate_polled(void *data, ngx_int_t rc, redisReply *reply)
         return;
     }
 
+    ngx_http_dynamo_rl_gate_clock(gp->zone, &gr);
+
     ngx_http_dynamo_rl_gate_store_apply(gp->zone, gp->store, &gr,
                                         gp->poll.log);
 
@@ -1011,7 +1085,8 @@ ngx_http_dynamo_rl_gate_polled(void *data, ngx_int_t rc, redisReply *reply)
 
 /*
  * the instance's report: the highest epoch it applied and its requests
- * in flight; a report that acknowledges the close epoch only falls after
+ * in flight, and how long the report counts as alive (3 heartbeats); a
+ * report that acknowledges the close epoch only falls after
  */
 
 static void
@@ -1019,10 +1094,11 @@ ngx_http_dynamo_rl_gate_beat(ngx_event_t *ev)
 {
     ngx_http_dynamo_rl_gate_poller_t *gp = ev->data;
 
-    ngx_str_t                    argv[4];
+    ngx_str_t                    argv[6];
     ngx_http_dynamo_rl_shctx_t  *sh;
     u_char                       seen[NGX_INT_T_LEN];
     u_char                       flight[NGX_INT_T_LEN];
+    u_char                       alive[NGX_INT64_LEN];
 
     if ((ngx_exiting || ngx_quit || ngx_terminate)
         && !ngx_http_dynamo_rl_gate_own(gp))
@@ -1036,19 +1112,27 @@ ngx_http_dynamo_rl_gate_beat(ngx_event_t *ev)
         && ngx_http_dynamo_rl_store_ready(gp->store))
     {
         argv[0] = gp->store->fleet_key;
-        argv[1] = gp->field;
+        argv[1] = gp->store->gate_key;
+        argv[2] = gp->field;
 
-        argv[2].data = seen;
-        argv[2].len = ngx_sprintf(seen, "%ui", sh->gate_epoch) - seen;
+        argv[3].data = seen;
+        argv[3].len = ngx_sprintf(seen, "%ui", sh->gate_epoch) - seen;
 
-        argv[3].data = flight;
-        argv[3].len = ngx_sprintf(flight, "%ui",
+        argv[4].data = flight;
+        argv[4].len = ngx_sprintf(flight, "%ui",
                                   ngx_http_dynamo_rl_gate_in_flight(sh))
                       - flight;
 
+        /* the readers judge this report by this instance's heartbeat */
+
+        argv[5].data = alive;
+        argv[5].len = ngx_sprintf(alive, "%uL",
+                                  (uint64_t) gp->store->heartbeat * 3)
+                      - alive;
+
         if (ngx_http_dynamo_rl_store_eval(gp->store,
                                           NGX_HTTP_DYNAMO_RL_SCRIPT_BEAT,
-                                          1, 4, argv,
+                                          2, 6, argv,
                                           ngx_http_dynamo_rl_gate_beaten, gp,
                                           NULL)
             == NGX_OK)
@@ -1085,7 +1169,6 @@ static ngx_int_t
 ngx_http_dynamo_rl_gate_store_call(ngx_http_request_t *r,
     ngx_http_dynamo_rl_store_t *store, ngx_http_dynamo_rl_gate_req_t *req)
 {
-    char                            *action;
     ngx_pool_cleanup_t              *cln;
     ngx_http_dynamo_rl_zone_t       *zone;
     ngx_http_dynamo_rl_gate_call_t  *gc;
@@ -1104,22 +1187,90 @@ ngx_http_dynamo_rl_gate_store_call(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    cln->handler = ngx_http_dynamo_rl_store_cleanup;
-    cln->data = &gc->cmd;
+    cln->handler = ngx_http_dynamo_rl_gate_call_cleanup;
+    cln->data = gc;
 
-    action = (req == NULL) ? "init"
-             : (req->action == NGX_HTTP_DYNAMO_RL_GATE_CLOSE) ? "close"
-             : (req->action == NGX_HTTP_DYNAMO_RL_GATE_RENEW) ? "renew"
-             : "open";
+    if (req != NULL) {
+        return ngx_http_dynamo_rl_gate_change_send(gc, store, req);
+    }
 
     zone = ngx_http_dynamo_rl_get_zone(r);
 
-    if (ngx_http_dynamo_rl_gate_store_send(store, zone->sh, action, req,
+    if (ngx_http_dynamo_rl_gate_store_send(store, zone->sh, "init", NULL, 0,
+                                           NULL,
                                            ngx_http_dynamo_rl_gate_answered,
                                            gc, &gc->cmd)
         != NGX_OK)
     {
-        return ngx_http_dynamo_rl_gate_unavailable(r, store, gc->change);
+        return ngx_http_dynamo_rl_gate_unavailable(r, store, 0);
+    }
+
+    return NGX_DONE;
+}
+
+
+/*
+ * a change, with its deadline: the moment this process gives up waiting
+ * for it (timeout), on the store's clock as last read; the store refuses
+ * it from then on, so that a change answered 503 is never made later.
+ * Its token: this process's identity and the request's number.
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_gate_change_send(ngx_http_dynamo_rl_gate_call_t *gc,
+    ngx_http_dynamo_rl_store_t *store, ngx_http_dynamo_rl_gate_req_t *req)
+{
+    char                        *action;
+    uint64_t                     skew, deadline;
+    ngx_uint_t                   known;
+    ngx_http_request_t          *r;
+    ngx_http_dynamo_rl_zone_t   *zone;
+    ngx_http_dynamo_rl_shctx_t  *sh;
+
+    r = gc->request;
+    zone = ngx_http_dynamo_rl_get_zone(r);
+    sh = zone->sh;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    skew = sh->store_skew;
+    known = sh->store_skew_known;
+    gc->epoch = req->has_epoch ? req->epoch : sh->gate_epoch;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (!known) {
+        /* no gate read has answered yet: nothing is sent */
+        return ngx_http_dynamo_rl_gate_unavailable(r, store, 1);
+    }
+
+    gc->token.data = ngx_pnalloc(r->pool, store->identity.len + 2
+                                          + 2 * NGX_ATOMIC_T_LEN);
+    if (gc->token.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    gc->token.len = ngx_sprintf(gc->token.data, "%V/%uA.%ui",
+                                &store->identity, r->connection->number,
+                                r->connection->requests)
+                    - gc->token.data;
+
+    /* the store's timeout timer is set from ngx_current_msec too */
+
+    gc->sent = ngx_current_msec;
+    deadline = (uint64_t) gc->sent + skew + store->timeout;
+
+    action = (req->action == NGX_HTTP_DYNAMO_RL_GATE_CLOSE) ? "close"
+             : (req->action == NGX_HTTP_DYNAMO_RL_GATE_RENEW) ? "renew"
+             : "open";
+
+    if (ngx_http_dynamo_rl_gate_store_send(store, sh, action, req, deadline,
+                                           &gc->token,
+                                           ngx_http_dynamo_rl_gate_answered,
+                                           gc, &gc->cmd)
+        != NGX_OK)
+    {
+        return ngx_http_dynamo_rl_gate_unavailable(r, store, 1);
     }
 
     return NGX_DONE;
@@ -1154,11 +1305,42 @@ ngx_http_dynamo_rl_gate_answered(void *data, ngx_int_t rc, redisReply *reply)
                           "API");
         }
 
-        rc = ngx_http_dynamo_rl_gate_unavailable(r, store, gc->change);
+        /* a change that may have been sent: was it made? */
+
+        if (gc->change) {
+            if (gc->verifying
+                && (ngx_msec_int_t) (gc->until - ngx_current_msec) <= 0)
+            {
+                rc = ngx_http_dynamo_rl_gate_verified(gc, store, NULL);
+                goto done;
+            }
+
+            ngx_http_dynamo_rl_gate_verify_later(gc, store);
+            return;
+        }
+
+        rc = ngx_http_dynamo_rl_gate_unavailable(r, store, 0);
+        goto done;
+    }
+
+    ngx_http_dynamo_rl_gate_clock(ngx_http_dynamo_rl_get_zone(r), &gr);
+
+    if (gc->verifying) {
+        rc = ngx_http_dynamo_rl_gate_verified(gc, store, &gr);
         goto done;
     }
 
     switch (gr.result) {
+
+    case NGX_HTTP_DYNAMO_RL_GATE_R_LATE:
+        ngx_log_error(NGX_LOG_WARN, c->log, 0,
+                      "dynamo rl gate: the store took the change after its "
+                      "deadline and refused it, nothing changed");
+
+        rc = ngx_http_dynamo_rl_store_down(r, "the shared store answered "
+                                              "too late: the gate did not "
+                                              "change");
+        break;
 
     case NGX_HTTP_DYNAMO_RL_GATE_R_MISMATCH:
         ngx_log_error(NGX_LOG_INFO, c->log, 0,
@@ -1217,6 +1399,180 @@ done:
 
     ngx_http_finalize_request(r, rc);
     ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * a change without an answer (timeout, the connection lost, a reply
+ * that is not one): the gate is read again once the store's clock is
+ * past the change's deadline, from when the store refuses it; a read
+ * then comes after the change in the store if the change was made at
+ * all.  Again every 100 ms while the store does not answer, for 3 s.
+ */
+
+static void
+ngx_http_dynamo_rl_gate_verify_later(ngx_http_dynamo_rl_gate_call_t *gc,
+    ngx_http_dynamo_rl_store_t *store)
+{
+    ngx_msec_t  after;
+
+    if (!gc->verifying) {
+        gc->verifying = 1;
+        gc->until = gc->sent + store->timeout + NGX_HTTP_DYNAMO_RL_GATE_VERIFY;
+
+        gc->verify.handler = ngx_http_dynamo_rl_gate_verify;
+        gc->verify.data = gc;
+        gc->verify.log = gc->request->connection->log;
+
+        ngx_log_error(NGX_LOG_WARN, gc->verify.log, 0,
+                      "dynamo rl gate: no answer from the store to the "
+                      "change, reading the gate to learn whether it was "
+                      "made");
+    }
+
+    after = gc->sent + store->timeout + 1;
+
+    after = ((ngx_msec_int_t) (after - ngx_current_msec) > 0)
+            ? after - ngx_current_msec : 0;
+
+    if (gc->verify.timer_set) {
+        ngx_del_timer(&gc->verify);
+    }
+
+    ngx_add_timer(&gc->verify,
+                  ngx_max(after, NGX_HTTP_DYNAMO_RL_GATE_VERIFY_EVERY));
+}
+
+
+static void
+ngx_http_dynamo_rl_gate_verify(ngx_event_t *ev)
+{
+    ngx_http_dynamo_rl_gate_call_t *gc = ev->data;
+
+    ngx_connection_t                *c;
+    ngx_http_request_t              *r;
+    ngx_http_dynamo_rl_store_t      *store;
+    ngx_http_dynamo_rl_main_conf_t  *drmcf;
+
+    r = gc->request;
+    c = r->connection;
+
+    drmcf = ngx_http_get_module_main_conf(r, ngx_http_dynamo_rl_module);
+    store = drmcf->store;
+
+    if (ngx_http_dynamo_rl_gate_store_send(store,
+                                           ngx_http_dynamo_rl_get_zone(r)->sh,
+                                           "init", NULL, 0, NULL,
+                                           ngx_http_dynamo_rl_gate_answered,
+                                           gc, &gc->cmd)
+        == NGX_OK)
+    {
+        return;
+    }
+
+    if ((ngx_msec_int_t) (gc->until - ngx_current_msec) > 0) {
+        ngx_http_dynamo_rl_gate_verify_later(gc, store);
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_dynamo_rl_gate_verified(gc, store,
+                                                                   NULL));
+    ngx_http_run_posted_requests(c);
+}
+
+
+/*
+ * the gate as read after a change's deadline (NULL: not read in time):
+ * the change's token in it, the change was made and is the last one; the
+ * epoch it started from, nothing changed; another, someone else changed
+ * the gate (and this change may have been made before that)
+ */
+
+static ngx_int_t
+ngx_http_dynamo_rl_gate_verified(ngx_http_dynamo_rl_gate_call_t *gc,
+    ngx_http_dynamo_rl_store_t *store, ngx_http_dynamo_rl_gate_reply_t *gr)
+{
+    ngx_http_request_t  *r;
+
+    r = gc->request;
+
+    if (gr == NULL) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "dynamo rl gate: the store does not answer, whether "
+                      "the change was made is not known: read the gate");
+
+        if (ngx_http_dynamo_rl_retry_after(r, 1) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_dynamo_rl_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                        "gate_outcome_unknown",
+                                        "the shared store stopped answering "
+                                        "after the change was sent: it may "
+                                        "or may not have been made; read "
+                                        "the gate");
+    }
+
+    if (gr->result == NGX_HTTP_DYNAMO_RL_GATE_R_OK
+        || gr->result == NGX_HTTP_DYNAMO_RL_GATE_R_CREATED
+        || gr->result == NGX_HTTP_DYNAMO_RL_GATE_R_LOST)
+    {
+        ngx_http_dynamo_rl_gate_store_apply(ngx_http_dynamo_rl_get_zone(r),
+                                            store, gr, r->connection->log);
+    }
+
+    if (gr->result == NGX_HTTP_DYNAMO_RL_GATE_R_OK
+        && gr->token.len == gc->token.len
+        && ngx_memcmp(gr->token.data, gc->token.data, gc->token.len) == 0)
+    {
+        ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0,
+                      "dynamo rl gate: %s in the store, epoch %uL, read "
+                      "after no answer",
+                      gc->action == NGX_HTTP_DYNAMO_RL_GATE_CLOSE
+                      ? "closed"
+                      : gc->action == NGX_HTTP_DYNAMO_RL_GATE_RENEW
+                      ? "renewed" : "opened", gr->epoch);
+
+        return ngx_http_dynamo_rl_gate_fleet_send(r, store, gr, 0);
+    }
+
+    if (gr->result == NGX_HTTP_DYNAMO_RL_GATE_R_OK
+        && gr->epoch != gc->epoch)
+    {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "dynamo rl gate: no answer from the store to the "
+                      "change, and the gate changed meanwhile, epoch %uL "
+                      "there", gr->epoch);
+
+        return ngx_http_dynamo_rl_error(r, NGX_HTTP_CONFLICT,
+                                        "epoch_mismatch",
+                                        "the gate changed meanwhile: read "
+                                        "it");
+    }
+
+    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                  "dynamo rl gate: the store did not answer in time, "
+                  "the change was not made");
+
+    return ngx_http_dynamo_rl_store_down(r, "the shared store does not "
+                                            "answer: the gate did not "
+                                            "change");
+}
+
+
+static void
+ngx_http_dynamo_rl_gate_call_cleanup(void *data)
+{
+    ngx_http_dynamo_rl_gate_call_t *gc = data;
+
+    if (gc->cmd != NULL) {
+        ngx_http_dynamo_rl_store_cancel(gc->cmd);
+        gc->cmd = NULL;
+    }
+
+    if (gc->verify.timer_set) {
+        ngx_del_timer(&gc->verify);
+    }
 }
 
 

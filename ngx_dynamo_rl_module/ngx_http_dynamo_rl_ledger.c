@@ -561,6 +561,7 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
     u_char                          t0[NGX_INT64_LEN];
     u_char                          lease[NGX_INT64_LEN];
     u_char                          ttl[NGX_INT64_LEN];
+    u_char                          quiet[NGX_INT64_LEN];
 
     if (ctx->store_wait) {
         return NGX_AGAIN;
@@ -643,6 +644,13 @@ ngx_http_dynamo_rl_ledger_claim(ngx_http_request_t *r,
 
     argv[7].data = ctx->tenant.data;
     argv[7].len = ngx_min(ctx->tenant.len, 255);
+
+    /* this process's silence, for a claim before its first beat */
+
+    argv[8].data = quiet;
+    argv[8].len = ngx_sprintf(quiet, "%M",
+                              ngx_http_dynamo_rl_ledger_silence(store))
+                  - quiet;
 
     rc = ngx_http_dynamo_rl_store_batch(store, NGX_HTTP_DYNAMO_RL_SCRIPT_CLAIM,
                                         NGX_HTTP_DYNAMO_RL_CLAIM_SHARED, keys,

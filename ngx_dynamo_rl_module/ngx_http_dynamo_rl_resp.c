@@ -17,7 +17,7 @@ static ngx_int_t ngx_http_dynamo_rl_resp_str(redisReply *r, ngx_str_t *s);
 static ngx_int_t ngx_http_dynamo_rl_resp_is(redisReply *r, const char *s);
 static ngx_uint_t ngx_http_dynamo_rl_resp_state(u_char c);
 static ngx_int_t ngx_http_dynamo_rl_resp_reason(u_char *code, size_t len);
-static ngx_int_t ngx_http_dynamo_rl_resp_fleet(redisReply *r,
+static ngx_int_t ngx_http_dynamo_rl_resp_fleet(redisReply *r, redisReply *q,
     uint64_t heartbeat, ngx_http_dynamo_rl_gate_reply_t *gr);
 static ngx_int_t ngx_http_dynamo_rl_resp_member(ngx_str_t *value,
     uint64_t *seen, uint64_t *in_flight, uint64_t *ts);
@@ -72,10 +72,12 @@ static redisReplyObjectFunctions  ngx_http_dynamo_rl_resp_functions = {
  * claim: the claims of a turn, one script for them all; KEYS the gate,
  * the worker processes' liveness ("{P}:live"), this worker process's own
  * records ("{P}:p:<identity>", record -> its ttl), then a record for each
- * claim; ARGV, 8 for each: owner ("<identity>/<connection>.<request>"),
+ * claim; ARGV, 9 for each: owner ("<identity>/<connection>.<request>"),
  * t0, lease, replica, request id ("" when it is the attempt id), whether
  * the gate applies ("0": a location with dynamo_rl_gate off), the ttl of
- * the record once it ends, the tenant the gateway assigned ("" for none);
+ * the record once it ends, the tenant the gateway assigned ("" for none),
+ * the process's silence (ms): a claim that finds the process unknown
+ * declares it ("{P}:live:q", see "live"), as its beats do;
  * the reply has one element for each claim, in
  * order (ngx_http_dynamo_rl_resp_claim()).  The gate is read once for
  * all; its expiry and reason only when it is closed.  A record "r" is a
@@ -102,7 +104,7 @@ static u_char  ngx_http_dynamo_rl_lua_claim[] =
     "local live\n"
     "for i = 4, #KEYS do\n"
     "  local k = KEYS[i]\n"
-    "  local a = i * 8 - 32\n"
+    "  local a = i * 9 - 36\n"
     "  local o = ARGV[a + 1]\n"
     "  local x\n"
     "  local r = {}\n"
@@ -147,6 +149,7 @@ static u_char  ngx_http_dynamo_rl_lua_claim[] =
     "        local t = redis.call('TIME')\n"
     "        redis.call('HSET', KEYS[2], live, string.format('%d',"
     " t[1] * 1000 + math.floor(t[2] / 1000)))\n"
+    "        redis.call('HSET', KEYS[2] .. ':q', live, ARGV[a + 9])\n"
     "      end\n"
     "    end\n"
     "    x = {'ok', e}\n"
@@ -238,6 +241,18 @@ static u_char  ngx_http_dynamo_rl_lua_end[] =
     "return n\n";
 
 
+/*
+ * gate: KEYS the gate, the fleet; ARGV action ("init": a read, which
+ * creates a missing record), the epoch expected or "", the lease, the
+ * reason, whether the caller last saw the gate closed, the highest epoch
+ * it saw, the change's deadline on the store's clock ("" none) and its
+ * token ("" none).  A change that runs at or after its deadline is
+ * refused ("late") and changes nothing: its caller has answered that it
+ * did not happen.  A change writes its token ("tok"), so that a caller
+ * that had no answer can read whether it was made; a close of an open
+ * gate writes its time ("since", the fleet is judged from it).
+ */
+
 static u_char  ngx_http_dynamo_rl_lua_gate[] =
     NGX_HTTP_DYNAMO_RL_LUA_NOW
     "local function d(x) return string.format('%d', x) end\n"
@@ -245,14 +260,16 @@ static u_char  ngx_http_dynamo_rl_lua_gate[] =
     "local lease = tonumber(ARGV[3]) or 0\n"
     "local res = 'ok'\n"
     "local g = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'lease')\n"
-    "if not g[1] then\n"
+    "if act ~= 'init' and ARGV[7] ~= '' and now >= tonumber(ARGV[7]) then\n"
+    "  res = 'late'\n"
+    "elseif not g[1] then\n"
     "  local min = tonumber(ARGV[6]) or 0\n"
     "  if act ~= 'init' then\n"
     "    res = 'nogate'\n"
     "  elseif ARGV[5] == '1' then\n"
     "    redis.call('HSET', KEYS[1], 'state', 'closed', 'epoch', d(min + 1),"
     " 'expires', '0', 'lease', '0', 'reason', 'gate record lost',"
-    " 'changed', d(now))\n"
+    " 'changed', d(now), 'since', d(now))\n"
     "    redis.call('PUBLISH', KEYS[1], d(min + 1))\n"
     "    res = 'lost'\n"
     "  else\n"
@@ -273,6 +290,9 @@ static u_char  ngx_http_dynamo_rl_lua_gate[] =
     "    if act == 'close' then\n"
     "      local exp = 0\n"
     "      if lease > 0 then exp = now + lease end\n"
+    "      if g[1] ~= 'closed' then\n"
+    "        redis.call('HSET', KEYS[1], 'since', d(now))\n"
+    "      end\n"
     "      redis.call('HSET', KEYS[1], 'state', 'closed', 'lease', d(lease),"
     " 'expires', d(exp), 'reason', ARGV[4])\n"
     "    elseif act == 'renew' then\n"
@@ -282,30 +302,56 @@ static u_char  ngx_http_dynamo_rl_lua_gate[] =
     "    else\n"
     "      redis.call('HSET', KEYS[1], 'state', 'open', 'lease', '0',"
     " 'expires', '0', 'reason', '')\n"
+    "      redis.call('HDEL', KEYS[1], 'since')\n"
     "    end\n"
     "    redis.call('HSET', KEYS[1], 'epoch', d(epoch + 1),"
-    " 'changed', d(now))\n"
+    " 'changed', d(now), 'tok', ARGV[8])\n"
     "    redis.call('PUBLISH', KEYS[1], d(epoch + 1))\n"
     "  end\n"
     "end\n"
     "local s = redis.call('HMGET', KEYS[1], 'state', 'epoch', 'expires',"
-    " 'reason', 'changed', 'lease')\n"
+    " 'reason', 'changed', 'lease', 'since', 'tok')\n"
     "return {res, s[1] or '', s[2] or '0', s[3] or '0', s[4] or '',"
-    " s[5] or '0', now, s[6] or '0', redis.call('HGETALL', KEYS[2])}\n";
+    " s[5] or '0', now, s[6] or '0', redis.call('HGETALL', KEYS[2]),"
+    " s[7] or '0', redis.call('HGETALL', KEYS[2] .. ':q'), s[8] or ''}\n";
 
 
-/* fields that are not "seen:in_flight:ts" are dropped too, they heal */
+/*
+ * beat: KEYS the fleet, the gate; ARGV the instance's field, seen, in
+ * flight, and how long its report counts as alive (3 heartbeats, its
+ * own: "{P}:fleet:q", field -> ms; the readers judge it by that, see
+ * ngx_http_dynamo_rl_resp_fleet()).
+ * A report older than 10 minutes is dropped, but, while the gate
+ * is closed, not that of an instance alive or lost (silent for less than
+ * a minute) when it closed: it may still admit with the gate it last read
+ * (see ngx_http_dynamo_rl_resp_fleet()).  Fields that are not
+ * "seen:in_flight:ts" are dropped too, they heal.
+ */
 
 static u_char  ngx_http_dynamo_rl_lua_beat[] =
     NGX_HTTP_DYNAMO_RL_LUA_NOW
     "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. ':'"
     " .. string.format('%d', now))\n"
+    "local g = redis.call('HMGET', KEYS[2], 'state', 'since', 'changed')\n"
+    "local hold\n"
+    "if g[1] == 'closed' then\n"
+    "  hold = (tonumber(g[2]) or tonumber(g[3]) or 0) - 60000\n"
+    "end\n"
+    "local wk = KEYS[1] .. ':q'\n"
+    "redis.call('HSET', wk, ARGV[1], ARGV[4])\n"
+    "local keep = {}\n"
     "local f = redis.call('HGETALL', KEYS[1])\n"
     "for i = 1, #f, 2 do\n"
     "  local ts = tonumber(string.match(f[i + 1], '^%d+:%d+:(%d+)$'))\n"
-    "  if ts == nil or now - ts > 600000 then\n"
+    "  if ts == nil or (now - ts > 600000 and not (hold and ts > hold)) then\n"
     "    redis.call('HDEL', KEYS[1], f[i])\n"
+    "  else\n"
+    "    keep[f[i]] = true\n"
     "  end\n"
+    "end\n"
+    "local w = redis.call('HKEYS', wk)\n"
+    "for i = 1, #w do\n"
+    "  if not keep[w[i]] then redis.call('HDEL', wk, w[i]) end\n"
     "end\n"
     "return 1\n";
 
@@ -317,11 +363,14 @@ static u_char  ngx_http_dynamo_rl_lua_beat[] =
  * silence (ms), "beat" or "bye", whether to look for silent processes
  * ("1": one worker process of each instance does).
  *
- * A beat renews the lease of every record of the process still in
+ * A beat declares the process's own silence ("{P}:live:q": identity ->
+ * ms), renews the lease of every record of the process still in
  * flight (a stream longer than the lease keeps its record while its
  * process lives), forgets those that ended, and ends as failed
  * ("replica_lost") the records in flight of every process silent for
- * longer than "silence": killed, or its replica gone; but only when its
+ * longer than the silence it declared (its heartbeat= may differ from
+ * this one's; one that declared none, of an earlier version, by this
+ * one's "silence"): killed, or its replica gone; but only when its
  * own previous beat is recent: after a pause of the store, or of its own
  * connection, every process is late, and none is judged by one that is.
  * The records keep their ids refused for the longer of their ttl and the
@@ -353,6 +402,7 @@ static u_char  ngx_http_dynamo_rl_lua_live[] =
     "  end\n"
     "  redis.call('DEL', pk)\n"
     "  redis.call('HDEL', KEYS[1], id)\n"
+    "  redis.call('HDEL', KEYS[1] .. ':q', id)\n"
     "  return n\n"
     "end\n"
     "local me = ARGV[1]\n"
@@ -361,6 +411,7 @@ static u_char  ngx_http_dynamo_rl_lua_live[] =
     "end\n"
     "local mine = tonumber(redis.call('HGET', KEYS[1], me) or '')\n"
     "redis.call('HSET', KEYS[1], me, d(now))\n"
+    "redis.call('HSET', KEYS[1] .. ':q', me, ARGV[3])\n"
     "local pk = KEYS[2] .. me\n"
     "local m = redis.call('HGETALL', pk)\n"
     "for i = 1, #m, 2 do\n"
@@ -378,10 +429,13 @@ static u_char  ngx_http_dynamo_rl_lua_live[] =
     "if ARGV[5] ~= '1' or not mine or now - mine > quiet / 2 then\n"
     "  return res\n"
     "end\n"
+    "local q = {}\n"
+    "local w = redis.call('HGETALL', KEYS[1] .. ':q')\n"
+    "for i = 1, #w, 2 do q[w[i]] = tonumber(w[i + 1]) end\n"
     "local l = redis.call('HGETALL', KEYS[1])\n"
     "for i = 1, #l, 2 do\n"
     "  local ts = tonumber(l[i + 1])\n"
-    "  if l[i] ~= me and (ts == nil or now - ts > quiet) then\n"
+    "  if l[i] ~= me and (ts == nil or now - ts > (q[l[i]] or quiet)) then\n"
     "    local n = settle(l[i], 'rl')\n"
     "    res[#res + 1] = l[i]\n"
     "    res[#res + 1] = n\n"
@@ -728,7 +782,10 @@ ngx_http_dynamo_rl_resp_move(redisReply *reply, ngx_int_t *moved)
 
 /*
  * gate: {result, state, epoch, expires, reason, changed, now, lease,
- * HGETALL(fleet)}; the state is "" only with "nogate"
+ * HGETALL(fleet), since, HGETALL(fleet:q), token}; the state is "" only
+ * with "nogate"; "since" is the store ms of the close, "0" when it is not
+ * known (open, or closed by a gateway that did not write it); the token
+ * of the last change, "" when it had none
  */
 
 ngx_int_t
@@ -743,13 +800,13 @@ ngx_http_dynamo_rl_resp_gate(redisReply *reply, uint64_t heartbeat,
 
     static const char  *results[] = {
         "ok", "epoch_mismatch", "not_closed", "no_lease", "nogate",
-        "created", "lost"
+        "created", "lost", "late"
     };
 
     ngx_memzero(gr, sizeof(ngx_http_dynamo_rl_gate_reply_t));
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
-        || reply->elements != 9)
+        || reply->elements != 12)
     {
         return NGX_ERROR;
     }
@@ -789,42 +846,60 @@ ngx_http_dynamo_rl_resp_gate(redisReply *reply, uint64_t heartbeat,
         || ngx_http_dynamo_rl_resp_str(e[4], &gr->reason) != NGX_OK
         || ngx_http_dynamo_rl_resp_u64(e[5], &gr->changed) != NGX_OK
         || ngx_http_dynamo_rl_resp_u64(e[6], &gr->now) != NGX_OK
-        || ngx_http_dynamo_rl_resp_u64(e[7], &gr->lease) != NGX_OK)
+        || ngx_http_dynamo_rl_resp_u64(e[7], &gr->lease) != NGX_OK
+        || ngx_http_dynamo_rl_resp_u64(e[9], &gr->since) != NGX_OK
+        || ngx_http_dynamo_rl_resp_str(e[11], &gr->token) != NGX_OK)
     {
         return NGX_ERROR;
     }
 
-    return ngx_http_dynamo_rl_resp_fleet(e[8], heartbeat, gr);
+    return ngx_http_dynamo_rl_resp_fleet(e[8], e[10], heartbeat, gr);
 }
 
 
 /*
- * the fleet from HGETALL: replica -> "seen:in_flight:ts"; alive when the
- * report is younger than 3 heartbeats, lost from 3 heartbeats to 60 s,
- * forgotten after, but for a replica that was alive when the gate closed:
- * while it stays closed, that one stays lost, however long it is silent
- * (cut off from the store, it may still admit with the gate it last
- * read); a report from the future (one store clock, so only a clock
+ * the fleet from HGETALL: replica -> "seen:in_flight:ts", and the windows
+ * the instances declared (q: field -> ms, 3 of their own heartbeats);
+ * alive when the report is younger than its window (3 of this reader's
+ * heartbeats for one that declared none: an earlier version), lost from
+ * then to 60 s,
+ * forgotten after, but for a replica that was alive or lost when the gate
+ * closed ("since", or the last change for a close that did not write
+ * it): while it stays closed, that one stays lost, however long it is
+ * silent (cut off from the store, it may still admit with the gate it
+ * last read); a report from the future (one store clock, so only a clock
  * step) counts as fresh
  */
 
 static ngx_int_t
-ngx_http_dynamo_rl_resp_fleet(redisReply *r, uint64_t heartbeat,
+ngx_http_dynamo_rl_resp_fleet(redisReply *r, redisReply *q, uint64_t heartbeat,
     ngx_http_dynamo_rl_gate_reply_t *gr)
 {
     size_t                       i, j;
-    uint64_t                     seen, in_flight, ts, age, alive;
-    ngx_str_t                    name, value;
+    uint64_t                     seen, in_flight, ts, age, alive, own, since;
+    ngx_str_t                    name, value, field;
     ngx_http_dynamo_rl_fleet_t  *fl;
 
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements % 2) {
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements % 2
+        || q == NULL || q->type != REDIS_REPLY_ARRAY || q->elements % 2)
+    {
         return NGX_ERROR;
+    }
+
+    for (j = 0; j < q->elements; j += 2) {
+        if (ngx_http_dynamo_rl_resp_str(q->element[j], &field) != NGX_OK
+            || ngx_http_dynamo_rl_resp_u64(q->element[j + 1], &own)
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
     }
 
     fl = &gr->fleet;
     gr->has_fleet = 1;
 
-    alive = (heartbeat > UINT64_MAX / 3) ? UINT64_MAX : 3 * heartbeat;
+    own = (heartbeat > UINT64_MAX / 3) ? UINT64_MAX : 3 * heartbeat;
+    since = gr->since ? gr->since : gr->changed;
 
     for (i = 0; i < r->elements; i += 2) {
 
@@ -842,6 +917,20 @@ ngx_http_dynamo_rl_resp_fleet(redisReply *r, uint64_t heartbeat,
 
         age = (gr->now > ts) ? gr->now - ts : 0;
 
+        /* the window the instance declared, this reader's without one */
+
+        alive = own;
+
+        for (j = 0; j < q->elements; j += 2) {
+            if (ngx_http_dynamo_rl_resp_str(q->element[j], &field) == NGX_OK
+                && field.len == name.len
+                && ngx_memcmp(field.data, name.data, name.len) == 0)
+            {
+                (void) ngx_http_dynamo_rl_resp_u64(q->element[j + 1], &alive);
+                break;
+            }
+        }
+
         if (age < alive) {
             fl->replicas++;
 
@@ -855,7 +944,8 @@ ngx_http_dynamo_rl_resp_fleet(redisReply *r, uint64_t heartbeat,
         }
 
         if (age < NGX_HTTP_DYNAMO_RL_FLEET_FORGET
-            || (gr->closed && ts + alive > gr->changed))
+            || (gr->closed && ts > since - ngx_min(since,
+                                          NGX_HTTP_DYNAMO_RL_FLEET_FORGET)))
         {
 
             /* an instance's field is "replica/pid of its master" */

@@ -40,7 +40,7 @@
 #define NGX_HTTP_DYNAMO_RL_CLAIM_SHARED    3
 
 /* the claim script's arguments per record */
-#define NGX_HTTP_DYNAMO_RL_CLAIM_ARGS      8
+#define NGX_HTTP_DYNAMO_RL_CLAIM_ARGS      9
 
 /* the end script's arguments per record */
 #define NGX_HTTP_DYNAMO_RL_END_ARGS        8
@@ -59,6 +59,7 @@
 #define NGX_HTTP_DYNAMO_RL_GATE_R_NOGATE    4   /* no gate record (get) */
 #define NGX_HTTP_DYNAMO_RL_GATE_R_CREATED   5   /* init created it open */
 #define NGX_HTTP_DYNAMO_RL_GATE_R_LOST      6   /* init re-created it closed */
+#define NGX_HTTP_DYNAMO_RL_GATE_R_LATE      7   /* past its deadline: refused */
 
 #define NGX_HTTP_DYNAMO_RL_FLEET_LOST      8    /* names listed at most */
 
@@ -104,8 +105,10 @@ typedef struct {
     uint64_t                        expires;   /* store ms, 0: no lease */
     uint64_t                        lease;     /* ms, 0: none */
     uint64_t                        changed;   /* store ms, 0: never */
+    uint64_t                        since;     /* store ms of the close */
     uint64_t                        now;       /* store ms */
     ngx_str_t                       reason;    /* into the reply */
+    ngx_str_t                       token;     /* of the last change */
     ngx_uint_t                      has_fleet;
     ngx_http_dynamo_rl_fleet_t      fleet;
 } ngx_http_dynamo_rl_gate_reply_t;

@@ -186,6 +186,9 @@ typedef struct {
      */
     uint64_t                        store_read;
     uint64_t                        store_changed;  /* the store's ms */
+    /* the store's clock less the monotonic one, as last read, at most */
+    uint64_t                        store_skew;
+    ngx_uint_t                      store_skew_known;
     ngx_uint_t                      store_known;
     ngx_atomic_t                    store_fallback;
     /* records forwarded under on_error=local, not in the store yet */

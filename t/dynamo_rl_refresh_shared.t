@@ -49,7 +49,7 @@ plan(skip_all => 'no python3 (or TEST_PYTHON)') unless refresh_python();
 my ($TA, $TB, $TC, $TZ, $GATE1, $GATE2) = (8070, 8071, 8072, 8073, 8085,
 	8086);
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(67);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(73);
 
 $t->write_file_expand('nginx.conf', nginx_conf());
 $t->run_fake_dynamo();
@@ -244,6 +244,33 @@ failure('another store', [ '--gateway', $GA, '--gateway', $GC ], rc => 3,
 	detail => qr/it answers state open, epoch \d+, not our close at epoch \d+ through \Q$GA\E: it does not share that gate/);
 
 is(gate_state(2)->{state}, 'open', 'another store: its gate untouched');
+
+# an open answered 503 gate_outcome_unknown but made: read again, the
+# refresh is done; one answered so and not made: the failure stands, the
+# gate closed
+
+reset_all();
+$mark = mark();
+
+$t->write_file('gate1/unknown', 'open apply');
+
+$res = refresh(next_version());
+
+is($res->{rc}, 0, 'open unknown, made: exit 0') or diag($res->{out});
+like($res->{out}, qr/^rl-refresh: replica \Q$GA\E: open answered HTTP 503: .*gate_outcome_unknown.*; the gate read again: open, epoch \d+: the change was made$/m,
+	'open unknown, made: said');
+is(gate_state(1)->{state}, 'open', 'open unknown, made: open');
+
+reset_all();
+
+$t->write_file('gate1/unknown', 'open skip');
+
+$res = refresh(next_version());
+
+is($res->{rc}, 12, 'open unknown, not made: exit 12') or diag($res->{out});
+like($res->{out}, qr/the gate read again: closed, epoch \d+: not our change$/m,
+	'open unknown, not made: said');
+is(gate_state(1)->{state}, 'closed', 'open unknown, not made: still closed');
 
 # the mode checks change nothing
 
@@ -572,7 +599,21 @@ sub gate_answer {
 
 		my $a = $b->{action} // '';
 
-		if (defined $b->{epoch} && $b->{epoch} != $gate{epoch}) {
+		# "$dir/unknown", "ACTION apply|skip": the next POST of that
+		# action is answered 503 gate_outcome_unknown, made or not
+
+		my ($ua, $how) = split ' ', (eval {
+			open my $fh, '<', "$dir/unknown" or die;
+			scalar <$fh>;
+		} // '');
+
+		$ua = undef unless defined $ua && $ua eq $a;
+		unlink "$dir/unknown" if defined $ua;
+
+		if (defined $ua && $how eq 'skip') {
+			# not made
+
+		} elsif (defined $b->{epoch} && $b->{epoch} != $gate{epoch}) {
 			($status, $doc) = (409, { error => 'epoch_mismatch',
 				message => 'the gate changed since that epoch' });
 
@@ -603,6 +644,12 @@ sub gate_answer {
 			($status, $doc) = (400, { error => 'bad_body',
 				message => '"action" must be "close", "renew" or "open"' });
 		}
+
+		($status, $doc) = (503, { error => 'gate_outcome_unknown',
+			message => 'the shared store stopped answering after the'
+				. ' change was sent: it may or may not have been made;'
+				. ' read the gate' })
+			if defined $ua && $status == 200;
 	}
 
 	unless ($doc) {

@@ -78,7 +78,7 @@ fuzz_resp_reply(redisReply *reply, uint64_t heartbeat)
     if (ngx_http_dynamo_rl_resp_gate(reply, heartbeat, &gr) == NGX_OK) {
         fl = &gr.fleet;
 
-        if (gr.result > NGX_HTTP_DYNAMO_RL_GATE_R_LOST
+        if (gr.result > NGX_HTTP_DYNAMO_RL_GATE_R_LATE
             || !gr.has_fleet
             || fl->acked > fl->replicas
             || fl->nlost > NGX_HTTP_DYNAMO_RL_FLEET_LOST
@@ -93,6 +93,7 @@ fuzz_resp_reply(redisReply *reply, uint64_t heartbeat)
         }
 
         fuzz_resp_touch(&gr.reason);
+        fuzz_resp_touch(&gr.token);
 
         for (i = 0; i < fl->nlost; i++) {
             if (fl->lost[i].len == 0) {

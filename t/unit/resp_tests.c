@@ -23,6 +23,10 @@ static redisReply *parse(const char *s, size_t len);
 static void bulk(char *buf, const char *s);
 static void gate_reply(char *buf, const char *result, const char *state,
     const char *epoch, const char *fleet, size_t nfleet);
+static void gate_tail(char *buf);
+static void gate_since(char *buf, const char *since);
+static void gate_token(char *buf, const char *token);
+static void gate_windows(char *buf, const char *windows, size_t n);
 static ngx_int_t gate(char *buf, uint64_t heartbeat,
     ngx_http_dynamo_rl_gate_reply_t *gr);
 static ngx_int_t claim(const char *s, ngx_http_dynamo_rl_claim_reply_t *cr);
@@ -96,13 +100,25 @@ bulk(char *buf, const char *s)
 }
 
 
-/* {result, state, epoch, expires 0, reason, changed, now, lease, fleet} */
+/*
+ * {result, state, epoch, expires 0, reason, changed, now, lease, fleet,
+ * since, windows, token}; the last three from gate_tail (since "0", no
+ * windows, token ""), which gate_since(), gate_windows() and gate_token()
+ * change and write again
+ */
+
+static size_t       tail_at;
+static const char  *tail_since;
+static const char  *tail_windows;
+static size_t       tail_nwindows;
+static const char  *tail_token;
+
 
 static void
 gate_reply(char *buf, const char *result, const char *state,
     const char *epoch, const char *fleet, size_t nfleet)
 {
-    strcpy(buf, "*9\r\n");
+    strcpy(buf, "*12\r\n");
     bulk(buf, result);
     bulk(buf, state);
     bulk(buf, epoch);
@@ -112,6 +128,49 @@ gate_reply(char *buf, const char *result, const char *state,
     strcat(buf, ":" NOW "\r\n");
     bulk(buf, "60000");
     sprintf(buf + strlen(buf), "*%zu\r\n%s", nfleet, fleet);
+
+    tail_at = strlen(buf);
+    tail_since = "0";
+    tail_windows = "";
+    tail_nwindows = 0;
+    tail_token = "";
+
+    gate_tail(buf);
+}
+
+
+static void
+gate_tail(char *buf)
+{
+    buf[tail_at] = '\0';
+    bulk(buf, tail_since);
+    sprintf(buf + strlen(buf), "*%zu\r\n%s", tail_nwindows, tail_windows);
+    bulk(buf, tail_token);
+}
+
+
+static void
+gate_since(char *buf, const char *since)
+{
+    tail_since = since;
+    gate_tail(buf);
+}
+
+
+static void
+gate_windows(char *buf, const char *windows, size_t n)
+{
+    tail_windows = windows;
+    tail_nwindows = n;
+    gate_tail(buf);
+}
+
+
+static void
+gate_token(char *buf, const char *token)
+{
+    tail_token = token;
+    gate_tail(buf);
 }
 
 
@@ -177,6 +236,7 @@ int
 main(void)
 {
     char                              buf[8192], fleet[4096], name[64];
+    char                              windows[256];
     ngx_int_t                         moved;
     ngx_uint_t                        i;
     ngx_http_dynamo_rl_record_t       rec;
@@ -338,8 +398,17 @@ main(void)
        && !gr.fleet.drained, "gate: closed, no fleet, not drained");
 
     gate_reply(buf, "ok", "open", "6", "", 0);
-    ok(gate(buf, 500, &gr) == NGX_OK && !gr.closed && gr.epoch == 6,
-       "gate: open");
+    ok(gate(buf, 500, &gr) == NGX_OK && !gr.closed && gr.epoch == 6
+       && gr.token.len == 0, "gate: open");
+
+    gate_token(buf, "0123456789abcdef.7");
+    ok(gate(buf, 500, &gr) == NGX_OK && is(&gr.token, "0123456789abcdef.7"),
+       "gate: the last change's token");
+
+    gate_reply(buf, "late", "closed", "6", "", 0);
+    ok(gate(buf, 500, &gr) == NGX_OK
+       && gr.result == NGX_HTTP_DYNAMO_RL_GATE_R_LATE && gr.closed,
+       "gate: late");
 
     for (i = 0; gate_results[i].name != NULL; i++) {
         gate_reply(buf, gate_results[i].result, gate_results[i].state,
@@ -360,14 +429,40 @@ main(void)
         ok(gate(buf, 500, &gr) == NGX_ERROR, bad_gates[i].name);
     }
 
-    buf[1] = '8';
-    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: 8 elements");
-    ok(gate("*9\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n:5\r\n:0\r\n:1\r\n"
-            ":0\r\n*0\r\n", 500, &gr) == NGX_ERROR,
+    buf[2] = '3';
+    strcat(buf, ":0\r\n");
+    ok(gate(buf, 500, &gr) == NGX_ERROR, "gate: 13 elements");
+    ok(gate("*10\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n:0\r\n", 500, &gr) == NGX_ERROR,
+       "gate: 10 elements");
+    ok(gate("*12\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n:0\r\n*0\r\n:7\r\n", 500, &gr)
+       == NGX_ERROR,
+       "gate: token as an integer");
+    ok(gate("*12\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n:5\r\n:0\r\n:1\r\n"
+            ":0\r\n*0\r\n:0\r\n*0\r\n$0\r\n\r\n", 500, &gr)
+       == NGX_ERROR,
        "gate: reason as an integer");
-    ok(gate("*9\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
-            ":1\r\n:0\r\n:7\r\n", 500, &gr) == NGX_ERROR,
+    ok(gate("*12\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n:7\r\n:0\r\n*0\r\n$0\r\n\r\n", 500, &gr)
+       == NGX_ERROR,
        "gate: fleet not an array");
+    ok(gate("*12\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n$2\r\n1x\r\n*0\r\n$0\r\n\r\n", 500, &gr)
+       == NGX_ERROR,
+       "gate: junk in since");
+    ok(gate("*12\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n:0\r\n:7\r\n$0\r\n\r\n", 500, &gr)
+       == NGX_ERROR,
+       "gate: windows not an array");
+    ok(gate("*12\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n:0\r\n*2\r\n$1\r\nA\r\n$2\r\n1x\r\n"
+            "$0\r\n\r\n", 500, &gr) == NGX_ERROR,
+       "gate: junk in a window");
+    ok(gate("*12\r\n$2\r\nok\r\n$4\r\nopen\r\n:1\r\n:0\r\n$0\r\n\r\n:0\r\n"
+            ":1\r\n:0\r\n*0\r\n:0\r\n*1\r\n$1\r\nA\r\n$0\r\n\r\n",
+            500, &gr) == NGX_ERROR,
+       "gate: odd windows");
     ok(gate("-ERR x\r\n", 500, &gr) == NGX_ERROR, "gate: an error reply");
 
     /* the fleet: heartbeat 500 ms, alive < 1500 ms, lost < 60 s */
@@ -386,7 +481,9 @@ main(void)
     bulk(fleet, "F");
     bulk(fleet, "6:0:1000000005");       /* from the future: alive */
 
-    gate_reply(buf, "ok", "closed", "5", fleet, 12);
+    /* open: the 60 s apply to every report */
+
+    gate_reply(buf, "ok", "open", "5", fleet, 12);
     ok(gate(buf, 500, &gr) == NGX_OK, "fleet: parsed");
     ok(gr.fleet.replicas == 3, "fleet: A, B and F alive");
     ok(gr.fleet.acked == 2, "fleet: A and F acked");
@@ -399,6 +496,24 @@ main(void)
     ok(gate(buf, 30000, &gr) == NGX_OK && gr.fleet.replicas == 6
        && gr.fleet.nlost == 0 && gr.fleet.in_flight == 20,
        "fleet: with a 30 s heartbeat, every report is alive");
+
+    /*
+     * each judged by the window it declared (3 of its own heartbeats):
+     * C (heartbeat 5 s) alive, B (heartbeat 100 ms) lost; the others,
+     * without one, by this reader's
+     */
+
+    windows[0] = '\0';
+    bulk(windows, "C");
+    bulk(windows, "15000");
+    bulk(windows, "B");
+    bulk(windows, "300");
+    gate_windows(buf, windows, 4);
+
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.replicas == 3
+       && gr.fleet.nlost == 2 && is(&gr.fleet.lost[0], "B")
+       && is(&gr.fleet.lost[1], "D") && gr.fleet.acked == 3,
+       "fleet: each judged by its own window");
 
     fleet[0] = '\0';
     bulk(fleet, "A");
@@ -437,6 +552,48 @@ main(void)
        && gr.fleet.lost_total == 1 && is(&gr.fleet.lost[0], "G")
        && !gr.fleet.drained,
        "fleet: alive at the close, silent since: lost, not drained");
+
+    /*
+     * lost when it closed (silent for 5 s then, 105 s now) holds the
+     * drain too, judged from "since" (a renew moved "changed" since);
+     * without "since", from "changed"
+     */
+
+    fleet[0] = '\0';
+    bulk(fleet, "A");
+    bulk(fleet, "5:0:999999900");
+    bulk(fleet, "I");
+    bulk(fleet, "4:0:999895000");        /* 105 s: lost at the close */
+
+    gate_reply(buf, "ok", "closed", "5", fleet, 4);
+    gate_since(buf, "999900000");
+
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.since == 999900000
+       && gr.fleet.replicas == 1 && gr.fleet.lost_total == 1
+       && is(&gr.fleet.lost[0], "I") && !gr.fleet.drained,
+       "fleet: lost at the close, silent since: lost, not drained");
+
+    gate_since(buf, "999960000");
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.lost_total == 0
+       && gr.fleet.drained,
+       "fleet: silent for over a minute at the close: forgotten");
+
+    gate_since(buf, "0");
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.lost_total == 0,
+       "fleet: no since: judged from the last change");
+
+    gate_reply(buf, "ok", "open", "5", fleet, 4);
+    gate_since(buf, "999900000");
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.lost_total == 0
+       && !gr.fleet.drained, "fleet: open: forgotten after a minute");
+
+    fleet[0] = '\0';
+    bulk(fleet, "A");
+    bulk(fleet, "5:0:999999900");
+    bulk(fleet, "G");
+    bulk(fleet, "4:0:999905000");
+    bulk(fleet, "H");
+    bulk(fleet, "4:0:999800000");
 
     gate_reply(buf, "ok", "closed", "8", fleet, 6);
     ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.acked == 0
