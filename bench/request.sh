@@ -637,9 +637,9 @@ if [ "$store" = 1 ]; then
             store_gateway storetls store-tls "$storetls_port" "$storetls_api" \
                 || true
         else
-            leave_out storetls store-tls "$("$redis_tls_server" --version \
-                | awk '{ print $1, $2, $3 }') with --tls-port did not start:" \
-                "$(redis_why redis-tls)"
+            why=$("$redis_tls_server" --version | awk '{ print $1, $2, $3 }')
+            leave_out storetls store-tls \
+                "$why with --tls-port did not start: $(redis_why redis-tls)"
         fi
 
         # a primary and its replica: store-repl and store-wait1
@@ -811,6 +811,21 @@ fi
 conflict='{"message":"attempt id already used: generation is not idempotent","type":"Conflict","code":409}'
 
 IFS='|' read -r -a pgs <<< "$policy_gateways"
+
+# a store gateway refuses (503) until its connection is up and the gate
+# record is in the store: polled, 10 s at most
+
+for g in "${pgs[@]}"; do
+    set -- $g
+    case $1 in
+    store*)
+        for i in $(seq 1 100); do
+            r=$(post "$2" /v1/completions)
+            [ "${r%%|*}" != 503 ] && break
+            sleep 0.1
+        done ;;
+    esac
+done
 
 for g in "direct $up_port" "plain $plain_port" "${pgs[@]}"; do
     set -- $g
