@@ -20,6 +20,15 @@
  * again on the next connection.  Replies are matched to the FIFO in
  * order.  One timer per connection serves every deadline: it fires at the
  * earliest one and walks the FIFO, which is bounded by queue_max.
+ *
+ * Over TLS, while commands sent are not all answered, the next batch is
+ * held and goes out with the last of their replies.  redis-server reads a
+ * TLS connection one record, that is one send, at a time and answers each
+ * apart; sent as they came, the turns' small batches would make as many
+ * records, reads and wake-ups on both ends (1.5 sends per request at 32
+ * connections on loopback, 0.34 without TLS).  Held, a send carries what
+ * came during a round trip.  Not with wait=: a WAIT's reply waits for the
+ * replicas, and the claims behind it would wait as long.
  */
 
 
@@ -739,6 +748,8 @@ ngx_http_dynamo_rl_store_close(ngx_http_dynamo_rl_store_conn_t *conn)
 
     conn->out_pos = 0;
     conn->out_last = 0;
+    conn->unanswered = 0;
+    conn->holding = 0;
     conn->loading = 0;
     conn->state = NGX_HTTP_DYNAMO_RL_STORE_DOWN;
 }
@@ -924,6 +935,18 @@ ngx_http_dynamo_rl_store_send(ngx_http_dynamo_rl_store_conn_t *conn)
 
     c = conn->peer.connection;
 
+    /* over TLS, the next batch waits for the replies (see above) */
+
+    if (c->ssl != NULL
+        && conn->unanswered
+        && conn->out_pos == 0
+        && conn->state == NGX_HTTP_DYNAMO_RL_STORE_READY
+        && conn->store->wait == 0)
+    {
+        conn->holding = 1;
+        return;
+    }
+
     if (conn->nbatched) {
         conn->flushing = 1;
         rc = conn->flush(conn);
@@ -952,6 +975,8 @@ ngx_http_dynamo_rl_store_send(ngx_http_dynamo_rl_store_conn_t *conn)
 
         conn->out_pos += n;
     }
+
+    conn->unanswered = conn->nfifo;
 
     if (conn->out_pos == conn->out_last) {
         conn->out_pos = 0;
@@ -1073,6 +1098,19 @@ ngx_http_dynamo_rl_store_dispatch(ngx_http_dynamo_rl_store_conn_t *conn,
     q = ngx_queue_head(&conn->fifo);
     ngx_queue_remove(q);
     conn->nfifo--;
+
+    if (conn->unanswered) {
+        conn->unanswered--;
+
+        if (conn->unanswered == 0 && conn->holding) {
+            conn->holding = 0;
+
+            if (!conn->peer.connection->write->posted) {
+                ngx_post_event(conn->peer.connection->write,
+                               &ngx_posted_events);
+            }
+        }
+    }
 
     cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
 

@@ -211,6 +211,9 @@ struct ngx_http_dynamo_rl_store_conn_s {
     ngx_uint_t                      nfifo;
     ngx_uint_t                      npending;
 
+    /* sent and not yet answered; over TLS the next batch waits for them */
+    ngx_uint_t                      unanswered;
+
     ngx_event_t                     timer;
     ngx_event_t                     retry;
     ngx_msec_t                      backoff;
@@ -262,6 +265,7 @@ struct ngx_http_dynamo_rl_store_conn_s {
     unsigned                        loading:1;
     unsigned                        exiting:1;
     unsigned                        flushing:1;
+    unsigned                        holding:1;
     unsigned                        asking:1;   /* a sentinel */
     unsigned                        primary_known:1;
 };
