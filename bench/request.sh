@@ -48,7 +48,11 @@
 #                       replica (a fourth, --replicaof): what a replica
 #                       alone costs;
 #   store-wait1         the same primary and replica with "wait=1": every
-#                       claim followed by WAIT 1 on the same connection.
+#                       claim followed by WAIT 1 on the same connection;
+#   store-base, store-tls-base
+#                       with BASE_MODULE=/path/old.so, store and store-tls
+#                       with that build, each run right after its own: a
+#                       change measured before and after in one run.
 #
 # All the redis-servers are on the load generator's CPU, stopped by PID.
 #
@@ -116,6 +120,7 @@ out_file=${OUT:-}
 store=${STORE:-0}
 redis_server=${REDIS_SERVER:-redis-server}
 redis_tls_server=${REDIS_TLS_SERVER:-$redis_server}
+base_module=${BASE_MODULE:-}
 
 prefix=$(mktemp -d /tmp/dynamo-rl-bench-req.XXXXXX)
 chmod 755 "$prefix"
@@ -144,9 +149,9 @@ if [ "$(nproc)" -lt 2 ] && [ "$gw_cpu" != "$load_cpu" ]; then
     die "needs 2 CPUs (or GATEWAY_CPU=LOAD_CPU)"
 fi
 
-# thirty-three free loopback ports
+# thirty-seven free loopback ports
 
-free_ports 33
+free_ports 37
 
 up_port=$base
 sse_port=$((base + 1))
@@ -181,11 +186,16 @@ storerepl_port=$((base + 29))
 storerepl_api=$((base + 30))
 storewait1_port=$((base + 31))
 storewait1_api=$((base + 32))
+storebase_port=$((base + 33))
+storebase_api=$((base + 34))
+storetlsbase_port=$((base + 35))
+storetlsbase_api=$((base + 36))
 
 # private copies: others may rebuild build/ or edit bench/ meanwhile, and
 # the workers (nobody) read the Lua files
 
 cp "$module" "$prefix/module.so"
+[ -z "$base_module" ] || cp "$base_module" "$prefix/module-base.so"
 module_time=$(date -u -r "$module" '+%H:%M:%S')
 mkdir -p "$prefix/lua" "$prefix/out"
 cp "$top/bench/lua/attempt.lua" "$top/bench/lua/ledger.lua" \
@@ -266,7 +276,7 @@ policy() {
     floor)
         # the plane with every optional part off (lib.sh)
         floor_policy ;;
-    store|storetls|storerepl|storewait1)
+    store*)
         # the store is the http level's dynamo_rl_store
         echo "            dynamo_rl_plane  request;" ;;
     luaredis)
@@ -293,6 +303,8 @@ gateway_conf() {
     # gateway_conf kind port h2port apiport
     kind=$1
     case $kind in
+    storebase|storetlsbase)
+        echo "load_module  $prefix/module-base.so;" ;;
     module|ledgeroff|bodyoff|floor|fill|store*)
         echo "load_module  $prefix/module.so;" ;;
     lua|lualedger|luaredis)
@@ -318,22 +330,22 @@ EOF
 
 EOF
         ;;
-    store)
+    store|storebase)
         cat <<EOF
     dynamo_rl_zone         zone=rl:$zone_size;
     dynamo_rl_attempt_ttl  10m;
-    dynamo_rl_store        redis://127.0.0.1:$redis_port prefix=bench-store
+    dynamo_rl_store        redis://127.0.0.1:$redis_port prefix=bench-$kind
                            replica=bench;
 
 EOF
         ;;
-    storetls)
+    storetls|storetlsbase)
         # verified (tls_verify is on by default) against the bench's CA
         cat <<EOF
     dynamo_rl_zone         zone=rl:$zone_size;
     dynamo_rl_attempt_ttl  10m;
     dynamo_rl_store        rediss://127.0.0.1:$redis_tls_port
-                           prefix=bench-store-tls replica=bench
+                           prefix=bench-$kind replica=bench
                            tls_trusted_certificate=$prefix/redis-tls/ca.crt;
 
 EOF
@@ -606,6 +618,10 @@ if [ "$store" = 1 ]; then
     instances=${instances% store luaredis}" luaredis"
     store_gateway store store "$store_port" "$store_api" \
         || store_skipped=$why
+    if [ -n "$base_module" ] && [ -z "$store_skipped" ]; then
+        store_gateway storebase store-base "$storebase_port" \
+            "$storebase_api" || true
+    fi
 
     # TLS: a CA and the store's certificate for 127.0.0.1 (the gateway
     # verifies both), a redis-server with only a TLS port; one built
@@ -636,10 +652,15 @@ if [ "$store" = 1 ]; then
             redis_pids="$redis_pids $redis_tls_pid"
             store_gateway storetls store-tls "$storetls_port" "$storetls_api" \
                 || true
+            if [ -n "$base_module" ]; then
+                store_gateway storetlsbase store-tls-base \
+                    "$storetlsbase_port" "$storetlsbase_api" || true
+            fi
         else
             why=$("$redis_tls_server" --version | awk '{ print $1, $2, $3 }')
-            leave_out storetls store-tls \
-                "$why with --tls-port did not start: $(redis_why redis-tls)"
+            why="$why with --tls-port did not start: $(redis_why redis-tls)"
+            leave_out storetls store-tls "$why"
+            [ -z "$base_module" ] || leave_out "" store-tls-base "$why"
         fi
 
         # a primary and its replica: store-repl and store-wait1
@@ -670,7 +691,8 @@ if [ "$store" = 1 ]; then
             sleep 0.1
         done
     else
-        for l in store-tls store-repl store-wait1; do
+        for l in store-tls store-repl store-wait1 store-base store-tls-base
+        do
             leave_out "" "$l" "as the store variant"
         done
     fi
@@ -696,7 +718,8 @@ if [ "$store" = 1 ]; then
     wait_for "$luaredis_api"
     luaredis_w=$(worker_of luaredis)
 
-    store_w= storetls_w= storerepl_w= storewait1_w=
+    store_w= storetls_w= storerepl_w= storewait1_w= storebase_w=
+    storetlsbase_w=
     for g in $gateways; do
         case $g in
         store)      wait_for "$store_port"; wait_for "$store_api"
@@ -707,6 +730,12 @@ if [ "$store" = 1 ]; then
                     storerepl_w=$(worker_of storerepl) ;;
         storewait1) wait_for "$storewait1_port"; wait_for "$storewait1_api"
                     storewait1_w=$(worker_of storewait1) ;;
+        storebase)  wait_for "$storebase_port"; wait_for "$storebase_api"
+                    storebase_w=$(worker_of storebase) ;;
+        storetlsbase)
+                    wait_for "$storetlsbase_port"
+                    wait_for "$storetlsbase_api"
+                    storetlsbase_w=$(worker_of storetlsbase) ;;
         esac
     done
 fi
@@ -758,13 +787,15 @@ reason() {
 state_now() {
     # state_now label id: the ledger's state of an attempt
     case $1 in
-    module|module-body-off|store|store-tls|store-repl|store-wait1)
+    module|module-body-off|store*)
         case $1 in
         module) api=$module_api ;;
         store) api=$store_api ;;
         store-tls) api=$storetls_api ;;
         store-repl) api=$storerepl_api ;;
         store-wait1) api=$storewait1_api ;;
+        store-base) api=$storebase_api ;;
+        store-tls-base) api=$storetlsbase_api ;;
         *) api=$bodyoff_api ;;
         esac
         curl -s "http://127.0.0.1:$api/rl/attempts/$2" \
@@ -804,6 +835,9 @@ if [ "$store" = 1 ]; then
         storetls)   policy_gateways="$policy_gateways|store-tls $storetls_port" ;;
         storerepl)  policy_gateways="$policy_gateways|store-repl $storerepl_port" ;;
         storewait1) policy_gateways="$policy_gateways|store-wait1 $storewait1_port" ;;
+        storebase)  policy_gateways="$policy_gateways|store-base $storebase_port" ;;
+        storetlsbase)
+                    policy_gateways="$policy_gateways|store-tls-base $storetlsbase_port" ;;
         esac
     done
 fi
@@ -1032,6 +1066,9 @@ if [ "$store" = 1 ]; then
         storetls)   warm store-tls "$storetls_port" ;;
         storerepl)  warm store-repl "$storerepl_port" ;;
         storewait1) warm store-wait1 "$storewait1_port" ;;
+        storebase)  warm store-base "$storebase_port" ;;
+        storetlsbase)
+                    warm store-tls-base "$storetlsbase_port" ;;
         esac
     done
 fi
@@ -1071,6 +1108,21 @@ if [ "$store" = 1 ]; then
 fi
 [ "${HTTP:-1}" = 1 ] || variants=""
 variants=${VARIANTS-$variants}
+
+# BASE_MODULE: store and store-tls with the other build, each right
+# after its own
+
+if [ -n "$base_module" ] && [ "$store" = 1 ]; then
+    vs=
+    for v in $variants; do
+        vs="$vs $v"
+        case $v in
+        store|store-tls)       vs="$vs $v-base" ;;
+        store-c1|store-tls-c1) vs="$vs ${v%-c1}-base-c1" ;;
+        esac
+    done
+    variants=$vs
+fi
 
 # the store variants left out, and a store variant without STORE=1
 for l in $store_out_labels; do
@@ -1118,6 +1170,9 @@ variant() {
                        rd="$redis_p_pid $redis_r_pid" ;;
     store-wait1)       port=$storewait1_port; w=$storewait1_w
                        rd="$redis_p_pid $redis_r_pid" ;;
+    store-base)        port=$storebase_port; w=$storebase_w; rd=$redis_pid ;;
+    store-tls-base)    port=$storetlsbase_port; w=$storetlsbase_w
+                       rd=$redis_tls_pid ;;
     lua-redis)         port=$luaredis_port; w=$luaredis_w; rd=$redis_pid ;;
     plain)             port=$plain_port; w=$plain_w ;;
     module)            port=$module_port; w=$module_w ;;
@@ -1361,7 +1416,9 @@ echo
 echo "$(date -u '+%Y-%m-%d %H:%M:%S UTC'), $("$nginx" -v 2>&1 | sed 's/.*: //')," \
      "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" \
      "x $(nproc), kernel $(uname -r), module $(sha256sum "$prefix/module.so" \
-     | cut -c1-12) (built $module_time), lua-nginx-module" \
+     | cut -c1-12) (built $module_time),${base_module:+ base module \
+$(sha256sum "$prefix/module-base.so" | cut -c1-12) (-base variants),}" \
+     "lua-nginx-module" \
      "$(dpkg-query -W -f '${Version}' libnginx-mod-http-lua 2>/dev/null \
         || echo '?'), load average before: $load_before," \
      "other processes before: ${other_before}% of a CPU (waited ${waited} s),"\

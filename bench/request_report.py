@@ -173,7 +173,9 @@ def main(argv):
              ("store-tls", "store"), ("store-repl", "store"),
              ("store-wait1", "store"), ("store-wait1", "store-repl"),
              ("store-tls-c1", "store-c1"), ("store-wait1-c1", "store-c1"),
-             ("store-wait1-c1", "store-repl-c1")]
+             ("store-wait1-c1", "store-repl-c1"),
+             ("store-tls", "store-tls-base"), ("store", "store-base"),
+             ("store-tls-c1", "store-tls-base-c1")]
     summary = {}
     print("### Ratios: medians of the per-round ratios")
     print()
@@ -372,7 +374,26 @@ def main(argv):
                  "us/req"),
                 ("store-repl", "store", "gw",
                  "gateway CPU added by a replica, store-repl - store, "
-                 "us/req")]:
+                 "us/req"),
+                # BASE_MODULE: the change, before and after in one run
+                ("store-tls-base", "store-base", "gw",
+                 "gateway CPU added by TLS with the base module, "
+                 "store-tls-base - store-base, us/req"),
+                ("store-tls", "store-tls-base", "gw",
+                 "gateway CPU, store-tls - store-tls-base (this build - "
+                 "base), us/req"),
+                ("store-tls-c1", "store-tls-base-c1", "gw",
+                 "gateway CPU at c=1, store-tls - store-tls-base, us/req"),
+                ("store", "store-base", "gw",
+                 "gateway CPU, store - store-base, us/req"),
+                ("store-tls", "store-tls-base", "p50",
+                 "p50, store-tls - store-tls-base, us"),
+                ("store-tls-c1", "store-tls-base-c1", "p50",
+                 "p50 at c=1, store-tls - store-tls-base, us"),
+                ("store-tls-c1", "store-tls-base-c1", "p99",
+                 "p99 at c=1, store-tls - store-tls-base, us"),
+                ("store-tls", "store-tls-base", "store",
+                 "redis-server CPU, store-tls - store-tls-base, us/req")]:
             d = diffs(a, b, k)
             if not d:
                 continue
@@ -380,7 +401,7 @@ def main(argv):
             print("| %s | %s | %s |" % (what, " ".join("%.1f" % x for x in d),
                                         fmt(median(d), 1)))
         for label in ("store", "lua-redis", "store-tls", "store-repl",
-                      "store-wait1"):
+                      "store-wait1", "store-base", "store-tls-base"):
             if label in medians and medians[label]["store"] is not None:
                 summary["redis cpu " + label] = medians[label]["store"]
                 both = (" (primary + replica)"

@@ -21,14 +21,17 @@
  * order.  One timer per connection serves every deadline: it fires at the
  * earliest one and walks the FIFO, which is bounded by queue_max.
  *
- * Over TLS, while commands sent are not all answered, the next batch is
- * held and goes out with the last of their replies.  redis-server reads a
- * TLS connection one record, that is one send, at a time and answers each
- * apart; sent as they came, the turns' small batches would make as many
- * records, reads and wake-ups on both ends (1.5 sends per request at 32
- * connections on loopback, 0.34 without TLS).  Held, a send carries what
- * came during a round trip.  Not with wait=: a WAIT's reply waits for the
- * replicas, and the claims behind it would wait as long.
+ * Over TLS, while a command sent that a request waits for (a claim) is
+ * unanswered, the next batch is held and goes out with the last such
+ * reply.  redis-server reads a TLS connection one record, that is one
+ * send, at a time and answers each apart; sent as they came, the turns'
+ * small batches would make as many records, reads and wake-ups on both
+ * ends (1.5 sends per request at 32 connections on loopback, 0.34 without
+ * TLS).  Held, a send carries what came during a round trip.  Writes that
+ * nothing waits for (a record's later states) hold nothing, so that a
+ * lone request's claim does not wait for the previous request's end; nor
+ * does anything with wait=: a WAIT's reply waits for the replicas, and
+ * the claims behind it would wait as long.
  */
 
 
@@ -929,9 +932,11 @@ ngx_http_dynamo_rl_store_write_handler(ngx_event_t *wev)
 static void
 ngx_http_dynamo_rl_store_send(ngx_http_dynamo_rl_store_conn_t *conn)
 {
-    ssize_t            n;
-    ngx_int_t          rc;
-    ngx_connection_t  *c;
+    ssize_t                          n;
+    ngx_int_t                        rc;
+    ngx_queue_t                     *q;
+    ngx_connection_t                *c;
+    ngx_http_dynamo_rl_store_cmd_t  *cmd;
 
     c = conn->peer.connection;
 
@@ -976,7 +981,20 @@ ngx_http_dynamo_rl_store_send(ngx_http_dynamo_rl_store_conn_t *conn)
         conn->out_pos += n;
     }
 
-    conn->unanswered = conn->nfifo;
+    /* everything in the FIFO is sent now: the claims among it, over TLS */
+
+    conn->unanswered = 0;
+
+    for (q = ngx_queue_head(&conn->fifo);
+         c->ssl != NULL && q != ngx_queue_sentinel(&conn->fifo);
+         q = ngx_queue_next(q))
+    {
+        cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+
+        if (cmd->waited) {
+            conn->unanswered++;
+        }
+    }
 
     if (conn->out_pos == conn->out_last) {
         conn->out_pos = 0;
@@ -1099,7 +1117,9 @@ ngx_http_dynamo_rl_store_dispatch(ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_queue_remove(q);
     conn->nfifo--;
 
-    if (conn->unanswered) {
+    cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+
+    if (cmd->waited && conn->unanswered) {
         conn->unanswered--;
 
         if (conn->unanswered == 0 && conn->holding) {
@@ -1111,8 +1131,6 @@ ngx_http_dynamo_rl_store_dispatch(ngx_http_dynamo_rl_store_conn_t *conn,
             }
         }
     }
-
-    cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
 
     if (cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_USER
         || cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_WAIT)

@@ -211,7 +211,10 @@ struct ngx_http_dynamo_rl_store_conn_s {
     ngx_uint_t                      nfifo;
     ngx_uint_t                      npending;
 
-    /* sent and not yet answered; over TLS the next batch waits for them */
+    /*
+     * sent commands that requests wait for (claims), not yet answered;
+     * over TLS the next batch waits for them
+     */
     ngx_uint_t                      unanswered;
 
     ngx_event_t                     timer;
