@@ -121,6 +121,7 @@ store=${STORE:-0}
 redis_server=${REDIS_SERVER:-redis-server}
 redis_tls_server=${REDIS_TLS_SERVER:-$redis_server}
 base_module=${BASE_MODULE:-}
+store_timeout=${STORE_TIMEOUT:-2s}
 
 prefix=$(mktemp -d /tmp/dynamo-rl-bench-req.XXXXXX)
 chmod 755 "$prefix"
@@ -331,11 +332,13 @@ EOF
 EOF
         ;;
     store|storebase)
+        # timeout=$store_timeout: a claim stalled by a busy machine is
+        # slow, not refused (a 503 would stop the bench)
         cat <<EOF
     dynamo_rl_zone         zone=rl:$zone_size;
     dynamo_rl_attempt_ttl  10m;
     dynamo_rl_store        redis://127.0.0.1:$redis_port prefix=bench-$kind
-                           replica=bench;
+                           replica=bench timeout=$store_timeout;
 
 EOF
         ;;
@@ -346,6 +349,7 @@ EOF
     dynamo_rl_attempt_ttl  10m;
     dynamo_rl_store        rediss://127.0.0.1:$redis_tls_port
                            prefix=bench-$kind replica=bench
+                           timeout=$store_timeout
                            tls_trusted_certificate=$prefix/redis-tls/ca.crt;
 
 EOF
@@ -357,7 +361,8 @@ EOF
     dynamo_rl_zone         zone=rl:$zone_size;
     dynamo_rl_attempt_ttl  10m;
     dynamo_rl_store        redis://127.0.0.1:$redis_p_port
-                           prefix=bench-$kind replica=bench$w1;
+                           prefix=bench-$kind replica=bench$w1
+                           timeout=$store_timeout;
 
 EOF
         ;;
