@@ -31,7 +31,10 @@
  * nothing waits for (a record's later states) hold nothing, so that a
  * lone request's claim does not wait for the previous request's end; nor
  * does anything with wait=: a WAIT's reply waits for the replicas, and
- * the claims behind it would wait as long.
+ * the claims behind it would wait as long.  Once a command times out, the
+ * held batch goes at once and nothing is held until the FIFO is empty: a
+ * store slower than timeout answers the later commands by their own
+ * deadlines, as without the hold.
  */
 
 
@@ -56,6 +59,8 @@ static void ngx_http_dynamo_rl_store_close(
 static void ngx_http_dynamo_rl_store_write_handler(ngx_event_t *wev);
 static void ngx_http_dynamo_rl_store_read_handler(ngx_event_t *rev);
 static void ngx_http_dynamo_rl_store_timer_handler(ngx_event_t *ev);
+static void ngx_http_dynamo_rl_store_unhold(
+    ngx_http_dynamo_rl_store_conn_t *conn);
 static void ngx_http_dynamo_rl_store_retry_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_dynamo_rl_store_test_connect(ngx_connection_t *c);
 static void ngx_http_dynamo_rl_store_send(
@@ -753,6 +758,7 @@ ngx_http_dynamo_rl_store_close(ngx_http_dynamo_rl_store_conn_t *conn)
     conn->out_last = 0;
     conn->unanswered = 0;
     conn->holding = 0;
+    conn->slow = 0;
     conn->loading = 0;
     conn->state = NGX_HTTP_DYNAMO_RL_STORE_DOWN;
 }
@@ -946,7 +952,8 @@ ngx_http_dynamo_rl_store_send(ngx_http_dynamo_rl_store_conn_t *conn)
         && conn->unanswered
         && conn->out_pos == 0
         && conn->state == NGX_HTTP_DYNAMO_RL_STORE_READY
-        && conn->store->wait == 0)
+        && conn->store->wait == 0
+        && !conn->slow)
     {
         conn->holding = 1;
         return;
@@ -1118,6 +1125,10 @@ ngx_http_dynamo_rl_store_dispatch(ngx_http_dynamo_rl_store_conn_t *conn,
     conn->nfifo--;
 
     cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+
+    if (conn->nfifo == 0) {
+        conn->slow = 0;
+    }
 
     if (cmd->waited && conn->unanswered) {
         conn->unanswered--;
@@ -1463,6 +1474,8 @@ ngx_http_dynamo_rl_store_timer_handler(ngx_event_t *ev)
                 continue;
             }
 
+            ngx_http_dynamo_rl_store_unhold(conn);
+
             ngx_http_dynamo_rl_store_conn_finish(conn, cmd,
                                              NGX_HTTP_DYNAMO_RL_STORE_R_TIMEOUT,
                                              NGX_AGAIN, NULL);
@@ -1494,12 +1507,37 @@ ngx_http_dynamo_rl_store_timer_handler(ngx_event_t *ev)
 
         /* a handler may queue more commands: they go after this one */
 
+        ngx_http_dynamo_rl_store_unhold(conn);
+
         ngx_http_dynamo_rl_store_conn_finish(conn, cmd,
                                              NGX_HTTP_DYNAMO_RL_STORE_R_TIMEOUT,
                                              NGX_AGAIN, NULL);
     }
 
     ngx_http_dynamo_rl_store_arm(conn, next);
+}
+
+
+/* a command timed out: what is held goes now, and nothing more is held */
+
+static void
+ngx_http_dynamo_rl_store_unhold(ngx_http_dynamo_rl_store_conn_t *conn)
+{
+    ngx_connection_t  *c;
+
+    conn->slow = 1;
+
+    if (!conn->holding) {
+        return;
+    }
+
+    conn->holding = 0;
+
+    c = conn->peer.connection;
+
+    if (c != NULL && !c->write->posted) {
+        ngx_post_event(c->write, &ngx_posted_events);
+    }
 }
 
 

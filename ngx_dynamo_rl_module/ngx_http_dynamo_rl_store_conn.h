@@ -269,6 +269,7 @@ struct ngx_http_dynamo_rl_store_conn_s {
     unsigned                        exiting:1;
     unsigned                        flushing:1;
     unsigned                        holding:1;
+    unsigned                        slow:1;     /* a timeout: no hold */
     unsigned                        asking:1;   /* a sentinel */
     unsigned                        primary_known:1;
 };

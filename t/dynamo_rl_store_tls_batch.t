@@ -14,7 +14,8 @@
 # event loop; redis-server's total_reads_processed tells how many sends
 # it got meanwhile: the first claim's, then nothing (the other seven
 # held), where eight came before.  Once the pause ends, all eight are
-# admitted and forwarded once.
+# admitted and forwarded once.  Then a store paused past the timeout: a
+# claim held behind another is refused by its own deadline.
 
 ###############################################################################
 
@@ -35,7 +36,7 @@ use Test::DynamoRL::Redis qw/ admit gen replica_conf status /;
 
 time_limit(Test::DynamoRL::scale(120));
 
-my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(6);
+my $t = Test::DynamoRL->new()->has(qw/http proxy/)->plan(10);
 
 my $d = $t->testdir();
 
@@ -132,5 +133,47 @@ for my $pid (@pids) {
 is($ok, $N, "the pause over: all $N admitted");
 is(scalar(grep { forwarded($t, "batch-$_") == 1 } 1 .. $N), $N,
 	"each of the $N forwarded once");
+
+###############################################################################
+
+# a store slower than the timeout: a held claim is refused by its own
+# deadline (the first claim's timeout lets it go), not when the
+# connection is given up (4 timeouts)
+
+my $SHORT = Test::DynamoRL::scale(0.5);
+
+$t->write_file_expand('nginx.conf', replica_conf(%A,
+	store => 'rediss://127.0.0.1:' . $redis->tls_port(),
+	params => "tls_trusted_certificate=$d/ca.crt"
+		. ' timeout=' . int($SHORT * 1000) . 'ms'
+		. ' gate_poll=100ms heartbeat=500ms gate_stale=30s'));
+$t->reload();
+
+is(admit(\%A)->{status}, 200, 'short timeout: admitted');
+
+$redis->cmd('CLIENT', 'PAUSE', int(Test::DynamoRL::scale(8) * 1000),
+	'WRITE');
+
+my $first = fork() // die "cannot fork: $!\n";
+
+if ($first == 0) {
+	my $r = gen(\%A, 'slow-1');
+	POSIX::_exit($r->{status} == 503 ? 0 : 1);
+}
+
+sleep(0.1);
+
+my $t0 = Time::HiRes::time();
+my $r = gen(\%A, 'slow-2');
+my $took = Time::HiRes::time() - $t0;
+
+is($r->{status}, 503, 'slow store: the claim held behind another, 503');
+cmp_ok($took, '<', 2.5 * $SHORT,
+	'slow store: refused by its own timeout, not the connection\'s');
+
+waitpid($first, 0);
+is($?, 0, 'slow store: the first claim 503 too');
+
+$redis->cmd('CLIENT', 'UNPAUSE');
 
 ###############################################################################
