@@ -264,9 +264,12 @@ bench-request: bench-deps build
 	bench/request.sh
 
 # the shared store (issue 13) beside the zone ledger and Lua with Redis,
-# at 32 connections and at one, about 6 minutes: bench/results-store.md
-STORE_VARIANTS := plain module module-ledger-off store lua-ledger lua-redis \
-                  plain-c1 module-c1 store-c1 lua-redis-c1
+# over TLS, with a replica and wait=1 (issue 25), at 32 connections and
+# at one, about 10 minutes: bench/results-store.md
+STORE_VARIANTS := plain module module-ledger-off store store-tls \
+                  store-repl store-wait1 lua-ledger lua-redis \
+                  plain-c1 module-c1 store-c1 store-tls-c1 store-repl-c1 \
+                  store-wait1-c1 lua-redis-c1
 
 bench-store: bench-deps build
 	STORE=1 CONNECTIONS=32 H2=0 SSE_VARIANTS= \

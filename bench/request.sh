@@ -37,7 +37,24 @@
 #                       the directive);
 #   lua-redis           the same design in Lua with lua-resty-redis
 #                       (bench/lua/store.lua): the claim script in the
-#                       access phase, the moves batched by a timer.
+#                       access phase, the moves batched by a timer;
+#   store-tls           store over TLS: "rediss://" to a second
+#                       redis-server (--port 0 --tls-port, certificates
+#                       made by openssl in the scratch directory), the
+#                       certificate verified, one session per worker
+#                       process (left out, and said so, by a redis-server
+#                       built without TLS);
+#   store-repl          store against a third redis-server that has a
+#                       replica (a fourth, --replicaof): what a replica
+#                       alone costs;
+#   store-wait1         the same primary and replica with "wait=1": every
+#                       claim followed by WAIT 1 on the same connection;
+#   store-base, store-tls-base
+#                       with BASE_MODULE=/path/old.so, store and store-tls
+#                       with that build, each run right after its own: a
+#                       change measured before and after in one run.
+#
+# All the redis-servers are on the load generator's CPU, stopped by PID.
 #
 # A label ending in "-c1" (module-c1, store-c1, ...) is that variant with
 # one connection: its p50 is the latency a request sees, the store's round
@@ -67,7 +84,8 @@
 #     VARIANTS="plain module" SSE_VARIANTS="" PROFILE_VARIANTS="module" ...
 #                                      a subset (labels as in the tables)
 #     STORE=1 CONNECTIONS=32 bench/request.sh
-#                                      + redis, store, lua-redis (and their
+#                                      + redis, store, lua-redis, store-tls,
+#                                      store-repl, store-wait1 (and their
 #                                      -c1 runs): make bench-store
 #
 # Prints a markdown report (OUT=file writes it there too).
@@ -100,6 +118,10 @@ fill_tries=${FILL_TRIES:-5}
 profile=${PROFILE:-0}
 out_file=${OUT:-}
 store=${STORE:-0}
+redis_server=${REDIS_SERVER:-redis-server}
+redis_tls_server=${REDIS_TLS_SERVER:-$redis_server}
+base_module=${BASE_MODULE:-}
+store_timeout=${STORE_TIMEOUT:-2s}
 
 prefix=$(mktemp -d /tmp/dynamo-rl-bench-req.XXXXXX)
 chmod 755 "$prefix"
@@ -128,9 +150,9 @@ if [ "$(nproc)" -lt 2 ] && [ "$gw_cpu" != "$load_cpu" ]; then
     die "needs 2 CPUs (or GATEWAY_CPU=LOAD_CPU)"
 fi
 
-# twenty-four free loopback ports
+# thirty-seven free loopback ports
 
-free_ports 24
+free_ports 37
 
 up_port=$base
 sse_port=$((base + 1))
@@ -156,11 +178,25 @@ store_port=$((base + 20))
 store_api=$((base + 21))
 luaredis_port=$((base + 22))
 luaredis_api=$((base + 23))
+redis_tls_port=$((base + 24))
+storetls_port=$((base + 25))
+storetls_api=$((base + 26))
+redis_p_port=$((base + 27))
+redis_r_port=$((base + 28))
+storerepl_port=$((base + 29))
+storerepl_api=$((base + 30))
+storewait1_port=$((base + 31))
+storewait1_api=$((base + 32))
+storebase_port=$((base + 33))
+storebase_api=$((base + 34))
+storetlsbase_port=$((base + 35))
+storetlsbase_api=$((base + 36))
 
 # private copies: others may rebuild build/ or edit bench/ meanwhile, and
 # the workers (nobody) read the Lua files
 
 cp "$module" "$prefix/module.so"
+[ -z "$base_module" ] || cp "$base_module" "$prefix/module-base.so"
 module_time=$(date -u -r "$module" '+%H:%M:%S')
 mkdir -p "$prefix/lua" "$prefix/out"
 cp "$top/bench/lua/attempt.lua" "$top/bench/lua/ledger.lua" \
@@ -241,7 +277,7 @@ policy() {
     floor)
         # the plane with every optional part off (lib.sh)
         floor_policy ;;
-    store)
+    store*)
         # the store is the http level's dynamo_rl_store
         echo "            dynamo_rl_plane  request;" ;;
     luaredis)
@@ -268,7 +304,9 @@ gateway_conf() {
     # gateway_conf kind port h2port apiport
     kind=$1
     case $kind in
-    module|ledgeroff|bodyoff|floor|fill|store)
+    storebase|storetlsbase)
+        echo "load_module  $prefix/module-base.so;" ;;
+    module|ledgeroff|bodyoff|floor|fill|store*)
         echo "load_module  $prefix/module.so;" ;;
     lua|lualedger|luaredis)
         echo "load_module  $modules_dir/ndk_http_module.so;"
@@ -293,12 +331,38 @@ EOF
 
 EOF
         ;;
-    store)
+    store|storebase)
+        # timeout=$store_timeout: a claim stalled by a busy machine is
+        # slow, not refused (a 503 would stop the bench)
         cat <<EOF
     dynamo_rl_zone         zone=rl:$zone_size;
     dynamo_rl_attempt_ttl  10m;
-    dynamo_rl_store        redis://127.0.0.1:$redis_port prefix=bench-store
-                           replica=bench;
+    dynamo_rl_store        redis://127.0.0.1:$redis_port prefix=bench-$kind
+                           replica=bench timeout=$store_timeout;
+
+EOF
+        ;;
+    storetls|storetlsbase)
+        # verified (tls_verify is on by default) against the bench's CA
+        cat <<EOF
+    dynamo_rl_zone         zone=rl:$zone_size;
+    dynamo_rl_attempt_ttl  10m;
+    dynamo_rl_store        rediss://127.0.0.1:$redis_tls_port
+                           prefix=bench-$kind replica=bench
+                           timeout=$store_timeout
+                           tls_trusted_certificate=$prefix/redis-tls/ca.crt;
+
+EOF
+        ;;
+    storerepl|storewait1)
+        w1=
+        [ "$kind" != storewait1 ] || w1=" wait=1"
+        cat <<EOF
+    dynamo_rl_zone         zone=rl:$zone_size;
+    dynamo_rl_attempt_ttl  10m;
+    dynamo_rl_store        redis://127.0.0.1:$redis_p_port
+                           prefix=bench-$kind replica=bench$w1
+                           timeout=$store_timeout;
 
 EOF
         ;;
@@ -471,47 +535,171 @@ gateway_conf fill "$fill_port" "" "$fill_api" > "$prefix/fill/nginx.conf"
 
 gateways="plain module ledgeroff bodyoff floor lua lualedger fill"
 store_skipped=
+# the store variants left out ("label: why" lines), their labels, and the
+# redis-servers started
+store_left_out=
+store_out_labels=
+redis_pids=
+
+redis_start() {
+    # redis_start dir binary args...: a redis-server on the load
+    # generator's CPU, like the upstream: nothing persisted, nothing
+    # evicted (an evicted record would be a duplicate); its PID in $rpid
+    d=$1; b=$2; shift 2
+    mkdir -p "$prefix/$d"
+    taskset -c "$load_cpu" "$b" --bind 127.0.0.1 --save "" \
+        --appendonly no --maxmemory-policy noeviction --dir "$prefix/$d" \
+        --logfile "$prefix/$d/redis.log" --daemonize no "$@" \
+        > "$prefix/$d/stderr" 2>&1 &
+    rpid=$!
+    daemon_pids="$daemon_pids $rpid"
+}
+
+redis_up() {
+    # redis_up pid port: 0 once it listens, 1 if the process ended first
+    # (or nothing listened within 10 s)
+    i=0
+    until (exec 3<>"/dev/tcp/127.0.0.1/$2") 2>/dev/null; do
+        kill -0 "$1" 2>/dev/null || return 1
+        i=$((i + 1))
+        [ $i -le 100 ] || return 1
+        sleep 0.1
+    done
+}
+
+redis_why() {
+    # redis_why dir: the last line a redis-server that did not start wrote
+    why=$(cat "$prefix/$1/stderr" "$prefix/$1/redis.log" 2>/dev/null \
+          | grep -v '^[[:space:]]*$' | grep -v -e '^\*\*\*' -e '^>>>' \
+          | tail -1 | sed 's/^[0-9]*:[A-Z] [^*#]*[*#] //')
+    echo "${why:-it did not start}"
+}
+
+leave_out() {
+    # leave_out kind label why: the variant and its -c1 run are left out
+    echo "request.sh: the $2 variant left out: $3" >&2
+    store_left_out="$store_left_out$2: $3
+"
+    store_out_labels="$store_out_labels $2"
+}
+
+store_gateway() {
+    # store_gateway kind label port api: its configuration; started when
+    # nginx -t takes it (a module without the directive or one of its
+    # parameters: left out, the reason in $why)
+    mkdir -p "$prefix/$1"
+    gateway_conf "$1" "$3" "" "$4" > "$prefix/$1/nginx.conf"
+    if "$nginx" -t -q -p "$prefix/$1/" -c "$prefix/$1/nginx.conf" \
+           -e "$prefix/$1/t-error.log" 2> "$prefix/$1/t.log"
+    then
+        gateways="$gateways $1"
+        instances="$instances $1"
+        return 0
+    fi
+    why=$(grep -o -e 'unknown directive[^;]*' -e 'invalid [^;]*' \
+          "$prefix/$1/t.log" | head -1)
+    leave_out "$1" "$2" "${why:-$(head -1 "$prefix/$1/t.log")}"
+    return 1
+}
 
 if [ "$store" = 1 ]; then
-    for t in redis-server redis-benchmark; do
-        command -v $t > /dev/null \
+    for t in "$redis_server" redis-benchmark redis-cli openssl; do
+        command -v "$t" > /dev/null \
             || die "$t is missing: make bench-deps (redis-server redis-tools)"
     done
 
     [ -f /usr/share/lua/5.1/nginx/redis.lua ] \
         || die "lua-resty-redis is missing: make bench-deps (lua-nginx-redis)"
 
-    # the store on the load generator's CPU, like the upstream: nothing
-    # persisted, nothing evicted (an evicted record would be a duplicate)
+    redis_start redis "$redis_server" --port "$redis_port"
+    redis_pid=$rpid
+    redis_pids=$rpid
 
-    mkdir -p "$prefix/redis"
-    taskset -c "$load_cpu" redis-server --bind 127.0.0.1 \
-        --port "$redis_port" --save "" --appendonly no \
-        --maxmemory-policy noeviction --dir "$prefix/redis" \
-        --logfile "$prefix/redis/redis.log" --daemonize no &
-    redis_pid=$!
-    daemon_pids="$daemon_pids $redis_pid"
-
-    gateway_conf store "$store_port" "" "$store_api" \
-        > "$prefix/store/nginx.conf"
     gateway_conf luaredis "$luaredis_port" "" "$luaredis_api" \
         > "$prefix/luaredis/nginx.conf"
-
     gateways="$gateways luaredis"
 
     # until the module has dynamo_rl_store, its variant is left out
-    if "$nginx" -t -q -p "$prefix/store/" -c "$prefix/store/nginx.conf" \
-           -e "$prefix/store/t-error.log" 2> "$prefix/store/t.log"
-    then
-        gateways="$gateways store"
+    instances=${instances% store luaredis}" luaredis"
+    store_gateway store store "$store_port" "$store_api" \
+        || store_skipped=$why
+    if [ -n "$base_module" ] && [ -z "$store_skipped" ]; then
+        store_gateway storebase store-base "$storebase_port" \
+            "$storebase_api" || true
+    fi
 
+    # TLS: a CA and the store's certificate for 127.0.0.1 (the gateway
+    # verifies both), a redis-server with only a TLS port; one built
+    # without TLS refuses the options and its variant is left out
+
+    if [ -z "$store_skipped" ]; then
+        mkdir -p "$prefix/redis-tls"
+        (
+            cd "$prefix/redis-tls"
+            openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key \
+                -out ca.crt -days 2 -subj /CN=dynamo-rl-bench-ca
+            openssl req -newkey rsa:2048 -nodes -keyout server.key \
+                -out server.csr -subj /CN=dynamo-rl-bench-store
+            echo 'subjectAltName=IP:127.0.0.1' > server.ext
+            openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key \
+                -CAcreateserial -days 2 -out server.crt -extfile server.ext
+        ) > "$prefix/redis-tls/openssl.log" 2>&1 \
+            || die "openssl failed: $(tail -1 "$prefix/redis-tls/openssl.log")"
+
+        redis_start redis-tls "$redis_tls_server" --port 0 \
+            --tls-port "$redis_tls_port" \
+            --tls-cert-file "$prefix/redis-tls/server.crt" \
+            --tls-key-file "$prefix/redis-tls/server.key" \
+            --tls-ca-cert-file "$prefix/redis-tls/ca.crt" \
+            --tls-auth-clients no
+        redis_tls_pid=$rpid
+        if redis_up "$redis_tls_pid" "$redis_tls_port"; then
+            redis_pids="$redis_pids $redis_tls_pid"
+            store_gateway storetls store-tls "$storetls_port" "$storetls_api" \
+                || true
+            if [ -n "$base_module" ]; then
+                store_gateway storetlsbase store-tls-base \
+                    "$storetlsbase_port" "$storetlsbase_api" || true
+            fi
+        else
+            why=$("$redis_tls_server" --version | awk '{ print $1, $2, $3 }')
+            why="$why with --tls-port did not start: $(redis_why redis-tls)"
+            leave_out storetls store-tls "$why"
+            [ -z "$base_module" ] || leave_out "" store-tls-base "$why"
+        fi
+
+        # a primary and its replica: store-repl and store-wait1
+
+        redis_start redis-p "$redis_server" --port "$redis_p_port"
+        redis_p_pid=$rpid
+        redis_start redis-r "$redis_server" --port "$redis_r_port" \
+            --replicaof 127.0.0.1 "$redis_p_port"
+        redis_r_pid=$rpid
+        redis_up "$redis_p_pid" "$redis_p_port" \
+            || die "the primary redis-server did not start:" \
+                   "$(redis_why redis-p)"
+        redis_up "$redis_r_pid" "$redis_r_port" \
+            || die "the replica redis-server did not start:" \
+                   "$(redis_why redis-r)"
+        redis_pids="$redis_pids $redis_p_pid $redis_r_pid"
+        store_gateway storerepl store-repl "$storerepl_port" \
+            "$storerepl_api" || true
+        store_gateway storewait1 store-wait1 "$storewait1_port" \
+            "$storewait1_api" || true
+
+        # the replica in sync before any claim (wait=1 refuses without it)
+        i=0
+        until redis-cli -p "$redis_r_port" info replication \
+              | grep -q '^master_link_status:up'; do
+            i=$((i + 1))
+            [ $i -le 100 ] || die "the replica did not sync with its primary"
+            sleep 0.1
+        done
     else
-        store_skipped=$(grep -o 'unknown directive[^;]*' \
-                        "$prefix/store/t.log" | head -1)
-        store_skipped=${store_skipped:-$(head -1 "$prefix/store/t.log")}
-        echo "request.sh: the module's store variant left out:" \
-             "$store_skipped" >&2
-        instances=${instances% store luaredis}" luaredis"
+        for l in store-tls store-repl store-wait1 store-base store-tls-base
+        do
+            leave_out "" "$l" "as the store variant"
+        done
     fi
 fi
 
@@ -535,11 +723,26 @@ if [ "$store" = 1 ]; then
     wait_for "$luaredis_api"
     luaredis_w=$(worker_of luaredis)
 
-    if [ -z "$store_skipped" ]; then
-        wait_for "$store_port"
-        wait_for "$store_api"
-        store_w=$(worker_of store)
-    fi
+    store_w= storetls_w= storerepl_w= storewait1_w= storebase_w=
+    storetlsbase_w=
+    for g in $gateways; do
+        case $g in
+        store)      wait_for "$store_port"; wait_for "$store_api"
+                    store_w=$(worker_of store) ;;
+        storetls)   wait_for "$storetls_port"; wait_for "$storetls_api"
+                    storetls_w=$(worker_of storetls) ;;
+        storerepl)  wait_for "$storerepl_port"; wait_for "$storerepl_api"
+                    storerepl_w=$(worker_of storerepl) ;;
+        storewait1) wait_for "$storewait1_port"; wait_for "$storewait1_api"
+                    storewait1_w=$(worker_of storewait1) ;;
+        storebase)  wait_for "$storebase_port"; wait_for "$storebase_api"
+                    storebase_w=$(worker_of storebase) ;;
+        storetlsbase)
+                    wait_for "$storetlsbase_port"
+                    wait_for "$storetlsbase_api"
+                    storetlsbase_w=$(worker_of storetlsbase) ;;
+        esac
+    done
 fi
 
 up_w=$(worker_of up)
@@ -556,7 +759,7 @@ ours=""
 for d in $instances; do
     ours="$ours $(pids_of "$d")"
 done
-[ "$store" != 1 ] || ours="$ours $redis_pid"
+[ "$store" != 1 ] || ours="$ours $redis_pids"
 
 # ---------------------------------------------------------------------
 # sanity: every gateway forwards; the policy gateways mint or keep the id,
@@ -589,10 +792,15 @@ reason() {
 state_now() {
     # state_now label id: the ledger's state of an attempt
     case $1 in
-    module|module-body-off|store)
+    module|module-body-off|store*)
         case $1 in
         module) api=$module_api ;;
         store) api=$store_api ;;
+        store-tls) api=$storetls_api ;;
+        store-repl) api=$storerepl_api ;;
+        store-wait1) api=$storewait1_api ;;
+        store-base) api=$storebase_api ;;
+        store-tls-base) api=$storetlsbase_api ;;
         *) api=$bodyoff_api ;;
         esac
         curl -s "http://127.0.0.1:$api/rl/attempts/$2" \
@@ -626,13 +834,37 @@ policy_gateways="$policy_gateways|lua-ledger $lualedger_port"
 
 if [ "$store" = 1 ]; then
     policy_gateways="$policy_gateways|lua-redis $luaredis_port"
-    [ -n "$store_skipped" ] \
-        || policy_gateways="$policy_gateways|store $store_port"
+    for g in $gateways; do
+        case $g in
+        store)      policy_gateways="$policy_gateways|store $store_port" ;;
+        storetls)   policy_gateways="$policy_gateways|store-tls $storetls_port" ;;
+        storerepl)  policy_gateways="$policy_gateways|store-repl $storerepl_port" ;;
+        storewait1) policy_gateways="$policy_gateways|store-wait1 $storewait1_port" ;;
+        storebase)  policy_gateways="$policy_gateways|store-base $storebase_port" ;;
+        storetlsbase)
+                    policy_gateways="$policy_gateways|store-tls-base $storetlsbase_port" ;;
+        esac
+    done
 fi
 
 conflict='{"message":"attempt id already used: generation is not idempotent","type":"Conflict","code":409}'
 
 IFS='|' read -r -a pgs <<< "$policy_gateways"
+
+# a store gateway refuses (503) until its connection is up and the gate
+# record is in the store: polled, 10 s at most
+
+for g in "${pgs[@]}"; do
+    set -- $g
+    case $1 in
+    store*)
+        for i in $(seq 1 100); do
+            r=$(post "$2" /v1/completions)
+            [ "${r%%|*}" != 503 ] && break
+            sleep 0.1
+        done ;;
+    esac
+done
 
 for g in "direct $up_port" "plain $plain_port" "${pgs[@]}"; do
     set -- $g
@@ -660,7 +892,7 @@ for g in "${pgs[@]}"; do
     [ "${r%%|*}" = 400 ] || die "$1: an invalid id gave: $r"
     r=$(post "$2" /v1/completions "X-Dynamo-Attempt-Id: $cid")
     case $1 in
-    module|module-body-off|lua-ledger|store|lua-redis)
+    module|module-body-off|lua-ledger|store*|lua-redis)
         # the same refusal from all, not forwarded (the body is ours)
         [ "$r" = "409|$cid|$conflict" ] \
             && [ "$(reason)" = duplicate_attempt ] \
@@ -833,7 +1065,17 @@ lua_ledger_warm=$(lua_ledger_json)
 
 if [ "$store" = 1 ]; then
     warm lua-redis "$luaredis_port"
-    [ -n "$store_skipped" ] || warm store "$store_port"
+    for g in $gateways; do
+        case $g in
+        store)      warm store "$store_port" ;;
+        storetls)   warm store-tls "$storetls_port" ;;
+        storerepl)  warm store-repl "$storerepl_port" ;;
+        storewait1) warm store-wait1 "$storewait1_port" ;;
+        storebase)  warm store-base "$storebase_port" ;;
+        storetlsbase)
+                    warm store-tls-base "$storetlsbase_port" ;;
+        esac
+    done
 fi
 
 if [ "$h2" = 1 ]; then
@@ -865,14 +1107,38 @@ variants="$variants module-floor lua lua-client-id"
 variants="$variants lua-ledger lua-ledger-client-id direct"
 [ "$h2" != 1 ] || variants="$variants plain-h2 module-h2"
 if [ "$store" = 1 ]; then
-    variants="$variants store lua-redis plain-c1 module-c1 store-c1"
-    variants="$variants lua-redis-c1"
+    variants="$variants store store-tls store-repl store-wait1 lua-redis"
+    variants="$variants plain-c1 module-c1 store-c1 store-tls-c1"
+    variants="$variants store-repl-c1 store-wait1-c1 lua-redis-c1"
 fi
 [ "${HTTP:-1}" = 1 ] || variants=""
 variants=${VARIANTS-$variants}
 
-if [ -n "$store_skipped" ]; then
-    variants=$(echo " $variants " | sed 's/ store\(-c1\)\{0,1\} / /g')
+# BASE_MODULE: store and store-tls with the other build, each right
+# after its own
+
+if [ -n "$base_module" ] && [ "$store" = 1 ]; then
+    vs=
+    for v in $variants; do
+        vs="$vs $v"
+        case $v in
+        store|store-tls)       vs="$vs $v-base" ;;
+        store-c1|store-tls-c1) vs="$vs ${v%-c1}-base-c1" ;;
+        esac
+    done
+    variants=$vs
+fi
+
+# the store variants left out, and a store variant without STORE=1
+for l in $store_out_labels; do
+    variants=$(echo " $variants " | sed "s/ $l\(-c1\)\{0,1\} / /g")
+done
+if [ "$store" != 1 ]; then
+    for v in $variants; do
+        case $v in
+        store*|lua-redis*) die "$v needs STORE=1" ;;
+        esac
+    done
 fi
 sse_variants="direct plain module module-ledger-off module-floor lua lua-ledger"
 sse_variants=${SSE_VARIANTS-$sse_variants}
@@ -903,6 +1169,15 @@ variant() {
     esac
     case $1 in
     store)             port=$store_port; w=$store_w; rd=$redis_pid ;;
+    store-tls)         port=$storetls_port; w=$storetls_w; rd=$redis_tls_pid ;;
+    # the primary and its replica: both work for each claim
+    store-repl)        port=$storerepl_port; w=$storerepl_w
+                       rd="$redis_p_pid $redis_r_pid" ;;
+    store-wait1)       port=$storewait1_port; w=$storewait1_w
+                       rd="$redis_p_pid $redis_r_pid" ;;
+    store-base)        port=$storebase_port; w=$storebase_w; rd=$redis_pid ;;
+    store-tls-base)    port=$storetlsbase_port; w=$storetlsbase_w
+                       rd=$redis_tls_pid ;;
     lua-redis)         port=$luaredis_port; w=$luaredis_w; rd=$redis_pid ;;
     plain)             port=$plain_port; w=$plain_w ;;
     module)            port=$module_port; w=$module_w ;;
@@ -1146,7 +1421,9 @@ echo
 echo "$(date -u '+%Y-%m-%d %H:%M:%S UTC'), $("$nginx" -v 2>&1 | sed 's/.*: //')," \
      "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" \
      "x $(nproc), kernel $(uname -r), module $(sha256sum "$prefix/module.so" \
-     | cut -c1-12) (built $module_time), lua-nginx-module" \
+     | cut -c1-12) (built $module_time),${base_module:+ base module \
+$(sha256sum "$prefix/module-base.so" | cut -c1-12) (-base variants),}" \
+     "lua-nginx-module" \
      "$(dpkg-query -W -f '${Version}' libnginx-mod-http-lua 2>/dev/null \
         || echo '?'), load average before: $load_before," \
      "other processes before: ${other_before}% of a CPU (waited ${waited} s),"\
@@ -1173,6 +1450,12 @@ if [ "$store" = 1 ]; then
         "after the run it held $redis_keys keys in $redis_mem bytes."
     [ -z "$store_skipped" ] \
         || echo "The module's store variant was left out: $store_skipped."
+    if [ -n "$store_left_out" ]; then
+        echo
+        echo "Store variants left out:"
+        echo
+        printf '%s' "$store_left_out" | sed 's/^/- /'
+    fi
 fi
 echo
 echo "### Zone: bytes per ledger record"

@@ -36,6 +36,8 @@ TARGETS = {
     "store redis cpu": ("<=", 20.0),
     "store p50 added c1": ("<=", None),
     "store capacity lua-redis": (">=", 2.0),
+    # issue 25: TLS on a reused session, over redis://
+    "store tls cpu added": ("<=", 3.0),
 }
 
 
@@ -167,7 +169,13 @@ def main(argv):
              ("store", "plain"), ("store", "lua-redis"),
              ("lua-redis", "lua-ledger"), ("lua-redis", "plain"),
              ("module-c1", "plain-c1"), ("store-c1", "module-c1"),
-             ("store-c1", "plain-c1"), ("lua-redis-c1", "plain-c1")]
+             ("store-c1", "plain-c1"), ("lua-redis-c1", "plain-c1"),
+             ("store-tls", "store"), ("store-repl", "store"),
+             ("store-wait1", "store"), ("store-wait1", "store-repl"),
+             ("store-tls-c1", "store-c1"), ("store-wait1-c1", "store-c1"),
+             ("store-wait1-c1", "store-repl-c1"),
+             ("store-tls", "store-tls-base"), ("store", "store-base"),
+             ("store-tls-c1", "store-tls-base-c1")]
     summary = {}
     print("### Ratios: medians of the per-round ratios")
     print()
@@ -327,18 +335,80 @@ def main(argv):
                 ("store-c1", "plain-c1", "p50",
                  "p50 added at c=1, store - plain, us"),
                 ("lua-redis-c1", "plain-c1", "p50",
-                 "p50 added at c=1, lua-redis - plain, us")]:
+                 "p50 added at c=1, lua-redis - plain, us"),
+                # issue 25: TLS, over redis:// to a like redis-server
+                ("store-tls", "store", "gw",
+                 "gateway CPU added by TLS, store-tls - store, us/req"),
+                ("store-tls-c1", "store-c1", "gw",
+                 "gateway CPU added by TLS at c=1, store-tls - store, us/req"),
+                ("store-tls", "store", "p50",
+                 "p50 added by TLS, store-tls - store, us"),
+                ("store-tls-c1", "store-c1", "p50",
+                 "p50 added by TLS at c=1, store-tls - store, us"),
+                ("store-tls", "store", "store",
+                 "redis-server CPU added by TLS, store-tls - store, us/req"),
+                # issue 25: wait=1, against no wait on the same primary and
+                # replica (store-repl), and against store (no replica)
+                ("store-wait1", "store-repl", "p50",
+                 "p50 added by wait=1, store-wait1 - store-repl, us"),
+                ("store-wait1", "store-repl", "p99",
+                 "p99 added by wait=1, store-wait1 - store-repl, us"),
+                ("store-wait1-c1", "store-repl-c1", "p50",
+                 "p50 added by wait=1 at c=1, store-wait1 - store-repl, us"),
+                ("store-wait1-c1", "store-repl-c1", "p99",
+                 "p99 added by wait=1 at c=1, store-wait1 - store-repl, us"),
+                ("store-wait1", "store", "p50",
+                 "p50 added by a replica and wait=1, store-wait1 - store, "
+                 "us"),
+                ("store-wait1", "store", "p99",
+                 "p99 added by a replica and wait=1, store-wait1 - store, "
+                 "us"),
+                ("store-wait1-c1", "store-c1", "p50",
+                 "p50 added by a replica and wait=1 at c=1, store-wait1 - "
+                 "store, us"),
+                ("store-wait1-c1", "store-c1", "p99",
+                 "p99 added by a replica and wait=1 at c=1, store-wait1 - "
+                 "store, us"),
+                ("store-wait1", "store-repl", "gw",
+                 "gateway CPU added by wait=1, store-wait1 - store-repl, "
+                 "us/req"),
+                ("store-repl", "store", "gw",
+                 "gateway CPU added by a replica, store-repl - store, "
+                 "us/req"),
+                # BASE_MODULE: the change, before and after in one run
+                ("store-tls-base", "store-base", "gw",
+                 "gateway CPU added by TLS with the base module, "
+                 "store-tls-base - store-base, us/req"),
+                ("store-tls", "store-tls-base", "gw",
+                 "gateway CPU, store-tls - store-tls-base (this build - "
+                 "base), us/req"),
+                ("store-tls-c1", "store-tls-base-c1", "gw",
+                 "gateway CPU at c=1, store-tls - store-tls-base, us/req"),
+                ("store", "store-base", "gw",
+                 "gateway CPU, store - store-base, us/req"),
+                ("store-tls", "store-tls-base", "p50",
+                 "p50, store-tls - store-tls-base, us"),
+                ("store-tls-c1", "store-tls-base-c1", "p50",
+                 "p50 at c=1, store-tls - store-tls-base, us"),
+                ("store-tls-c1", "store-tls-base-c1", "p99",
+                 "p99 at c=1, store-tls - store-tls-base, us"),
+                ("store-tls", "store-tls-base", "store",
+                 "redis-server CPU, store-tls - store-tls-base, us/req")]:
             d = diffs(a, b, k)
             if not d:
                 continue
             summary["diff %s-%s %s" % (a, b, k)] = median(d)
             print("| %s | %s | %s |" % (what, " ".join("%.1f" % x for x in d),
                                         fmt(median(d), 1)))
-        for label in ("store", "lua-redis"):
+        for label in ("store", "lua-redis", "store-tls", "store-repl",
+                      "store-wait1", "store-base", "store-tls-base"):
             if label in medians and medians[label]["store"] is not None:
                 summary["redis cpu " + label] = medians[label]["store"]
-                print("| store (redis-server) CPU per request, %s, us | | %s |"
-                      % (label, fmt(medians[label]["store"], 2)))
+                both = (" (primary + replica)"
+                        if label in ("store-repl", "store-wait1") else "")
+                print("| store (redis-server) CPU per request, %s%s, us | "
+                      "| %s |" % (label, both,
+                                  fmt(medians[label]["store"], 2)))
         print()
 
         targets = [
@@ -353,7 +423,9 @@ def main(argv):
              "p50 latency added at c=1 (store - module, us), target one "
              "round trip + 50 us", median(rtt) + 50 if rtt else None),
             ("store capacity lua-redis", "cpu store/lua-redis",
-             "capacity store / lua-redis, 1 / (CPU/req ratio)", None)]
+             "capacity store / lua-redis, 1 / (CPU/req ratio)", None),
+            ("store tls cpu added", "diff store-tls-store gw",
+             "gateway CPU added by TLS (store-tls - store, us/req)", None)]
         print("| target | figure | verdict |")
         print("|---|---:|---|")
         for name, key, what, limit in targets:

@@ -21,6 +21,21 @@
  * again on the next connection.  Replies are matched to the FIFO in
  * order.  One timer per connection serves every deadline: it fires at the
  * earliest one and walks the FIFO, which is bounded by queue_max.
+ *
+ * Over TLS, while a command sent that a request waits for (a claim) is
+ * unanswered, the next batch is held and goes out with the last such
+ * reply.  redis-server reads a TLS connection one record, that is one
+ * send, at a time and answers each apart; sent as they came, the turns'
+ * small batches would make as many records, reads and wake-ups on both
+ * ends (1.5 sends per request at 32 connections on loopback, 0.34 without
+ * TLS).  Held, a send carries what came during a round trip.  Writes that
+ * nothing waits for (a record's later states) hold nothing, so that a
+ * lone request's claim does not wait for the previous request's end; nor
+ * does anything with wait=: a WAIT's reply waits for the replicas, and
+ * the claims behind it would wait as long.  Once a command times out, the
+ * held batch goes at once and nothing is held until the FIFO is empty: a
+ * store slower than timeout answers the later commands by their own
+ * deadlines, as without the hold.
  */
 
 
@@ -52,6 +67,8 @@ static void ngx_http_dynamo_rl_store_close(
 static void ngx_http_dynamo_rl_store_write_handler(ngx_event_t *wev);
 static void ngx_http_dynamo_rl_store_read_handler(ngx_event_t *rev);
 static void ngx_http_dynamo_rl_store_timer_handler(ngx_event_t *ev);
+static void ngx_http_dynamo_rl_store_unhold(
+    ngx_http_dynamo_rl_store_conn_t *conn);
 static void ngx_http_dynamo_rl_store_retry_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_dynamo_rl_store_test_connect(ngx_connection_t *c);
 static void ngx_http_dynamo_rl_store_send(
@@ -875,6 +892,9 @@ ngx_http_dynamo_rl_store_close(ngx_http_dynamo_rl_store_conn_t *conn)
 
     conn->out_pos = 0;
     conn->out_last = 0;
+    conn->unanswered = 0;
+    conn->holding = 0;
+    conn->slow = 0;
     conn->loading = 0;
     conn->state = NGX_HTTP_DYNAMO_RL_STORE_DOWN;
 }
@@ -1059,11 +1079,26 @@ ngx_http_dynamo_rl_store_write_handler(ngx_event_t *wev)
 static void
 ngx_http_dynamo_rl_store_send(ngx_http_dynamo_rl_store_conn_t *conn)
 {
-    ssize_t            n;
-    ngx_int_t          rc;
-    ngx_connection_t  *c;
+    ssize_t                          n;
+    ngx_int_t                        rc;
+    ngx_queue_t                     *q;
+    ngx_connection_t                *c;
+    ngx_http_dynamo_rl_store_cmd_t  *cmd;
 
     c = conn->peer.connection;
+
+    /* over TLS, the next batch waits for the replies (see above) */
+
+    if (c->ssl != NULL
+        && conn->unanswered
+        && conn->out_pos == 0
+        && conn->state == NGX_HTTP_DYNAMO_RL_STORE_READY
+        && conn->store->wait == 0
+        && !conn->slow)
+    {
+        conn->holding = 1;
+        return;
+    }
 
     if (conn->nbatched) {
         conn->flushing = 1;
@@ -1092,6 +1127,21 @@ ngx_http_dynamo_rl_store_send(ngx_http_dynamo_rl_store_conn_t *conn)
         }
 
         conn->out_pos += n;
+    }
+
+    /* everything in the FIFO is sent now: the claims among it, over TLS */
+
+    conn->unanswered = 0;
+
+    for (q = ngx_queue_head(&conn->fifo);
+         c->ssl != NULL && q != ngx_queue_sentinel(&conn->fifo);
+         q = ngx_queue_next(q))
+    {
+        cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+
+        if (cmd->waited) {
+            conn->unanswered++;
+        }
     }
 
     if (conn->out_pos == conn->out_last) {
@@ -1216,6 +1266,23 @@ ngx_http_dynamo_rl_store_dispatch(ngx_http_dynamo_rl_store_conn_t *conn,
     conn->nfifo--;
 
     cmd = ngx_queue_data(q, ngx_http_dynamo_rl_store_cmd_t, queue);
+
+    if (conn->nfifo == 0) {
+        conn->slow = 0;
+    }
+
+    if (cmd->waited && conn->unanswered) {
+        conn->unanswered--;
+
+        if (conn->unanswered == 0 && conn->holding) {
+            conn->holding = 0;
+
+            if (!conn->peer.connection->write->posted) {
+                ngx_post_event(conn->peer.connection->write,
+                               &ngx_posted_events);
+            }
+        }
+    }
 
     if (cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_USER
         || cmd->kind == NGX_HTTP_DYNAMO_RL_STORE_WAIT)
@@ -1579,6 +1646,8 @@ ngx_http_dynamo_rl_store_timer_handler(ngx_event_t *ev)
                 continue;
             }
 
+            ngx_http_dynamo_rl_store_unhold(conn);
+
             ngx_http_dynamo_rl_store_conn_finish(conn, cmd,
                                              NGX_HTTP_DYNAMO_RL_STORE_R_TIMEOUT,
                                              NGX_AGAIN, NULL);
@@ -1610,12 +1679,37 @@ ngx_http_dynamo_rl_store_timer_handler(ngx_event_t *ev)
 
         /* a handler may queue more commands: they go after this one */
 
+        ngx_http_dynamo_rl_store_unhold(conn);
+
         ngx_http_dynamo_rl_store_conn_finish(conn, cmd,
                                              NGX_HTTP_DYNAMO_RL_STORE_R_TIMEOUT,
                                              NGX_AGAIN, NULL);
     }
 
     ngx_http_dynamo_rl_store_arm(conn, next);
+}
+
+
+/* a command timed out: what is held goes now, and nothing more is held */
+
+static void
+ngx_http_dynamo_rl_store_unhold(ngx_http_dynamo_rl_store_conn_t *conn)
+{
+    ngx_connection_t  *c;
+
+    conn->slow = 1;
+
+    if (!conn->holding) {
+        return;
+    }
+
+    conn->holding = 0;
+
+    c = conn->peer.connection;
+
+    if (c != NULL && !c->write->posted) {
+        ngx_post_event(c->write, &ngx_posted_events);
+    }
 }
 
 

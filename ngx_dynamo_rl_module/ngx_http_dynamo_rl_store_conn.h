@@ -236,6 +236,12 @@ struct ngx_http_dynamo_rl_store_conn_s {
     ngx_uint_t                      nfifo;
     ngx_uint_t                      npending;
 
+    /*
+     * sent commands that requests wait for (claims), not yet answered;
+     * over TLS the next batch waits for them
+     */
+    ngx_uint_t                      unanswered;
+
     ngx_event_t                     timer;
     ngx_event_t                     retry;
     ngx_msec_t                      backoff;
@@ -300,6 +306,8 @@ struct ngx_http_dynamo_rl_store_conn_s {
     unsigned                        loading:1;
     unsigned                        exiting:1;
     unsigned                        flushing:1;
+    unsigned                        holding:1;
+    unsigned                        slow:1;     /* a timeout: no hold */
     unsigned                        asking:1;   /* a sentinel */
     unsigned                        primary_known:1;
     unsigned                        refused:1;  /* ROLE, the certificate */

@@ -14,6 +14,12 @@
 # log) and print their summaries is tested here: no figure is compared
 # with a target, since the machine is shared.  The figures are recorded
 # with "make bench" (bench/results*.md).
+#
+# Then bench/request.sh with STORE=1 (what "make bench-store" runs), one
+# round of 1 s runs of module, store, store-tls, store-repl and
+# store-wait1, with a redis-server for the TLS variant that refuses
+# --tls-port as one built without TLS does: store-tls is left out, with a
+# line that says why, and the rest runs.
 
 ###############################################################################
 
@@ -24,6 +30,7 @@ use Test::More;
 
 use Cwd qw/ abs_path /;
 use File::Basename qw/ dirname /;
+use File::Temp qw/ tempdir /;
 
 ###############################################################################
 
@@ -54,7 +61,12 @@ die "lua-nginx-module is missing: make bench-deps\n"
 
 die "the benchmarks need 2 CPUs\n" if cpus() < 2;
 
-plan(tests => 13);
+for my $t (qw/ redis-server redis-cli redis-benchmark openssl /) {
+	die "$t is missing: make bench-deps\n"
+		unless grep { -x "$_/$t" } split /:/, $ENV{PATH};
+}
+
+plan(tests => 19);
 
 ###############################################################################
 
@@ -99,6 +111,45 @@ like($out, qr/^\| index rebuild at 10,000 workers .* \| (met|\*\*MISSED\*\*) \|$
 	'all.sh: the rebuild verdict');
 like($out, qr/^\| the same, a worker at random per call \| admin e2e .* \| (met|\*\*MISSED\*\*) \|$/m,
 	'all.sh: the random-worker verdict');
+
+# request.sh STORE=1, a redis-server without TLS for store-tls
+
+my $dir = tempdir('dynamo-rl-bench-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+
+open my $fh, '>', "$dir/redis-server-no-tls" or die "$dir: $!\n";
+print $fh <<'EOF';
+#!/bin/sh
+# redis-server as built without TLS: the TLS options are unknown
+for a in "$@"; do
+	if [ "$a" = --tls-port ]; then
+		echo '*** FATAL CONFIG FILE ERROR (Redis 6.0.16) ***' >&2
+		echo 'Reading the configuration file, at line 2' >&2
+		echo ">>> 'tls-port \"6380\"'" >&2
+		echo 'Bad directive or wrong number of arguments' >&2
+		exit 1
+	fi
+done
+exec redis-server "$@"
+EOF
+close $fh;
+chmod 0755, "$dir/redis-server-no-tls";
+
+($rc, $out) = run('env', 'SMOKE=1', 'STORE=1', 'H2=0', 'SSE_VARIANTS=',
+	'CONNECTIONS=32', "MODULE=$SO",
+	'VARIANTS=module store store-tls store-repl store-wait1',
+	"REDIS_TLS_SERVER=$dir/redis-server-no-tls", "$REPO/bench/request.sh");
+
+is($rc, 0, 'request.sh STORE=1, no TLS in redis-server: exit 0')
+	or diag($out);
+like($out, qr/^request\.sh: the store-tls variant left out: .* with --tls-port did not start: Bad directive or wrong number of arguments$/m,
+	'store-tls left out, and why');
+like($out, qr/^- store-tls: .* did not start: Bad directive/m,
+	'the report says store-tls was left out');
+unlike($out, qr/^\| store-tls \|/m, 'no store-tls row');
+like($out, qr/^\| store \| \d+ \| \d+ \| \d+ \| \d+\.\d+ \|/m,
+	'the store variant ran');
+like($out, qr/^\| store-wait1 \| \d+ \| \d+ \| \d+ \| \d+\.\d+ \|/m,
+	'the store-wait1 variant ran');
 
 ###############################################################################
 
