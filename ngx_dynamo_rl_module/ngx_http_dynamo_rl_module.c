@@ -23,6 +23,8 @@ static void *ngx_http_dynamo_rl_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_dynamo_rl_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static ngx_int_t ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle);
+static void ngx_http_dynamo_rl_store_slots(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_cycle_t *cycle);
 static void ngx_http_dynamo_rl_exit_process(ngx_cycle_t *cycle);
 static void ngx_http_dynamo_rl_exit_index(void *data);
 
@@ -1684,6 +1686,8 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
         zone = drmcf->shm_zone->data;
         drmcf->store->stats = &zone->sh->store;
 
+        ngx_http_dynamo_rl_store_slots(zone, cycle);
+
         if (ngx_http_dynamo_rl_store_init_process(drmcf->store, cycle)
             != NGX_OK
             || ngx_http_dynamo_rl_gate_store_init_process(zone, drmcf->store,
@@ -1721,6 +1725,46 @@ ngx_http_dynamo_rl_init_process(ngx_cycle_t *cycle)
     cln->data = drmcf;
 
     return NGX_OK;
+}
+
+
+/*
+ * the words of the worker processes' store connections (store_conn_up()),
+ * from the zone's pool: only a zone with a store pays for them, taken by
+ * the first worker process, kept by a reload that keeps the zone
+ */
+
+static void
+ngx_http_dynamo_rl_store_slots(ngx_http_dynamo_rl_zone_t *zone,
+    ngx_cycle_t *cycle)
+{
+    ngx_atomic_t  *slot;
+
+    if (zone->sh->store.slot != NULL) {
+        return;
+    }
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    slot = zone->sh->store.slot;
+
+    if (slot == NULL) {
+        slot = ngx_slab_calloc_locked(zone->shpool,
+                                      NGX_HTTP_DYNAMO_RL_STORE_SLOTS
+                                      * sizeof(ngx_atomic_t));
+        zone->sh->store.slot = slot;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    if (slot == NULL) {
+        ngx_log_error(NGX_LOG_CRIT, cycle->log, 0,
+                      "dynamo_rl zone \"%V\" has no room for the store's "
+                      "%uz bytes of worker process state: "
+                      "dynamo_rl_store_up reads 0, make the zone larger",
+                      &zone->name,
+                      NGX_HTTP_DYNAMO_RL_STORE_SLOTS * sizeof(ngx_atomic_t));
+    }
 }
 
 

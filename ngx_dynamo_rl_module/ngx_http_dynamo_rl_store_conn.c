@@ -61,6 +61,7 @@ static ngx_uint_t ngx_http_dynamo_rl_store_report(
     ngx_err_t err);
 static void ngx_http_dynamo_rl_store_slot(ngx_http_dynamo_rl_store_t *store,
     ngx_atomic_uint_t state);
+static ngx_atomic_uint_t ngx_http_dynamo_rl_store_slot_time(time_t now);
 static void ngx_http_dynamo_rl_store_close(
     ngx_http_dynamo_rl_store_conn_t *conn);
 
@@ -1485,7 +1486,7 @@ ngx_http_dynamo_rl_store_conn_finish(ngx_http_dynamo_rl_store_conn_t *conn,
     ngx_int_t                        shape;
     ngx_uint_t                       i;
     redisReply                      *e;
-    ngx_atomic_t                    *refused;
+    ngx_atomic_t                    *word;
     ngx_atomic_uint_t                when;
     ngx_queue_t                     *q;
     ngx_http_dynamo_rl_store_t      *store;
@@ -1567,16 +1568,17 @@ ngx_http_dynamo_rl_store_conn_finish(ngx_http_dynamo_rl_store_conn_t *conn,
 
         if (cmd->op == NGX_HTTP_DYNAMO_RL_STORE_OP_CLAIM
             && store->stats != NULL
+            && store->stats->slot != NULL
             && (result == NGX_HTTP_DYNAMO_RL_STORE_R_ERROR
                 || (result == NGX_HTTP_DYNAMO_RL_STORE_R_OK && rc == NGX_OK)))
         {
-            refused = &store->stats->slot_refused[ngx_process_slot
-                                                  % NGX_MAX_PROCESSES];
+            word = &store->stats->slot[ngx_process_slot
+                                       % NGX_HTTP_DYNAMO_RL_STORE_SLOTS];
             when = (result == NGX_HTTP_DYNAMO_RL_STORE_R_ERROR)
-                   ? (ngx_atomic_uint_t) ngx_time() : 0;
+                   ? ngx_http_dynamo_rl_store_slot_time(ngx_time()) : 0;
 
-            if (*refused != when) {
-                *refused = when;
+            if ((*word & 0xffffffff) != 0 && (*word >> 32) != when) {
+                *word = (*word & 0xffffffff) | (when << 32);
             }
         }
     }
@@ -1813,17 +1815,32 @@ ngx_http_dynamo_rl_store_slot(ngx_http_dynamo_rl_store_t *store,
 {
     ngx_uint_t  slot;
 
-    if (store->stats == NULL) {
+    if (store->stats == NULL || store->stats->slot == NULL) {
         return;
     }
 
-    slot = ngx_process_slot % NGX_MAX_PROCESSES;
+    slot = ngx_process_slot % NGX_HTTP_DYNAMO_RL_STORE_SLOTS;
 
-    store->stats->slot_conn[slot] = state;
+    /* the time of a refusal stays while the process does */
 
-    if (state == 0) {
-        store->stats->slot_refused[slot] = 0;
+    if (state != 0) {
+        state |= store->stats->slot[slot] & ~(ngx_atomic_uint_t) 0xffffffff;
     }
+
+    store->stats->slot[slot] = state;
+}
+
+
+/* a refusal's time in a slot's word: never 0, which means none */
+
+static ngx_atomic_uint_t
+ngx_http_dynamo_rl_store_slot_time(time_t now)
+{
+    uint32_t  t;
+
+    t = (uint32_t) now;
+
+    return (ngx_atomic_uint_t) (t ? t : 1);
 }
 
 
@@ -1838,22 +1855,26 @@ ngx_http_dynamo_rl_store_slot(ngx_http_dynamo_rl_store_t *store,
 ngx_uint_t
 ngx_http_dynamo_rl_store_conn_up(ngx_http_dynamo_rl_store_stats_t *stats)
 {
-    time_t             refused, now;
+    uint32_t           refused, now;
     ngx_pid_t          pid;
     ngx_uint_t         i, n;
     ngx_atomic_uint_t  state;
 
-    now = ngx_time();
+    if (stats->slot == NULL) {
+        return 0;
+    }
+
+    now = (uint32_t) ngx_time();
     n = 0;
 
-    for (i = 0; i < NGX_MAX_PROCESSES; i++) {
-        state = stats->slot_conn[i];
+    for (i = 0; i < NGX_HTTP_DYNAMO_RL_STORE_SLOTS; i++) {
+        state = stats->slot[i];
 
         if (state == 0) {
             continue;
         }
 
-        pid = (ngx_pid_t) (state >> 1);
+        pid = (ngx_pid_t) ((state & 0xffffffff) >> 1);
 
         if (pid != ngx_pid && kill(pid, 0) == -1 && ngx_errno == NGX_ESRCH) {
             continue;
@@ -1863,11 +1884,17 @@ ngx_http_dynamo_rl_store_conn_up(ngx_http_dynamo_rl_store_stats_t *stats)
             return 0;
         }
 
-        refused = (time_t) stats->slot_refused[i];
+        refused = (uint32_t) (state >> 32);
 
-        /* another process's cached clock may be a little ahead of ours */
+        /*
+         * another process's cached clock may be a little ahead of ours:
+         * the difference is taken modulo 2^32, as the times are kept
+         */
 
-        if (refused != 0 && now - refused < NGX_HTTP_DYNAMO_RL_STORE_REFUSED) {
+        if (refused != 0
+            && (uint32_t) (now - refused + 2)
+               < NGX_HTTP_DYNAMO_RL_STORE_REFUSED + 2)
+        {
             return 0;
         }
 

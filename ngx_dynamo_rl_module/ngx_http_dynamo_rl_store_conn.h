@@ -52,6 +52,9 @@
 #define NGX_HTTP_DYNAMO_RL_STORE_BUCKETS   14
 
 
+#define NGX_HTTP_DYNAMO_RL_STORE_SLOTS  NGX_MAX_PROCESSES
+
+
 /* in the zone, shared by the worker processes */
 
 typedef struct {
@@ -70,14 +73,16 @@ typedef struct {
     ngx_atomic_t                    conflicts;   /* on_error=local's ids
                                                     claimed meanwhile */
     /*
-     * per process slot of nginx (ngx_process_slot): the worker process
-     * there and its connection, "pid << 1 | ready" (0: none with the
-     * store), and when the store last refused one of its claims with an
-     * error reply or too few replicas for wait= (ngx_time(); 0: a claim
-     * was admitted since)
+     * NGX_HTTP_DYNAMO_RL_STORE_SLOTS words from the zone's pool, taken by
+     * the first worker process with a store (NULL: none yet, or no room),
+     * one for each process slot of nginx (ngx_process_slot), written by
+     * the worker process there alone: "refused << 32 | pid << 1 | ready"
+     * (0: none with the store); ready: its connection; refused: the low
+     * 32 bits of ngx_time() when the store last refused one of its claims
+     * with an error reply or too few replicas for wait= (0: a claim was
+     * admitted since)
      */
-    ngx_atomic_t                    slot_conn[NGX_MAX_PROCESSES];
-    ngx_atomic_t                    slot_refused[NGX_MAX_PROCESSES];
+    ngx_atomic_t                   *slot;
 } ngx_http_dynamo_rl_store_stats_t;
 
 
