@@ -321,9 +321,10 @@ static u_char  ngx_http_dynamo_rl_lua_gate[] =
  * flight, and how long its report counts as alive (3 heartbeats, its
  * own: "{P}:fleet:q", field -> ms; the readers judge it by that, see
  * ngx_http_dynamo_rl_resp_fleet()).
- * A report older than 10 minutes is dropped, but, while the gate
- * is closed, not that of an instance alive or lost (silent for less than
- * a minute) when it closed: it may still admit with the gate it last read
+ * A report older than 10 minutes, or than its window if that is
+ * longer, is dropped, but, while the gate is closed, not that of an
+ * instance alive by its own window or lost (silent for less than a
+ * minute) when it closed: it may still admit with the gate it last read
  * (see ngx_http_dynamo_rl_resp_fleet()).  Fields that are not
  * "seen:in_flight:ts" are dropped too, they heal.
  */
@@ -333,17 +334,23 @@ static u_char  ngx_http_dynamo_rl_lua_beat[] =
     "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ARGV[3] .. ':'"
     " .. string.format('%d', now))\n"
     "local g = redis.call('HMGET', KEYS[2], 'state', 'since', 'changed')\n"
-    "local hold\n"
+    "local close\n"
     "if g[1] == 'closed' then\n"
-    "  hold = (tonumber(g[2]) or tonumber(g[3]) or 0) - 60000\n"
+    "  close = tonumber(g[2]) or tonumber(g[3]) or 0\n"
     "end\n"
     "local wk = KEYS[1] .. ':q'\n"
     "redis.call('HSET', wk, ARGV[1], ARGV[4])\n"
+    "local q = {}\n"
+    "local wq = redis.call('HGETALL', wk)\n"
+    "for i = 1, #wq, 2 do q[wq[i]] = tonumber(wq[i + 1]) end\n"
     "local keep = {}\n"
     "local f = redis.call('HGETALL', KEYS[1])\n"
     "for i = 1, #f, 2 do\n"
     "  local ts = tonumber(string.match(f[i + 1], '^%d+:%d+:(%d+)$'))\n"
-    "  if ts == nil or (now - ts > 600000 and not (hold and ts > hold)) then\n"
+    "  local win = q[f[i]] or tonumber(ARGV[4]) or 0\n"
+    "  if ts == nil or (now - ts > math.max(600000, win)\n"
+    "     and not (close and ts > close - math.max(60000, win)))\n"
+    "  then\n"
     "    redis.call('HDEL', KEYS[1], f[i])\n"
     "  else\n"
     "    keep[f[i]] = true\n"
@@ -863,12 +870,13 @@ ngx_http_dynamo_rl_resp_gate(redisReply *reply, uint64_t heartbeat,
  * alive when the report is younger than its window (3 of this reader's
  * heartbeats for one that declared none: an earlier version), lost from
  * then to 60 s,
- * forgotten after, but for a replica that was alive or lost when the gate
- * closed ("since", or the last change for a close that did not write
- * it): while it stays closed, that one stays lost, however long it is
- * silent (cut off from the store, it may still admit with the gate it
- * last read); a report from the future (one store clock, so only a clock
- * step) counts as fresh
+ * forgotten after, but for a replica that was alive (by its own window)
+ * or lost when the gate closed ("since", or the last change for a close
+ * that did not write it; its report younger then than the larger of its
+ * window and 60 s): while it stays closed, that one stays lost, however
+ * long it is silent (cut off from the store, it may still admit with the
+ * gate it last read); a report from the future (one store clock, so only
+ * a clock step) counts as fresh
  */
 
 static ngx_int_t
@@ -876,7 +884,8 @@ ngx_http_dynamo_rl_resp_fleet(redisReply *r, redisReply *q, uint64_t heartbeat,
     ngx_http_dynamo_rl_gate_reply_t *gr)
 {
     size_t                       i, j;
-    uint64_t                     seen, in_flight, ts, age, alive, own, since;
+    uint64_t                     seen, in_flight, ts, age, alive, own, since,
+                                 hold;
     ngx_str_t                    name, value, field;
     ngx_http_dynamo_rl_fleet_t  *fl;
 
@@ -943,9 +952,12 @@ ngx_http_dynamo_rl_resp_fleet(redisReply *r, redisReply *q, uint64_t heartbeat,
             continue;
         }
 
+        /* held at the close: alive by its own window, or lost, then */
+
+        hold = ngx_max(alive, NGX_HTTP_DYNAMO_RL_FLEET_FORGET);
+
         if (age < NGX_HTTP_DYNAMO_RL_FLEET_FORGET
-            || (gr->closed && ts > since - ngx_min(since,
-                                          NGX_HTTP_DYNAMO_RL_FLEET_FORGET)))
+            || (gr->closed && ts > since - ngx_min(since, hold)))
         {
 
             /* an instance's field is "replica/pid of its master" */

@@ -587,6 +587,44 @@ main(void)
     ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.lost_total == 0
        && !gr.fleet.drained, "fleet: open: forgotten after a minute");
 
+    /*
+     * alive at the close by its own window, longer than a minute: C
+     * (heartbeat 30 s, window 90 s) silent for 65 s at the close, 165 s
+     * now, stays lost; D, as silent but without a window (this reader's,
+     * 1500 ms), and E, silent for 95 s at the close, are forgotten
+     */
+
+    fleet[0] = '\0';
+    bulk(fleet, "A");
+    bulk(fleet, "5:0:999999900");
+    bulk(fleet, "C");
+    bulk(fleet, "4:0:999835000");
+    bulk(fleet, "D");
+    bulk(fleet, "4:0:999835000");
+    bulk(fleet, "E");
+    bulk(fleet, "4:0:999805000");
+
+    gate_reply(buf, "ok", "closed", "5", fleet, 8);
+    gate_since(buf, "999900000");
+
+    windows[0] = '\0';
+    bulk(windows, "C");
+    bulk(windows, "90000");
+    bulk(windows, "E");
+    bulk(windows, "90000");
+    gate_windows(buf, windows, 4);
+
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.replicas == 1
+       && gr.fleet.lost_total == 1 && is(&gr.fleet.lost[0], "C")
+       && !gr.fleet.drained,
+       "fleet: alive at the close by its own window: lost, not drained");
+
+    gate_reply(buf, "ok", "open", "5", fleet, 8);
+    gate_windows(buf, windows, 4);
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.replicas == 1
+       && gr.fleet.lost_total == 0,
+       "fleet: open: past its own window and a minute, forgotten");
+
     fleet[0] = '\0';
     bulk(fleet, "A");
     bulk(fleet, "5:0:999999900");
