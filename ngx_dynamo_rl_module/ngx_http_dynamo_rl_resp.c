@@ -321,10 +321,11 @@ static u_char  ngx_http_dynamo_rl_lua_gate[] =
  * flight, and how long its report counts as alive (3 heartbeats, its
  * own: "{P}:fleet:q", field -> ms; the readers judge it by that, see
  * ngx_http_dynamo_rl_resp_fleet()).
- * A report older than 10 minutes, or than its window if that is
- * longer, is dropped, but, while the gate is closed, not that of an
- * instance alive by its own window or lost (silent for less than a
- * minute) when it closed: it may still admit with the gate it last read
+ * A report older than 10 minutes, or than its window and a minute
+ * (while it is lost) if that is longer, is dropped, but, while the gate
+ * is closed, not that of an instance alive or lost (silent for less than
+ * its window and a minute) when it closed: it may still admit with the
+ * gate it last read
  * (see ngx_http_dynamo_rl_resp_fleet()).  Fields that are not
  * "seen:in_flight:ts" are dropped too, they heal.
  */
@@ -348,8 +349,8 @@ static u_char  ngx_http_dynamo_rl_lua_beat[] =
     "for i = 1, #f, 2 do\n"
     "  local ts = tonumber(string.match(f[i + 1], '^%d+:%d+:(%d+)$'))\n"
     "  local win = q[f[i]] or tonumber(ARGV[4]) or 0\n"
-    "  if ts == nil or (now - ts > math.max(600000, win)\n"
-    "     and not (close and ts > close - math.max(60000, win)))\n"
+    "  if ts == nil or (now - ts > math.max(600000, win + 60000)\n"
+    "     and not (close and ts > close - (win + 60000)))\n"
     "  then\n"
     "    redis.call('HDEL', KEYS[1], f[i])\n"
     "  else\n"
@@ -869,11 +870,11 @@ ngx_http_dynamo_rl_resp_gate(redisReply *reply, uint64_t heartbeat,
  * the instances declared (q: field -> ms, 3 of their own heartbeats);
  * alive when the report is younger than its window (3 of this reader's
  * heartbeats for one that declared none: an earlier version), lost from
- * then to 60 s,
+ * then for 60 s more (its window and 60 s),
  * forgotten after, but for a replica that was alive (by its own window)
  * or lost when the gate closed ("since", or the last change for a close
- * that did not write it; its report younger then than the larger of its
- * window and 60 s): while it stays closed, that one stays lost, however
+ * that did not write it; its report younger then than its window and
+ * 60 s): while it stays closed, that one stays lost, however
  * long it is silent (cut off from the store, it may still admit with the
  * gate it last read); a report from the future (one store clock, so only
  * a clock step) counts as fresh
@@ -952,11 +953,15 @@ ngx_http_dynamo_rl_resp_fleet(redisReply *r, redisReply *q, uint64_t heartbeat,
             continue;
         }
 
-        /* held at the close: alive by its own window, or lost, then */
+        /*
+         * lost for a minute past its own window (one longer than a
+         * minute is lost too); held at the close if alive or lost then
+         */
 
-        hold = ngx_max(alive, NGX_HTTP_DYNAMO_RL_FLEET_FORGET);
+        hold = (alive > UINT64_MAX - NGX_HTTP_DYNAMO_RL_FLEET_FORGET)
+               ? UINT64_MAX : alive + NGX_HTTP_DYNAMO_RL_FLEET_FORGET;
 
-        if (age < NGX_HTTP_DYNAMO_RL_FLEET_FORGET
+        if (age < hold
             || (gr->closed && ts > since - ngx_min(since, hold)))
         {
 

@@ -1789,7 +1789,7 @@ ngx_http_dynamo_rl_fleet_text(ngx_http_dynamo_rl_report_t *rp, u_char *p)
                        "# TYPE dynamo_rl_fleet_in_flight gauge\n"
                        "dynamo_rl_fleet_in_flight %uL\n"
                        "# HELP dynamo_rl_fleet_lost Replicas silent for three "
-                       "heartbeats (forgotten after a minute, never while "
+                       "heartbeats (forgotten a minute past that, never while "
                        "the gate they saw open stays closed).\n"
                        "# TYPE dynamo_rl_fleet_lost gauge\n"
                        "dynamo_rl_fleet_lost %ui\n"

@@ -465,7 +465,10 @@ main(void)
        "gate: odd windows");
     ok(gate("-ERR x\r\n", 500, &gr) == NGX_ERROR, "gate: an error reply");
 
-    /* the fleet: heartbeat 500 ms, alive < 1500 ms, lost < 60 s */
+    /*
+     * the fleet: heartbeat 500 ms, alive < 1500 ms, lost for a minute
+     * more, < 61.5 s
+     */
 
     fleet[0] = '\0';
     bulk(fleet, "A");
@@ -475,13 +478,13 @@ main(void)
     bulk(fleet, "C");
     bulk(fleet, "5:0:999998500");        /* 1500 ms: lost */
     bulk(fleet, "D");
-    bulk(fleet, "5:9:999940001");        /* 59999 ms: lost */
+    bulk(fleet, "5:9:999938501");        /* 61499 ms: lost */
     bulk(fleet, "E");
-    bulk(fleet, "5:9:999940000");        /* 60 s: forgotten */
+    bulk(fleet, "5:9:999938500");        /* 61.5 s: forgotten */
     bulk(fleet, "F");
     bulk(fleet, "6:0:1000000005");       /* from the future: alive */
 
-    /* open: the 60 s apply to every report */
+    /* open: the window and a minute apply to every report */
 
     gate_reply(buf, "ok", "open", "5", fleet, 12);
     ok(gate(buf, 500, &gr) == NGX_OK, "fleet: parsed");
@@ -591,7 +594,8 @@ main(void)
      * alive at the close by its own window, longer than a minute: C
      * (heartbeat 30 s, window 90 s) silent for 65 s at the close, 165 s
      * now, stays lost; D, as silent but without a window (this reader's,
-     * 1500 ms), and E, silent for 95 s at the close, are forgotten
+     * 1500 ms), and E, silent for 155 s at the close (past its window
+     * and a minute), are forgotten
      */
 
     fleet[0] = '\0';
@@ -602,7 +606,7 @@ main(void)
     bulk(fleet, "D");
     bulk(fleet, "4:0:999835000");
     bulk(fleet, "E");
-    bulk(fleet, "4:0:999805000");
+    bulk(fleet, "4:0:999745000");
 
     gate_reply(buf, "ok", "closed", "5", fleet, 8);
     gate_since(buf, "999900000");
@@ -624,6 +628,49 @@ main(void)
     ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.replicas == 1
        && gr.fleet.lost_total == 0,
        "fleet: open: past its own window and a minute, forgotten");
+
+    /*
+     * open: a window longer than a minute (heartbeat 30 s, window 90 s):
+     * lost for a minute past it, C 100 s and D 149999 ms silent; E, 150 s
+     * silent, forgotten
+     */
+
+    fleet[0] = '\0';
+    bulk(fleet, "A");
+    bulk(fleet, "5:0:999999900");
+    bulk(fleet, "C");
+    bulk(fleet, "4:0:999900000");
+    bulk(fleet, "D");
+    bulk(fleet, "4:0:999850001");
+    bulk(fleet, "E");
+    bulk(fleet, "4:0:999850000");
+
+    gate_reply(buf, "ok", "open", "5", fleet, 8);
+
+    windows[0] = '\0';
+    bulk(windows, "C");
+    bulk(windows, "90000");
+    bulk(windows, "D");
+    bulk(windows, "90000");
+    bulk(windows, "E");
+    bulk(windows, "90000");
+    gate_windows(buf, windows, 6);
+
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.replicas == 1
+       && gr.fleet.lost_total == 2 && is(&gr.fleet.lost[0], "C")
+       && is(&gr.fleet.lost[1], "D"),
+       "fleet: open: a window over a minute, lost a minute past it");
+
+    /* closed 5 s ago: E, silent for 145 s then, was lost, and is held */
+
+    gate_reply(buf, "ok", "closed", "5", fleet, 8);
+    gate_since(buf, "999995000");
+    gate_windows(buf, windows, 6);
+
+    ok(gate(buf, 500, &gr) == NGX_OK && gr.fleet.replicas == 1
+       && gr.fleet.lost_total == 3 && is(&gr.fleet.lost[2], "E")
+       && !gr.fleet.drained,
+       "fleet: closed: a window over a minute, lost at the close, held");
 
     fleet[0] = '\0';
     bulk(fleet, "A");
