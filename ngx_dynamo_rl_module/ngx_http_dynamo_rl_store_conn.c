@@ -62,6 +62,8 @@ static ngx_uint_t ngx_http_dynamo_rl_store_report(
 static void ngx_http_dynamo_rl_store_slot(ngx_http_dynamo_rl_store_t *store,
     ngx_atomic_uint_t state);
 static ngx_atomic_uint_t ngx_http_dynamo_rl_store_slot_time(time_t now);
+static ngx_uint_t ngx_http_dynamo_rl_store_refused_recent(
+    ngx_atomic_uint_t state, uint32_t now);
 static void ngx_http_dynamo_rl_store_close(
     ngx_http_dynamo_rl_store_conn_t *conn);
 
@@ -1855,7 +1857,7 @@ ngx_http_dynamo_rl_store_slot_time(time_t now)
 ngx_uint_t
 ngx_http_dynamo_rl_store_conn_up(ngx_http_dynamo_rl_store_stats_t *stats)
 {
-    uint32_t           refused, now;
+    uint32_t           now;
     ngx_pid_t          pid;
     ngx_uint_t         i, n;
     ngx_atomic_uint_t  state;
@@ -1884,17 +1886,7 @@ ngx_http_dynamo_rl_store_conn_up(ngx_http_dynamo_rl_store_stats_t *stats)
             return 0;
         }
 
-        refused = (uint32_t) (state >> 32);
-
-        /*
-         * another process's cached clock may be a little ahead of ours:
-         * the difference is taken modulo 2^32, as the times are kept
-         */
-
-        if (refused != 0
-            && (uint32_t) (now - refused + 2)
-               < NGX_HTTP_DYNAMO_RL_STORE_REFUSED + 2)
-        {
+        if (ngx_http_dynamo_rl_store_refused_recent(state, now)) {
             return 0;
         }
 
@@ -1902,6 +1894,45 @@ ngx_http_dynamo_rl_store_conn_up(ngx_http_dynamo_rl_store_stats_t *stats)
     }
 
     return (n > 0);
+}
+
+
+/*
+ * the store refused one of this worker process's claims in the last
+ * NGX_HTTP_DYNAMO_RL_STORE_REFUSED seconds without one admitted since:
+ * the window of store_conn_up(); 0 without the words
+ */
+
+ngx_uint_t
+ngx_http_dynamo_rl_store_conn_refusing(ngx_http_dynamo_rl_store_stats_t *stats)
+{
+    if (stats == NULL || stats->slot == NULL) {
+        return 0;
+    }
+
+    return ngx_http_dynamo_rl_store_refused_recent(
+               stats->slot[ngx_process_slot % NGX_HTTP_DYNAMO_RL_STORE_SLOTS],
+               (uint32_t) ngx_time());
+}
+
+
+/* a slot's word says a refusal at most NGX_HTTP_DYNAMO_RL_STORE_REFUSED old */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_store_refused_recent(ngx_atomic_uint_t state, uint32_t now)
+{
+    uint32_t  refused;
+
+    refused = (uint32_t) (state >> 32);
+
+    /*
+     * another process's cached clock may be a little ahead of ours:
+     * the difference is taken modulo 2^32, as the times are kept
+     */
+
+    return refused != 0
+           && (uint32_t) (now - refused + 2)
+              < NGX_HTTP_DYNAMO_RL_STORE_REFUSED + 2;
 }
 
 

@@ -392,6 +392,8 @@ ngx_int_t ngx_http_dynamo_rl_store_conn_grow(u_char **data, size_t *size,
 uint64_t ngx_http_dynamo_rl_store_conn_us(void);
 ngx_uint_t ngx_http_dynamo_rl_store_conn_up(
     ngx_http_dynamo_rl_store_stats_t *stats);
+ngx_uint_t ngx_http_dynamo_rl_store_conn_refusing(
+    ngx_http_dynamo_rl_store_stats_t *stats);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_STORE_CONN_H_INCLUDED_ */
