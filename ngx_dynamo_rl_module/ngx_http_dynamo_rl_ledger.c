@@ -1527,6 +1527,11 @@ ngx_http_dynamo_rl_ledger_live(ngx_event_t *ev)
 
     /* a process that shuts down gracefully beats while it has requests */
 
+    if (ngx_exiting) {
+        /* and admits nothing: not counted in dynamo_rl_store_up */
+        ngx_http_dynamo_rl_store_conn_leave(lv->store);
+    }
+
     if (!lv->busy
         && ngx_http_dynamo_rl_ledger_live_send(lv->store, "beat",
                                                ngx_http_dynamo_rl_ledger_lived,

@@ -1809,7 +1809,10 @@ ngx_http_dynamo_rl_store_conn_us(void)
 }
 
 
-/* this worker process's connection state in its slot: "pid << 1 | ready" */
+/*
+ * this worker process's connection state in its slot: "pid << 1 | ready";
+ * none once it shuts down gracefully: store_conn_leave()
+ */
 
 static void
 ngx_http_dynamo_rl_store_slot(ngx_http_dynamo_rl_store_t *store,
@@ -1823,6 +1826,10 @@ ngx_http_dynamo_rl_store_slot(ngx_http_dynamo_rl_store_t *store,
 
     slot = ngx_process_slot % NGX_HTTP_DYNAMO_RL_STORE_SLOTS;
 
+    if (ngx_exiting || ngx_quit) {
+        state = 0;
+    }
+
     /* the time of a refusal stays while the process does */
 
     if (state != 0) {
@@ -1830,6 +1837,31 @@ ngx_http_dynamo_rl_store_slot(ngx_http_dynamo_rl_store_t *store,
     }
 
     store->stats->slot[slot] = state;
+}
+
+
+/*
+ * a worker process that shuts down gracefully admits nothing more: its
+ * slot's word is cleared as it begins (its heartbeat calls this), so that
+ * neither its connection nor its refusals count in store_conn_up() while
+ * it finishes its records; _store_slot() keeps it cleared
+ */
+
+void
+ngx_http_dynamo_rl_store_conn_leave(ngx_http_dynamo_rl_store_t *store)
+{
+    ngx_atomic_t  *word;
+
+    if (store->stats == NULL || store->stats->slot == NULL) {
+        return;
+    }
+
+    word = &store->stats->slot[ngx_process_slot
+                               % NGX_HTTP_DYNAMO_RL_STORE_SLOTS];
+
+    if (*word != 0) {
+        *word = 0;
+    }
 }
 
 

@@ -394,6 +394,7 @@ ngx_uint_t ngx_http_dynamo_rl_store_conn_up(
     ngx_http_dynamo_rl_store_stats_t *stats);
 ngx_uint_t ngx_http_dynamo_rl_store_conn_refusing(
     ngx_http_dynamo_rl_store_stats_t *stats);
+void ngx_http_dynamo_rl_store_conn_leave(ngx_http_dynamo_rl_store_t *store);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_STORE_CONN_H_INCLUDED_ */
