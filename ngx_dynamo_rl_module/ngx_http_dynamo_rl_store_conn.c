@@ -66,6 +66,8 @@ static ngx_uint_t ngx_http_dynamo_rl_store_refused_recent(
     ngx_atomic_uint_t state, uint32_t now);
 static void ngx_http_dynamo_rl_store_close(
     ngx_http_dynamo_rl_store_conn_t *conn);
+static ngx_uint_t ngx_http_dynamo_rl_store_conn_stays(
+    ngx_http_dynamo_rl_store_conn_t *conn);
 
 static void ngx_http_dynamo_rl_store_write_handler(ngx_event_t *wev);
 static void ngx_http_dynamo_rl_store_read_handler(ngx_event_t *rev);
@@ -384,7 +386,7 @@ ngx_http_dynamo_rl_store_resolved(void *data, ngx_addr_t *addr,
 {
     ngx_http_dynamo_rl_store_conn_t  *conn = data;
 
-    if (ngx_exiting || ngx_terminate || ngx_quit || conn->exiting) {
+    if (!ngx_http_dynamo_rl_store_conn_stays(conn)) {
         conn->state = NGX_HTTP_DYNAMO_RL_STORE_DOWN;
         return;
     }
@@ -752,7 +754,7 @@ ngx_http_dynamo_rl_store_conn_fail(ngx_http_dynamo_rl_store_conn_t *conn,
         (void) conn->flush(conn);
     }
 
-    if (!ngx_exiting && !ngx_terminate && !ngx_quit && !conn->exiting) {
+    if (ngx_http_dynamo_rl_store_conn_stays(conn)) {
         ngx_add_timer(&conn->retry, conn->backoff);
         conn->backoff = ngx_min(conn->backoff * 2,
                                 NGX_HTTP_DYNAMO_RL_STORE_BACKOFF_MAX);
@@ -1014,11 +1016,39 @@ ngx_http_dynamo_rl_store_retry_handler(ngx_event_t *ev)
 
     conn = ev->data;
 
-    if (ngx_exiting || ngx_terminate || ngx_quit || conn->exiting) {
+    if (!ngx_http_dynamo_rl_store_conn_stays(conn)) {
         return;
     }
 
     ngx_http_dynamo_rl_store_conn_connect(conn);
+}
+
+
+/*
+ * a lost connection is made again, with the backoff: not as the process
+ * exits or terminates; while it shuts down gracefully, as long as it has
+ * requests of its own in flight or writes kept for the store, so that its
+ * heartbeat goes on (its records are not ended as replica_lost) and its
+ * records' ends reach the store
+ */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_store_conn_stays(ngx_http_dynamo_rl_store_conn_t *conn)
+{
+    ngx_http_dynamo_rl_store_t  *store;
+
+    if (conn->exiting || ngx_terminate) {
+        return 0;
+    }
+
+    if (!ngx_exiting && !ngx_quit) {
+        return 1;
+    }
+
+    store = conn->store;
+
+    return !ngx_queue_empty(&conn->pending)
+           || (store->busy != NULL && store->busy(store->busy_data));
 }
 
 
