@@ -97,6 +97,7 @@ static void ngx_http_dynamo_rl_ledger_claimed(void *data, ngx_int_t rc,
 static void ngx_http_dynamo_rl_ledger_store_settle(
     ngx_http_dynamo_rl_node_t *lr, ngx_pid_t pid, uint64_t boot);
 static void ngx_http_dynamo_rl_ledger_live(ngx_event_t *ev);
+static ngx_uint_t ngx_http_dynamo_rl_ledger_own(void *data);
 static void ngx_http_dynamo_rl_ledger_lived(void *data, ngx_int_t rc,
     redisReply *reply);
 static ngx_uint_t ngx_http_dynamo_rl_ledger_replayed(
@@ -1433,7 +1434,24 @@ ngx_http_dynamo_rl_ledger_store_init_process(ngx_http_dynamo_rl_store_t *store,
 
     ngx_add_timer(&lv->ev, store->heartbeat);
 
+    store->busy = ngx_http_dynamo_rl_ledger_own;
+    store->busy_data = lv;
+
     return NGX_OK;
+}
+
+
+/*
+ * this worker process has requests of its own in flight: as it shuts
+ * down gracefully, it reconnects to the store for them
+ */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_ledger_own(void *data)
+{
+    ngx_http_dynamo_rl_live_t *lv = data;
+
+    return lv->zone->sh->slot_requests[ngx_http_dynamo_rl_slot()] != 0;
 }
 
 
@@ -1526,6 +1544,11 @@ ngx_http_dynamo_rl_ledger_live(ngx_event_t *ev)
     ngx_http_dynamo_rl_live_t *lv = ev->data;
 
     /* a process that shuts down gracefully beats while it has requests */
+
+    if (ngx_exiting) {
+        /* and admits nothing: not counted in dynamo_rl_store_up */
+        ngx_http_dynamo_rl_store_conn_leave(lv->store);
+    }
 
     if (!lv->busy
         && ngx_http_dynamo_rl_ledger_live_send(lv->store, "beat",

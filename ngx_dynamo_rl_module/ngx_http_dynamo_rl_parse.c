@@ -2934,14 +2934,15 @@ ngx_http_dynamo_rl_uuid_unpack(u_char *text, u_char *bin)
 
 /*
  * readiness (dynamo_rl_ready): without a store, the zone decides and is
- * there; with one, this worker process's connection is up and its last
- * read of the store's gate (0: none yet) is at most "stale" old, as a
- * location without the ledger needs to admit anything
+ * there; with one, this worker process's connection is up, the store has
+ * not refused its claims of late ("refusing": the window of the up gauge)
+ * and its last read of the store's gate (0: none yet) is at most "stale"
+ * old, as a location without the ledger needs to admit anything
  */
 
 ngx_uint_t
 ngx_http_dynamo_rl_ready_check(ngx_uint_t store, ngx_uint_t connected,
-    uint64_t read, uint64_t now, ngx_msec_t stale)
+    ngx_uint_t refusing, uint64_t read, uint64_t now, ngx_msec_t stale)
 {
     if (!store) {
         return NGX_HTTP_DYNAMO_RL_READY;
@@ -2949,6 +2950,10 @@ ngx_http_dynamo_rl_ready_check(ngx_uint_t store, ngx_uint_t connected,
 
     if (!connected) {
         return NGX_HTTP_DYNAMO_RL_READY_STORE_DOWN;
+    }
+
+    if (refusing) {
+        return NGX_HTTP_DYNAMO_RL_READY_STORE_REFUSING;
     }
 
     if (read == 0) {

@@ -265,9 +265,11 @@ u_char *ngx_http_dynamo_rl_uuid_unpack(u_char *text, u_char *bin);
 #define NGX_HTTP_DYNAMO_RL_READY_STORE_DOWN    1   /* "store_down" */
 #define NGX_HTTP_DYNAMO_RL_READY_GATE_UNKNOWN  2   /* "gate_unknown" */
 #define NGX_HTTP_DYNAMO_RL_READY_GATE_STALE    3   /* "gate_stale" */
+#define NGX_HTTP_DYNAMO_RL_READY_STORE_REFUSING 4  /* "store_refusing" */
 
 ngx_uint_t ngx_http_dynamo_rl_ready_check(ngx_uint_t store,
-    ngx_uint_t connected, uint64_t read, uint64_t now, ngx_msec_t stale);
+    ngx_uint_t connected, ngx_uint_t refusing, uint64_t read, uint64_t now,
+    ngx_msec_t stale);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_PARSE_H_INCLUDED_ */

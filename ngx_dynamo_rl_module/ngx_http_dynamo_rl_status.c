@@ -1888,7 +1888,7 @@ ngx_http_dynamo_rl_ready_handler(ngx_http_request_t *r)
     uint64_t                         now;
     ngx_int_t                        rc;
     ngx_str_t                        body;
-    ngx_uint_t                       state;
+    ngx_uint_t                       state, refusing;
     ngx_http_dynamo_rl_store_t      *store;
     ngx_http_dynamo_rl_shctx_t      *sh;
     ngx_http_dynamo_rl_main_conf_t  *drmcf;
@@ -1906,12 +1906,14 @@ ngx_http_dynamo_rl_ready_handler(ngx_http_request_t *r)
     now = ngx_http_dynamo_rl_now();
 
     if (store == NULL) {
-        state = ngx_http_dynamo_rl_ready_check(0, 0, 0, now, 0);
+        state = ngx_http_dynamo_rl_ready_check(0, 0, 0, 0, now, 0);
 
     } else {
+        refusing = ngx_http_dynamo_rl_store_conn_refusing(store->stats);
+
         state = ngx_http_dynamo_rl_ready_check(1,
                                           ngx_http_dynamo_rl_store_ready(store),
-                                          store->gate_read, now,
+                                          refusing, store->gate_read, now,
                                           store->gate_stale);
     }
 
@@ -1924,6 +1926,12 @@ ngx_http_dynamo_rl_ready_handler(ngx_http_request_t *r)
         reason = "store_down";
         message = "not ready: this worker process is not connected to the "
                   "shared store";
+        goto unready;
+
+    case NGX_HTTP_DYNAMO_RL_READY_STORE_REFUSING:
+        reason = "store_refusing";
+        message = "not ready: the shared store refused a claim of this "
+                  "worker process within the last 30 s";
         goto unready;
 
     case NGX_HTTP_DYNAMO_RL_READY_GATE_UNKNOWN:

@@ -62,7 +62,11 @@ static ngx_uint_t ngx_http_dynamo_rl_store_report(
 static void ngx_http_dynamo_rl_store_slot(ngx_http_dynamo_rl_store_t *store,
     ngx_atomic_uint_t state);
 static ngx_atomic_uint_t ngx_http_dynamo_rl_store_slot_time(time_t now);
+static ngx_uint_t ngx_http_dynamo_rl_store_refused_recent(
+    ngx_atomic_uint_t state, uint32_t now);
 static void ngx_http_dynamo_rl_store_close(
+    ngx_http_dynamo_rl_store_conn_t *conn);
+static ngx_uint_t ngx_http_dynamo_rl_store_conn_stays(
     ngx_http_dynamo_rl_store_conn_t *conn);
 
 static void ngx_http_dynamo_rl_store_write_handler(ngx_event_t *wev);
@@ -382,7 +386,7 @@ ngx_http_dynamo_rl_store_resolved(void *data, ngx_addr_t *addr,
 {
     ngx_http_dynamo_rl_store_conn_t  *conn = data;
 
-    if (ngx_exiting || ngx_terminate || ngx_quit || conn->exiting) {
+    if (!ngx_http_dynamo_rl_store_conn_stays(conn)) {
         conn->state = NGX_HTTP_DYNAMO_RL_STORE_DOWN;
         return;
     }
@@ -750,7 +754,7 @@ ngx_http_dynamo_rl_store_conn_fail(ngx_http_dynamo_rl_store_conn_t *conn,
         (void) conn->flush(conn);
     }
 
-    if (!ngx_exiting && !ngx_terminate && !ngx_quit && !conn->exiting) {
+    if (ngx_http_dynamo_rl_store_conn_stays(conn)) {
         ngx_add_timer(&conn->retry, conn->backoff);
         conn->backoff = ngx_min(conn->backoff * 2,
                                 NGX_HTTP_DYNAMO_RL_STORE_BACKOFF_MAX);
@@ -1012,11 +1016,39 @@ ngx_http_dynamo_rl_store_retry_handler(ngx_event_t *ev)
 
     conn = ev->data;
 
-    if (ngx_exiting || ngx_terminate || ngx_quit || conn->exiting) {
+    if (!ngx_http_dynamo_rl_store_conn_stays(conn)) {
         return;
     }
 
     ngx_http_dynamo_rl_store_conn_connect(conn);
+}
+
+
+/*
+ * a lost connection is made again, with the backoff: not as the process
+ * exits or terminates; while it shuts down gracefully, as long as it has
+ * requests of its own in flight or writes kept for the store, so that its
+ * heartbeat goes on (its records are not ended as replica_lost) and its
+ * records' ends reach the store
+ */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_store_conn_stays(ngx_http_dynamo_rl_store_conn_t *conn)
+{
+    ngx_http_dynamo_rl_store_t  *store;
+
+    if (conn->exiting || ngx_terminate) {
+        return 0;
+    }
+
+    if (!ngx_exiting && !ngx_quit) {
+        return 1;
+    }
+
+    store = conn->store;
+
+    return !ngx_queue_empty(&conn->pending)
+           || (store->busy != NULL && store->busy(store->busy_data));
 }
 
 
@@ -1807,7 +1839,10 @@ ngx_http_dynamo_rl_store_conn_us(void)
 }
 
 
-/* this worker process's connection state in its slot: "pid << 1 | ready" */
+/*
+ * this worker process's connection state in its slot: "pid << 1 | ready";
+ * none once it shuts down gracefully: store_conn_leave()
+ */
 
 static void
 ngx_http_dynamo_rl_store_slot(ngx_http_dynamo_rl_store_t *store,
@@ -1821,6 +1856,10 @@ ngx_http_dynamo_rl_store_slot(ngx_http_dynamo_rl_store_t *store,
 
     slot = ngx_process_slot % NGX_HTTP_DYNAMO_RL_STORE_SLOTS;
 
+    if (ngx_exiting || ngx_quit) {
+        state = 0;
+    }
+
     /* the time of a refusal stays while the process does */
 
     if (state != 0) {
@@ -1828,6 +1867,31 @@ ngx_http_dynamo_rl_store_slot(ngx_http_dynamo_rl_store_t *store,
     }
 
     store->stats->slot[slot] = state;
+}
+
+
+/*
+ * a worker process that shuts down gracefully admits nothing more: its
+ * slot's word is cleared as it begins (its heartbeat calls this), so that
+ * neither its connection nor its refusals count in store_conn_up() while
+ * it finishes its records; _store_slot() keeps it cleared
+ */
+
+void
+ngx_http_dynamo_rl_store_conn_leave(ngx_http_dynamo_rl_store_t *store)
+{
+    ngx_atomic_t  *word;
+
+    if (store->stats == NULL || store->stats->slot == NULL) {
+        return;
+    }
+
+    word = &store->stats->slot[ngx_process_slot
+                               % NGX_HTTP_DYNAMO_RL_STORE_SLOTS];
+
+    if (*word != 0) {
+        *word = 0;
+    }
 }
 
 
@@ -1855,7 +1919,7 @@ ngx_http_dynamo_rl_store_slot_time(time_t now)
 ngx_uint_t
 ngx_http_dynamo_rl_store_conn_up(ngx_http_dynamo_rl_store_stats_t *stats)
 {
-    uint32_t           refused, now;
+    uint32_t           now;
     ngx_pid_t          pid;
     ngx_uint_t         i, n;
     ngx_atomic_uint_t  state;
@@ -1884,17 +1948,7 @@ ngx_http_dynamo_rl_store_conn_up(ngx_http_dynamo_rl_store_stats_t *stats)
             return 0;
         }
 
-        refused = (uint32_t) (state >> 32);
-
-        /*
-         * another process's cached clock may be a little ahead of ours:
-         * the difference is taken modulo 2^32, as the times are kept
-         */
-
-        if (refused != 0
-            && (uint32_t) (now - refused + 2)
-               < NGX_HTTP_DYNAMO_RL_STORE_REFUSED + 2)
-        {
+        if (ngx_http_dynamo_rl_store_refused_recent(state, now)) {
             return 0;
         }
 
@@ -1902,6 +1956,45 @@ ngx_http_dynamo_rl_store_conn_up(ngx_http_dynamo_rl_store_stats_t *stats)
     }
 
     return (n > 0);
+}
+
+
+/*
+ * the store refused one of this worker process's claims in the last
+ * NGX_HTTP_DYNAMO_RL_STORE_REFUSED seconds without one admitted since:
+ * the window of store_conn_up(); 0 without the words
+ */
+
+ngx_uint_t
+ngx_http_dynamo_rl_store_conn_refusing(ngx_http_dynamo_rl_store_stats_t *stats)
+{
+    if (stats == NULL || stats->slot == NULL) {
+        return 0;
+    }
+
+    return ngx_http_dynamo_rl_store_refused_recent(
+               stats->slot[ngx_process_slot % NGX_HTTP_DYNAMO_RL_STORE_SLOTS],
+               (uint32_t) ngx_time());
+}
+
+
+/* a slot's word says a refusal at most NGX_HTTP_DYNAMO_RL_STORE_REFUSED old */
+
+static ngx_uint_t
+ngx_http_dynamo_rl_store_refused_recent(ngx_atomic_uint_t state, uint32_t now)
+{
+    uint32_t  refused;
+
+    refused = (uint32_t) (state >> 32);
+
+    /*
+     * another process's cached clock may be a little ahead of ours:
+     * the difference is taken modulo 2^32, as the times are kept
+     */
+
+    return refused != 0
+           && (uint32_t) (now - refused + 2)
+              < NGX_HTTP_DYNAMO_RL_STORE_REFUSED + 2;
 }
 
 

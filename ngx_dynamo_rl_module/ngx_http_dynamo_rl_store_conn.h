@@ -140,6 +140,14 @@ struct ngx_http_dynamo_rl_store_s {
     void                           *changed_data;
 
     /*
+     * while the worker process shuts down gracefully: it has requests of
+     * its own in flight, and its lost connection is made again (NULL:
+     * only for the writes kept for the store)
+     */
+    ngx_uint_t                    (*busy)(void *data);
+    void                           *busy_data;
+
+    /*
      * per worker process: an identity drawn afresh as it starts, never
      * that of an earlier process, whatever its pid (a container's pid
      * namespace gives a restarted replica's worker the same pid), nor of
@@ -392,6 +400,9 @@ ngx_int_t ngx_http_dynamo_rl_store_conn_grow(u_char **data, size_t *size,
 uint64_t ngx_http_dynamo_rl_store_conn_us(void);
 ngx_uint_t ngx_http_dynamo_rl_store_conn_up(
     ngx_http_dynamo_rl_store_stats_t *stats);
+ngx_uint_t ngx_http_dynamo_rl_store_conn_refusing(
+    ngx_http_dynamo_rl_store_stats_t *stats);
+void ngx_http_dynamo_rl_store_conn_leave(ngx_http_dynamo_rl_store_t *store);
 
 
 #endif /* _NGX_HTTP_DYNAMO_RL_STORE_CONN_H_INCLUDED_ */
