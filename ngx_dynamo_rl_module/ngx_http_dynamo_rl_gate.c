@@ -98,6 +98,9 @@ typedef struct {
     ngx_msec_t                      until;     /* verifying, at most */
     uint64_t                        epoch;     /* the change's starting one */
     ngx_str_t                       token;
+    ngx_uint_t                      clocking;  /* 1: a read for the clock,
+                                                  2: read */
+    ngx_http_dynamo_rl_gate_req_t   req;       /* the change, meanwhile */
 } ngx_http_dynamo_rl_gate_call_t;
 
 
@@ -1240,8 +1243,30 @@ ngx_http_dynamo_rl_gate_change_send(ngx_http_dynamo_rl_gate_call_t *gc,
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
     if (!known) {
-        /* no gate read has answered yet: nothing is sent */
-        return ngx_http_dynamo_rl_gate_unavailable(r, store, 1);
+
+        /*
+         * no gate read has answered in this zone yet (a replica that has
+         * just started): the gate is read first, for the store's clock,
+         * and the change sent then; nothing is sent without it
+         */
+
+        if (gc->clocking) {
+            return ngx_http_dynamo_rl_gate_unavailable(r, store, 1);
+        }
+
+        gc->clocking = 1;
+        gc->req = *req;
+
+        if (ngx_http_dynamo_rl_gate_store_send(store, sh, "init", NULL, 0,
+                                               NULL,
+                                               ngx_http_dynamo_rl_gate_answered,
+                                               gc, &gc->cmd)
+            != NGX_OK)
+        {
+            return ngx_http_dynamo_rl_gate_unavailable(r, store, 1);
+        }
+
+        return NGX_DONE;
     }
 
     gc->token.data = ngx_pnalloc(r->pool, store->identity.len + 2
@@ -1305,6 +1330,13 @@ ngx_http_dynamo_rl_gate_answered(void *data, ngx_int_t rc, redisReply *reply)
                           "API");
         }
 
+        /* the read before a change: nothing of the change was sent */
+
+        if (gc->clocking == 1) {
+            rc = ngx_http_dynamo_rl_gate_unavailable(r, store, 1);
+            goto done;
+        }
+
         /* a change that may have been sent: was it made? */
 
         if (gc->change) {
@@ -1324,6 +1356,18 @@ ngx_http_dynamo_rl_gate_answered(void *data, ngx_int_t rc, redisReply *reply)
     }
 
     ngx_http_dynamo_rl_gate_clock(ngx_http_dynamo_rl_get_zone(r), &gr);
+
+    if (gc->clocking == 1) {
+        gc->clocking = 2;
+
+        rc = ngx_http_dynamo_rl_gate_change_send(gc, store, &gc->req);
+
+        if (rc == NGX_DONE) {
+            return;
+        }
+
+        goto done;
+    }
 
     if (gc->verifying) {
         rc = ngx_http_dynamo_rl_gate_verified(gc, store, &gr);
